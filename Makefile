@@ -1,0 +1,34 @@
+# oncelog — `make demo` runs the main job, `make test` the whole test suite.
+# Both create .venv and install what they need by themselves.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "oncelog needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m oncelog.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+# Unit tests only: seconds, no broker processes.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+bench: $(STAMP)
+	$(PY) bench/produce_consume.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist src/*.egg-info
