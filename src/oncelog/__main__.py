@@ -1,0 +1,3 @@
+from oncelog.cli import main
+
+main()

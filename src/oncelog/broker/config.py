@@ -1,0 +1,131 @@
+"""Broker configuration, under Kafka's property names.
+
+``BrokerConfig`` is read from a ``server.properties``-style file and/or ``key=value`` overrides
+given on the command line; every key is one Kafka has (the table below says which), so an
+operator's existing knowledge applies. Unknown keys are rejected, so a typo never silently does
+nothing.
+
+Durability default (``log.flush.interval.messages`` unset, as in Kafka): a produce request is
+acknowledged once its batch is written to the log file, that is, in the operating system's page
+cache. That survives a crash (kill -9) of the broker process; it does not survive a power loss or
+kernel crash of the machine, for which set ``log.flush.interval.messages=1`` (fsync before every
+acknowledgement) or a ``log.flush.interval.ms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from oncelog.protocol.errors import InvalidConfig
+
+DAY_MS = 24 * 3600 * 1000
+
+
+def _bool(v: str) -> bool:
+    if v.lower() in ("true", "1", "yes"):
+        return True
+    if v.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+def _opt_int(v: str) -> int | None:
+    return None if v.strip() in ("", "none", "null") else int(v)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Broker settings. Field metadata ``kafka`` names the Kafka property."""
+
+    data_dir: Path = field(default=Path("data"), metadata={"kafka": "log.dirs", "parse": Path})
+    host: str = field(default="127.0.0.1", metadata={"kafka": "listener.host", "parse": str})
+    port: int = field(default=9092, metadata={"kafka": "listener.port", "parse": int})
+    advertised_host: str | None = field(default=None, metadata={"kafka": "advertised.host", "parse": str})
+    node_id: int = field(default=1, metadata={"kafka": "node.id", "parse": int})
+    num_partitions: int = field(default=1, metadata={"kafka": "num.partitions", "parse": int})
+    default_replication_factor: int = field(default=1, metadata={"kafka": "default.replication.factor", "parse": int})
+    auto_create_topics_enable: bool = field(default=True, metadata={"kafka": "auto.create.topics.enable", "parse": _bool})
+    delete_topic_enable: bool = field(default=True, metadata={"kafka": "delete.topic.enable", "parse": _bool})
+    socket_request_max_bytes: int = field(default=104_857_600, metadata={"kafka": "socket.request.max.bytes", "parse": int})
+    message_max_bytes: int = field(default=1_048_588, metadata={"kafka": "message.max.bytes", "parse": int})
+    log_segment_bytes: int = field(default=1 << 30, metadata={"kafka": "log.segment.bytes", "parse": int})
+    log_roll_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.roll.ms", "parse": int})
+    log_retention_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.retention.ms", "parse": int})
+    log_retention_bytes: int = field(default=-1, metadata={"kafka": "log.retention.bytes", "parse": int})
+    log_retention_check_interval_ms: int = field(
+        default=300_000, metadata={"kafka": "log.retention.check.interval.ms", "parse": int}
+    )
+    log_flush_interval_messages: int | None = field(
+        default=None, metadata={"kafka": "log.flush.interval.messages", "parse": _opt_int}
+    )
+    log_flush_interval_ms: int | None = field(default=None, metadata={"kafka": "log.flush.interval.ms", "parse": _opt_int})
+    log_index_interval_bytes: int = field(default=4096, metadata={"kafka": "log.index.interval.bytes", "parse": int})
+    log_cleanup_policy: str = field(default="delete", metadata={"kafka": "log.cleanup.policy", "parse": str})
+    file_delete_delay_ms: int = field(default=60_000, metadata={"kafka": "file.delete.delay.ms", "parse": int})
+    offsets_topic_num_partitions: int = field(default=50, metadata={"kafka": "offsets.topic.num.partitions", "parse": int})
+    offsets_retention_minutes: int = field(default=7 * 24 * 60, metadata={"kafka": "offsets.retention.minutes", "parse": int})
+    group_initial_rebalance_delay_ms: int = field(
+        default=3000, metadata={"kafka": "group.initial.rebalance.delay.ms", "parse": int}
+    )
+    group_min_session_timeout_ms: int = field(default=6000, metadata={"kafka": "group.min.session.timeout.ms", "parse": int})
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000, metadata={"kafka": "group.max.session.timeout.ms", "parse": int}
+    )
+    transaction_state_log_num_partitions: int = field(
+        default=50, metadata={"kafka": "transaction.state.log.num.partitions", "parse": int}
+    )
+    transaction_max_timeout_ms: int = field(default=900_000, metadata={"kafka": "transaction.max.timeout.ms", "parse": int})
+    transactional_id_expiration_ms: int = field(
+        default=7 * DAY_MS, metadata={"kafka": "transactional.id.expiration.ms", "parse": int}
+    )
+    producer_id_expiration_ms: int = field(default=DAY_MS, metadata={"kafka": "producer.id.expiration.ms", "parse": int})
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host
+
+    def with_overrides(self, props: dict[str, str]) -> "BrokerConfig":
+        """A copy with Kafka-named properties applied. Raises InvalidConfig on unknown keys."""
+        changes: dict[str, Any] = {}
+        for key, raw in props.items():
+            spec = _BY_KAFKA_NAME.get(key)
+            if spec is None:
+                raise InvalidConfig(f"unknown broker property {key!r}")
+            name, parse = spec
+            try:
+                changes[name] = parse(raw)
+            except ValueError as exc:
+                raise InvalidConfig(f"bad value for {key}: {raw!r} ({exc})") from None
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_properties_file(cls, path: Path) -> "BrokerConfig":
+        return cls().with_overrides(parse_properties(path.read_text()))
+
+
+_BY_KAFKA_NAME: dict[str, tuple[str, Callable[[str], Any]]] = {
+    f.metadata["kafka"]: (f.name, f.metadata["parse"]) for f in dataclasses.fields(BrokerConfig)
+}
+# Kafka spells some of these several ways; accept the common aliases.
+_BY_KAFKA_NAME["log.dir"] = _BY_KAFKA_NAME["log.dirs"]
+_BY_KAFKA_NAME["broker.id"] = _BY_KAFKA_NAME["node.id"]
+_BY_KAFKA_NAME["log.retention.hours"] = ("log_retention_ms", lambda v: int(v) * 3600 * 1000)
+_BY_KAFKA_NAME["log.retention.minutes"] = ("log_retention_ms", lambda v: int(v) * 60 * 1000)
+_BY_KAFKA_NAME["log.roll.hours"] = ("log_roll_ms", lambda v: int(v) * 3600 * 1000)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties-style ``key=value`` lines; ``#`` and ``!`` comments; blank lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        if "=" not in line:
+            raise InvalidConfig(f"not a key=value line: {line!r}")
+        k, v = line.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out

@@ -1,0 +1,96 @@
+"""Routes decoded requests to handlers and translates errors into Kafka error codes.
+
+The one boundary where exceptions become codes: a handler raises ``KafkaError`` for a
+whole-request failure and it becomes that API's error response; per-partition errors are put
+into the response by the handler itself. Any other exception escaping a handler is a bug: it is
+logged with its traceback and answered with UNKNOWN_SERVER_ERROR, and the broker goes on.
+
+``HANDLERS`` is the routing table, one module per API (``oncelog.broker.handlers.<api>``), each
+exposing ``API_KEY`` and ``async def handle(broker, request)``. Only APIs in this table are
+advertised by ApiVersions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from oncelog.broker import messages
+from oncelog.broker.handlers import (
+    api_versions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)
+from oncelog.protocol import apis, framing
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Broker", framing.Request], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {
+    m.API_KEY: m.handle
+    for m in (
+        api_versions,
+        create_topics,
+        delete_records,
+        delete_topics,
+        describe_cluster,
+        describe_configs,
+        fetch,
+        list_offsets,
+        metadata,
+        produce,
+    )
+}
+
+
+def advertised_versions() -> dict[int, tuple[int, int]]:
+    return {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in HANDLERS}
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; the connection must be closed (after logging why)."""
+
+
+async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[Any] | None:
+    """Handle one request frame. Returns the response parts, or None when no response is due
+    (acks=0 produce). Raises CloseConnection when the peer broke the protocol."""
+    head = framing.peek_head(frame)
+    handler = HANDLERS.get(head.api_key)
+    if handler is None:
+        raise CloseConnection(f"unsupported api key {head.api_key} from {peer}")
+    lo, hi = apis.SUPPORTED_VERSIONS[head.api_key]
+    if not lo <= head.api_version <= hi:
+        if head.api_key == apis.API_VERSIONS:
+            # KIP-511: answer a too-new ApiVersions with a v0 body listing what we support.
+            body = api_versions.unsupported_version_response()
+            return framing.encode_response(apis.API_VERSIONS, 0, head.correlation_id, body)
+        raise CloseConnection(
+            f"{apis.api_name(head.api_key)} v{head.api_version} from {peer} is outside the supported range {lo}..{hi}"
+        )
+    try:
+        request = framing.decode_request(frame)
+    except (framing.FrameError, KafkaError) as exc:
+        raise CloseConnection(f"{exc} (from {peer})") from None
+    try:
+        body = await handler(broker, request)
+    except KafkaError as exc:
+        log.debug("%s v%d failed: %r", apis.api_name(head.api_key), head.api_version, exc)
+        body = messages.error_response(head.api_key, head.api_version, exc.code)
+    except Exception:
+        log.exception("bug: %s v%d from %s raised", apis.api_name(head.api_key), head.api_version, peer)
+        body = messages.error_response(head.api_key, head.api_version, ErrorCode.unknown_server_error)
+    if body is None:
+        return None
+    return framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)

@@ -1,0 +1,70 @@
+"""CreateTopics (19): create topics with a partition count and topic configs.
+
+Per-topic errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
+INVALID_REPLICATION_FACTOR (only 1 replica exists), INVALID_CONFIG; manual replica assignments
+are accepted only when they name this broker alone. ``validate_only`` checks without creating.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker import topic_config
+from oncelog.broker.messages import Builder
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
+
+API_KEY = apis.CREATE_TOPICS
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    results = []
+    seen: set[str] = set()
+    for t in req.topics:
+        try:
+            if t.name in seen:
+                raise InvalidRequest(f"topic {t.name!r} appears twice in the request")
+            seen.add(t.name)
+            num_partitions = t.num_partitions
+            rf = t.replication_factor
+            if t.assignments:
+                if num_partitions != -1 or rf != -1:
+                    raise InvalidRequest("both replica assignments and partitions/replication factor given")
+                for a in t.assignments:
+                    if list(a.broker_ids) != [broker.node_id]:
+                        raise InvalidReplicationFactor(f"replica assignment {list(a.broker_ids)} names unknown brokers")
+                num_partitions, rf = len(t.assignments), 1
+            configs = {c.name: c.value for c in t.configs}
+            meta = broker.replicas.create_topic(
+                t.name, num_partitions, rf, configs, validate_only=bool(getattr(req, "validate_only", False))
+            )
+            described = tuple(
+                m.CreatableTopicConfigs(name=n, value=v, read_only=False, config_source=5 if d else 1, is_sensitive=False)
+                for n, v, d in topic_config.describe(broker.config, meta.configs)
+            )
+            results.append(
+                m.CreatableTopicResult(
+                    name=t.name,
+                    topic_id=meta.topic_id,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    num_partitions=meta.num_partitions,
+                    replication_factor=1,
+                    configs=described,
+                )
+            )
+        except KafkaError as exc:
+            results.append(
+                m.CreatableTopicResult(
+                    name=t.name,
+                    topic_id=__import__("uuid").UUID(int=0),
+                    error_code=exc.code,
+                    error_message=str(exc),
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=(),
+                )
+            )
+    return m.CreateTopicsResponse(topics=tuple(results))

@@ -1,0 +1,44 @@
+"""DeleteRecords (21): advance a partition's log start offset (offset -1 = the high watermark).
+
+Segments wholly below the new start are deleted; consumers asking below it get
+OFFSET_OUT_OF_RANGE. An offset above the high watermark is OFFSET_OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.messages import Builder
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRange
+
+API_KEY = apis.DELETE_RECORDS
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    topics = []
+    for t in req.topics:
+        results = []
+        for p in t.partitions:
+            try:
+                part = broker.replicas.partition(t.name, p.partition_index)
+                offset = part.high_watermark if p.offset == -1 else p.offset
+                if not 0 <= offset <= part.high_watermark:
+                    raise OffsetOutOfRange(
+                        f"delete-records offset {offset} of {t.name}-{p.partition_index} is above the high watermark {part.high_watermark}"
+                    )
+                if offset > part.log_start_offset:
+                    part.log.set_log_start_offset(offset)
+                results.append(
+                    m.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=part.log_start_offset, error_code=ErrorCode.none
+                    )
+                )
+            except KafkaError as exc:
+                results.append(
+                    m.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=exc.code)
+                )
+        topics.append(m.DeleteRecordsTopicResult(name=t.name, partitions=tuple(results)))
+    return m.DeleteRecordsResponse(topics=tuple(topics))

@@ -1,0 +1,46 @@
+"""DeleteTopics (20): delete topics by name (or, v6+, by topic id) with their logs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from oncelog.broker.messages import Builder
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, TopicDeletionDisabled, UnknownTopicId
+
+API_KEY = apis.DELETE_TOPICS
+_ZERO = uuid.UUID(int=0)
+
+
+def _requested(req: Any) -> list[tuple[str | None, uuid.UUID]]:
+    if hasattr(req, "topic_names"):
+        return [(n, _ZERO) for n in req.topic_names]
+    return [(t.name, t.topic_id) for t in req.topics]
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    rm = broker.replicas
+    results = []
+    for name, topic_id in _requested(req):
+        try:
+            if not broker.config.delete_topic_enable:
+                raise TopicDeletionDisabled("delete.topic.enable is false")
+            if name is None:
+                meta = rm.topic_by_id(topic_id)
+                if meta is None:
+                    raise UnknownTopicId(f"no topic has id {topic_id}")
+                name = meta.name
+            meta = rm.topic(name)
+            if meta.internal:
+                raise InvalidRequest(f"internal topic {name} cannot be deleted")
+            rm.delete_topic(name)
+            results.append(m.DeletableTopicResult(name=name, topic_id=meta.topic_id, error_code=ErrorCode.none))
+        except KafkaError as exc:
+            results.append(
+                m.DeletableTopicResult(name=name, topic_id=topic_id, error_code=exc.code, error_message=str(exc))
+            )
+    return m.DeleteTopicsResponse(responses=tuple(results))
+

@@ -1,0 +1,105 @@
+"""Fetch (1): record batches from several partitions, long-polling for min_bytes.
+
+Batches are served whole, as file slices of the log (no record parsing, no copy into Python
+objects). Limits: each partition up to its partition_max_bytes, the response up to max_bytes,
+except that the first non-empty partition always returns at least one whole batch even if it
+is larger than both (KIP-74), so a consumer never gets stuck behind a big batch.
+
+Long poll: when fewer than min_bytes are available, the request waits up to max_wait for any of
+its partitions to receive data, then answers with whatever there is.
+
+Isolation: read_uncommitted reads up to the high watermark; read_committed up to the last stable
+offset (R15).
+
+Fetch sessions (KIP-227) are not kept: every answer has session id 0, which tells clients to
+send full fetch requests; that is a documented, supported mode of the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from oncelog.broker.messages import Builder
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
+from oncelog.protocol.framing import FileRecords
+
+API_KEY = apis.FETCH
+READ_COMMITTED = 1
+
+
+def _collect(broker: Any, req: Any, m: Builder, read_committed: bool) -> tuple[list[Any], int, list[Any], bool]:
+    """One pass over the requested partitions: (topic responses, bytes, partitions, any_error)."""
+    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+    total = 0
+    any_error = False
+    first_data = True
+    parts_seen: list[Any] = []
+    topics = []
+    rm = broker.replicas
+    for t in req.topics:
+        results = []
+        for p in t.partitions:
+            try:
+                part = rm.partitions.get((t.topic, p.partition))
+                if part is None:
+                    raise UnknownTopicOrPartition(f"partition {t.topic}-{p.partition} does not exist")
+                parts_seen.append(part)
+                limit = min(p.partition_max_bytes, max(budget - total, 0))
+                res = part.read(p.fetch_offset, limit, read_committed=read_committed, min_one_batch=first_data)
+                size = sum(s.length for s in res.slices)
+                if size:
+                    first_data = False
+                total += size
+                results.append(
+                    m.PartitionData(
+                        partition_index=p.partition,
+                        error_code=ErrorCode.none,
+                        high_watermark=res.high_watermark,
+                        last_stable_offset=res.last_stable_offset,
+                        log_start_offset=res.log_start_offset,
+                        aborted_transactions=() if read_committed else None,
+                        preferred_read_replica=-1,
+                        records=FileRecords(res.slices),
+                    )
+                )
+            except KafkaError as exc:
+                any_error = True
+                hw = lso = start = -1
+                if part is not None:
+                    hw, lso, start = part.high_watermark, part.last_stable_offset, part.log_start_offset
+                results.append(
+                    m.PartitionData(
+                        partition_index=p.partition,
+                        error_code=exc.code,
+                        high_watermark=hw,
+                        last_stable_offset=lso,
+                        log_start_offset=start,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=None,
+                    )
+                )
+        topics.append(m.FetchableTopicResponse(topic=t.topic, partitions=tuple(results)))
+    return topics, total, parts_seen, any_error
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(req.max_wait.total_seconds(), 0.0)
+    while True:
+        topics, total, parts, any_error = _collect(broker, req, m, read_committed)
+        remaining = deadline - loop.time()
+        if total >= req.min_bytes or any_error or remaining <= 0 or not parts:
+            break
+        waiters = [p.waiter() for p in parts]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+    return m.FetchResponse(error_code=ErrorCode.none, session_id=0, responses=tuple(topics))

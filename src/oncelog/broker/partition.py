@@ -1,0 +1,91 @@
+"""Leader state of one partition: its log, its high watermark, and fetchers waiting for data.
+
+With a single replica the high watermark is the log end offset: a batch is committed (R2) once
+it is in the log. ``append`` validates a produce batch at the header level (records.py: one
+magic-2 batch, CRC, lengths, size) and appends it whole; nothing here looks at single records.
+
+Long-poll fetches register a future with ``waiter()``; every append resolves all of them, so a
+fetch parked on min_bytes wakes up as soon as data arrives.
+
+Single-threaded: called only from the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from oncelog.protocol import records
+from oncelog.storage.log import FileSlice, LogConfig, PartitionLog
+from oncelog.types import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    slices: list[FileSlice]
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class Partition:
+    def __init__(self, tp: TopicPartition, log: PartitionLog, config: LogConfig) -> None:
+        self.tp = tp
+        self.log = log
+        self.config = config
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def append(self, batch: bytes, now_ms: int) -> AppendResult:
+        """Validate and append one producer batch. Raises a KafkaError on invalid input."""
+        header = records.validate_produce_batch(batch, self.config.max_message_bytes)
+        base, last = self.log.append(batch, header, now_ms)
+        self._wake()
+        return AppendResult(base, last, self.log.log_start_offset)
+
+    def read(self, offset: int, max_bytes: int, *, read_committed: bool = False, min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from ``offset`` up to the high watermark (or the LSO when read_committed).
+
+        Raises OffsetOutOfRange when ``offset`` is outside [log start, log end].
+        """
+        hw = self.high_watermark
+        lso = self.last_stable_offset
+        upper = lso if read_committed else hw
+        slices = self.log.read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
+        return ReadResult(slices, hw, lso, self.log.log_start_offset)
+
+    def waiter(self) -> asyncio.Future[None]:
+        """A future resolved by the next append. Cancelling it unregisters it."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(fut)
+        fut.add_done_callback(self._waiters.discard)
+        return fut
+
+    def _wake(self) -> None:
+        if self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def close(self) -> None:
+        self._wake()
+        self.log.close()

@@ -1,0 +1,145 @@
+"""The APIs this broker speaks and the versions it advertises (the ApiVersions answer).
+
+Each entry maps an API key to the inclusive version range we implement. The ranges are chosen
+so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all accept them:
+
+* Fetch stops at v12: from v13 on, fetch requests carry topic ids instead of names.
+* Metadata reaches v12 (kafka-python infers the broker version from Metadata's range and needs
+  v4 or more); v10+ returns real topic ids, which we keep per topic.
+* Produce v3+ only: magic 2 record batches are the only format the log stores.
+
+Message classes come from ``kio`` (generated from Kafka's own JSON schemas); ``message_class``
+resolves them by (api key, version, request/response).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pkgutil import resolve_name
+from typing import Any
+
+from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
+
+from oncelog.protocol.errors import UnsupportedVersion
+
+# API keys, by name (Kafka's numbering).
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+DESCRIBE_CLUSTER = 60
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+
+#: api key -> (min version, max version) we implement. Only APIs with a registered handler are
+#: advertised (see ``oncelog.broker.dispatch``), so this table is the upper bound.
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (0, 12),
+    OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (1, 8),
+    FIND_COORDINATOR: (0, 4),
+    JOIN_GROUP: (0, 7),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 4),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 4),
+    API_VERSIONS: (0, 3),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    DELETE_RECORDS: (0, 2),
+    INIT_PRODUCER_ID: (0, 4),
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3),
+    WRITE_TXN_MARKERS: (1, 1),
+    TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+    DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_PRODUCERS: (0, 0),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
+}
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, f"api-{api_key}")
+
+
+@cache
+def message_class(api_key: int, version: int, response: bool) -> type[Any]:
+    """The kio class for one API version's request or response.
+
+    Raises ``UnsupportedVersion`` when kio has no schema for it (an unknown key or version).
+    """
+    name = api_key_map.get(api_key)
+    entity = EntityType.response if response else EntityType.request
+    try:
+        path = schema_name_map[name][version][entity]  # type: ignore[index]
+    except KeyError:
+        raise UnsupportedVersion(f"api key {api_key} version {version} is unknown") from None
+    cls = resolve_name(path)
+    assert isinstance(cls, type)
+    return cls
+
+
+@cache
+def message_module_classes(api_key: int, version: int, response: bool) -> dict[str, type[Any]]:
+    """Every dataclass defined in the kio module of one API version, by class name.
+
+    Handlers use it to build nested response entities (``TopicProduceResponse`` …) without
+    importing a fixed version: the same handler serves every advertised version.
+    """
+    import sys
+
+    top = message_class(api_key, version, response)
+    module = sys.modules[top.__module__]
+    return {n: c for n, c in vars(module).items() if isinstance(c, type) and c.__module__ == module.__name__}
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    """Whether this request version uses the flexible (tagged-field, compact) encoding."""
+    return bool(message_class(api_key, version, False).__flexible__)
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    return 2 if is_flexible(api_key, version) else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    # ApiVersions responses always use header v0, so that a client that does not yet know
+    # which versions the broker speaks can read the answer (KIP-511).
+    if api_key == API_VERSIONS:
+        return 0
+    return 1 if is_flexible(api_key, version) else 0

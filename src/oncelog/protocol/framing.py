@@ -1,0 +1,212 @@
+"""Frames, request headers and response encoding: bytes in, messages out, and back. Sans-IO.
+
+A Kafka frame is a signed 32-bit big-endian size followed by that many bytes. A request frame
+starts with a request header (api key, api version, correlation id, client id; plus tagged fields
+in header v2), followed by the request body whose layout depends on (api key, version). A
+response frame is a response header (correlation id; plus tagged fields in header v1) and the
+body.
+
+Nothing here does I/O: the asyncio shell reads frames off the socket and hands them to
+``decode_request``; handlers return kio response objects that ``encode_response`` turns into a
+list of parts. A part is ``bytes`` or an opaque file-slice object taken from a
+``FileRecords`` placeholder, so that record data can be sent from the page cache without being
+copied into Python (the shell decides how to send slices).
+
+Errors: ``FrameError`` means the peer broke the protocol; the connection must be closed (Kafka
+closes connections on malformed requests, too). Nothing in this module raises anything else on
+any input (a hypothesis fuzz test holds it to that).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+
+from oncelog.protocol import apis
+from oncelog.protocol.errors import UnsupportedVersion
+from oncelog.protocol.tolerant import read_tolerant
+
+DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
+
+_SIZE = struct.Struct(">i")
+_HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a valid request: close the connection."""
+
+
+def frame_size(prefix: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> int:
+    """The size announced by a 4-byte frame prefix; raises FrameError if negative or too big."""
+    (size,) = _SIZE.unpack(prefix)
+    if size < _HEADER_PREFIX.size:
+        raise FrameError(f"frame size {size} is smaller than a request header")
+    if size > max_bytes:
+        raise FrameError(f"frame size {size} exceeds socket.request.max.bytes={max_bytes}")
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """The first eight bytes of every request: enough to route it and to answer it."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def peek_head(frame: bytes) -> RequestHead:
+    if len(frame) < _HEADER_PREFIX.size:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than its header")
+    return RequestHead(*_HEADER_PREFIX.unpack_from(frame))
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode one request frame (without its size prefix).
+
+    Raises ``UnsupportedVersion`` for an (api key, version) we have no schema for, and
+    ``FrameError`` for anything malformed. Unknown tagged fields are ignored, as the protocol
+    requires (kio's native reader rejects them; ``read_tolerant`` then re-reads the frame).
+    """
+    if not isinstance(frame, bytes):  # kio's native readers take bytes, not bytearray
+        frame = bytes(frame)
+    head = peek_head(frame)
+    body_cls = apis.message_class(head.api_key, head.api_version, response=False)
+    header_cls = RequestHeaderV2 if body_cls.__flexible__ else RequestHeaderV1
+    try:
+        try:
+            header, used = entity_reader(header_cls)(frame, 0)
+            body, body_used = entity_reader(body_cls)(frame, used)
+        except KeyError:
+            header, used = read_tolerant(header_cls, frame, 0)
+            body, body_used = read_tolerant(body_cls, frame, used)
+    except UnsupportedVersion:
+        raise
+    except Exception as exc:  # kio raises assorted errors on malformed input
+        raise FrameError(
+            f"malformed {apis.api_name(head.api_key)} v{head.api_version} request "
+            f"(correlation id {head.correlation_id}): {type(exc).__name__}: {exc}"
+        ) from None
+    if used + body_used != len(frame):
+        raise FrameError(
+            f"{apis.api_name(head.api_key)} v{head.api_version} request has "
+            f"{len(frame) - used - body_used} trailing bytes"
+        )
+    return Request(head.api_key, head.api_version, head.correlation_id, header.client_id, body)
+
+
+class FileRecords(bytes):
+    """Placeholder for a records field whose bytes live in log files.
+
+    kio's writers call ``len(value)`` and then ``buffer.write(value)``; the ``_PartsSink`` below
+    recognises this placeholder and emits its slices instead of bytes. ``slices`` are opaque
+    objects with a ``length`` attribute (the storage layer's ``FileSlice``).
+    """
+
+    # (bytes subclasses cannot have __slots__; instances carry a __dict__.)
+
+    def __new__(cls, slices: Iterable[Any]) -> "FileRecords":
+        self = super().__new__(cls, b"")
+        self.slices = tuple(slices)
+        self.length = sum(s.length for s in self.slices)
+        return self
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __bool__(self) -> bool:
+        return self.length > 0
+
+
+class _PartsSink:
+    """A kio ``Writable`` that gathers small writes into one buffer and keeps file slices apart."""
+
+    __slots__ = ("parts", "buf", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.buf = bytearray()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        if type(data) is FileRecords:
+            if self.buf:
+                self.parts.append(bytes(self.buf))
+                self.buf.clear()
+            self.parts.extend(data.slices)
+            self.size += data.length
+        else:
+            self.buf += data
+            self.size += len(data)
+
+    def finish(self) -> list[Any]:
+        if self.buf:
+            self.parts.append(bytes(self.buf))
+            self.buf.clear()
+        return self.parts
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[Any]:
+    """Encode a response as parts (bytes and file slices), size prefix included."""
+    sink = _PartsSink()
+    sink.write(b"\x00\x00\x00\x00")  # size, patched below
+    if apis.response_header_version(api_key, api_version) == 1:
+        entity_writer(ResponseHeaderV1)(sink, ResponseHeaderV1(correlation_id=correlation_id))
+    else:
+        entity_writer(ResponseHeaderV0)(sink, ResponseHeaderV0(correlation_id=correlation_id))
+    entity_writer(type(body))(sink, body)
+    size = sink.size - 4
+    parts = sink.finish()
+    first = parts[0]
+    parts[0] = _SIZE.pack(size) + first[4:]
+    return parts
+
+
+def encode_response_bytes(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """``encode_response`` for bodies without file slices (tests, small responses)."""
+    parts = encode_response(api_key, api_version, correlation_id, body)
+    if not all(isinstance(p, (bytes, bytearray)) for p in parts):
+        raise TypeError("response holds file slices; use encode_response")
+    return b"".join(parts)
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """Encode a request frame, size prefix included (test clients and tools)."""
+    sink = _PartsSink()
+    if apis.request_header_version(api_key, api_version) == 2:
+        header: Any = RequestHeaderV2(
+            request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id=client_id
+        )
+    else:
+        header = RequestHeaderV1(
+            request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id=client_id
+        )
+    entity_writer(type(header))(sink, header)
+    entity_writer(type(body))(sink, body)
+    payload = b"".join(sink.finish())
+    return _SIZE.pack(len(payload)) + payload
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """Decode a response frame (without size prefix): (correlation id, body). For test clients."""
+    frame = bytes(frame)
+    header_cls = ResponseHeaderV1 if apis.response_header_version(api_key, api_version) == 1 else ResponseHeaderV0
+    header, used = entity_reader(header_cls)(frame, 0)
+    body, _ = entity_reader(apis.message_class(api_key, api_version, response=True))(frame, used)
+    return header.correlation_id, body
