@@ -1,0 +1,599 @@
+"""Kafka record batch v2 (magic 2): header view, validation, offset rewrite, builders.
+
+Theory of operation. The produce and fetch paths treat a batch as an opaque blob with a 61-byte
+header: ``parse_header`` reads the header with one ``struct.unpack_from``,
+``validate_produce_batch`` checks what Kafka checks on produce (one batch, magic 2, lengths,
+CRC32C, counts, no control records, size) without looking at a single record, and
+``with_base_offset`` / ``offset_prefix`` rewrite the fields that lie *outside* the CRC (base offset,
+partition leader epoch), so the broker assigns offsets without recomputing the checksum.
+
+Per-record work (``iter_records``, ``build_batch``, ``build_control_batch``,
+``read_control_marker``) exists for internal topics, compaction, ListOffsets refinement and tests;
+it is never on the produce or fetch hot path.
+
+Layout (big endian)::
+
+    @0  baseOffset int64        @8  batchLength int32 (bytes after this field)
+    @12 partitionLeaderEpoch    @16 magic int8        @17 crc uint32 (CRC32C of @21..end)
+    @21 attributes int16        @23 lastOffsetDelta   @27 baseTimestamp int64
+    @35 maxTimestamp int64      @43 producerId int64  @51 producerEpoch int16
+    @53 baseSequence int32      @57 recordsCount      @61 records
+
+Errors: every malformed input raises a ``KafkaError`` subclass (``CorruptMessage``,
+``InvalidRecord``, ``UnsupportedForMessageFormat``, ``MessageTooLarge``); any other exception
+escaping this module is a bug. The module is pure: no I/O, no asyncio.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import cramjam
+import crc32c as _crc32c
+
+from oncelog.protocol.errors import (
+    CorruptMessage,
+    InvalidRecord,
+    MessageTooLarge,
+    UnsupportedForMessageFormat,
+)
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "BatchHeader",
+    "ControlMarker",
+    "Record",
+    "build_batch",
+    "build_control_batch",
+    "iter_batches",
+    "iter_records",
+    "offset_prefix",
+    "parse_header",
+    "read_control_marker",
+    "validate_produce_batch",
+    "with_base_offset",
+]
+
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength
+MAGIC = 2
+CRC_START = 21  # the CRC covers attributes .. end of batch
+NO_TIMESTAMP = -1
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08  # 0 CreateTime, 1 LogAppendTime
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_LENGTH = struct.Struct(">i")
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_INT32_MAX = 0x7FFFFFFF
+assert _HEADER.size == BATCH_HEADER_SIZE
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a v2 record batch, as stored (no validation implied)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch on the wire and on disk."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return TIMESTAMP_LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_BIT else TIMESTAMP_CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record; wraps past int32 max to 0, as Kafka's does. -1 if none."""
+        if self.base_sequence < 0:
+            return -1
+        seq = self.base_sequence + self.last_offset_delta
+        return seq - _INT32_MAX - 1 if seq > _INT32_MAX else seq
+
+
+class Record(NamedTuple):
+    """One record of a batch, offsets and timestamps absolute. Header keys are str."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+class ControlMarker(NamedTuple):
+    """The content of a transaction marker (control record of type COMMIT or ABORT)."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+# --------------------------------------------------------------------------------------------
+# Header-level (hot path)
+
+
+def _check_magic(buf: bytes | bytearray | memoryview, pos: int) -> None:
+    magic = buf[pos + 16]
+    if magic != MAGIC:
+        if magic in (0, 1):
+            raise UnsupportedForMessageFormat(
+                f"record batch at {pos}: magic {magic} (legacy message format) received, 2 required"
+            )
+        raise InvalidRecord(f"record batch at {pos}: magic {magic - 256 if magic > 127 else magic} received, 2 required")
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch starting at ``buf[pos]``.
+
+    Checks only that 61 bytes are present and magic is 2; lengths and CRC are not verified.
+    Raises CorruptMessage (too short), UnsupportedForMessageFormat (magic 0/1) or InvalidRecord
+    (any other magic).
+    """
+    available = len(buf) - pos
+    if available < BATCH_HEADER_SIZE:
+        if available > 16:
+            _check_magic(buf, pos)
+        raise CorruptMessage(
+            f"record batch at {pos}: {available} bytes available, header needs {BATCH_HEADER_SIZE}"
+        )
+    _check_magic(buf, pos)
+    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
+
+
+def validate_produce_batch(buf: bytes | bytearray | memoryview, max_message_bytes: int) -> BatchHeader:
+    """Check the records field of a produce request (v3+) the way Kafka's broker does.
+
+    The field must hold exactly one magic-2 batch whose batchLength matches ``len(buf)``, no
+    larger than ``max_message_bytes``, with a correct CRC32C, at least one record,
+    ``lastOffsetDelta == recordsCount - 1``, not a control batch, and a non-negative base sequence
+    when it carries a producer id. Reads the 61-byte header and runs one CRC over the bytes;
+    never decodes or decompresses a record.
+
+    Raises: InvalidRecord (empty, several batches, bad counts, control batch, bad sequence,
+    unknown codec, unknown magic), UnsupportedForMessageFormat (magic 0/1), CorruptMessage
+    (lengths, CRC), MessageTooLarge. Returns the parsed header.
+    """
+    n = len(buf)
+    if n == 0:
+        raise InvalidRecord("produce request must hold exactly one record batch per partition, got none")
+    if n <= 16:
+        raise CorruptMessage(f"record batch truncated: {n} bytes, header needs {BATCH_HEADER_SIZE}")
+    h = parse_header(buf, 0)
+    size = h.size
+    if size < BATCH_HEADER_SIZE:
+        raise CorruptMessage(f"record batch length {h.batch_length} below the minimum {BATCH_HEADER_SIZE - LOG_OVERHEAD}")
+    if size > n:
+        raise CorruptMessage(f"record batch truncated: batchLength says {size} bytes, {n} received")
+    if size < n:
+        if _looks_like_batch(buf, size):
+            raise InvalidRecord("produce request must hold exactly one record batch per partition, got more")
+        raise CorruptMessage(f"record batch length mismatch: batchLength says {size} bytes, {n} received")
+    if size > max_message_bytes:
+        raise MessageTooLarge(f"record batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    actual = _crc32c.crc32c(mv[CRC_START:size])
+    if actual != h.crc:
+        raise CorruptMessage(f"record batch CRC mismatch: header says {h.crc:#010x}, computed {actual:#010x}")
+    if h.records_count < 1:
+        raise InvalidRecord(f"record batch has recordsCount {h.records_count}, at least 1 required")
+    if h.last_offset_delta != h.records_count - 1:
+        raise InvalidRecord(
+            f"record batch offset range inconsistent: lastOffsetDelta {h.last_offset_delta}, "
+            f"recordsCount {h.records_count} (expected lastOffsetDelta {h.records_count - 1})"
+        )
+    if h.attributes & CONTROL_BIT:
+        raise InvalidRecord("clients may not write control records")
+    if h.compression > COMPRESSION_ZSTD:
+        raise InvalidRecord(f"record batch compression codec {h.compression} unknown")
+    if h.producer_id >= 0 and h.base_sequence < 0:
+        raise InvalidRecord(f"producer {h.producer_id}: invalid base sequence {h.base_sequence}")
+    return h
+
+
+def _looks_like_batch(buf: bytes | bytearray | memoryview, pos: int) -> bool:
+    """Whether a plausible second batch header starts at ``pos`` (to tell 'two batches' from junk)."""
+    if len(buf) - pos < BATCH_HEADER_SIZE or buf[pos + 16] != MAGIC:
+        return False
+    (length,) = _LENGTH.unpack_from(buf, pos + 8)
+    return BATCH_HEADER_SIZE <= length + LOG_OVERHEAD <= len(buf) - pos
+
+
+def offset_prefix(buf: bytes | bytearray | memoryview, base_offset: int, partition_leader_epoch: int = 0) -> bytes:
+    """The 16 bytes that replace ``buf[:16]`` to give the batch ``base_offset`` and the epoch.
+
+    Those bytes lie outside the CRC, so ``offset_prefix(...) + buf[16:]`` is a valid batch; the
+    log writes the two pieces with one ``os.writev`` and copies nothing.
+    """
+    (length,) = _LENGTH.unpack_from(buf, 8)
+    return _PREFIX.pack(base_offset, length, partition_leader_epoch)
+
+
+def with_base_offset(buf: bytes | bytearray | memoryview, base_offset: int, partition_leader_epoch: int = 0) -> bytes:
+    """A copy of the batch with base offset and partition leader epoch rewritten (one copy)."""
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return b"".join((offset_prefix(buf, base_offset, partition_leader_epoch), mv[16:]))
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = False
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for consecutive complete batches starting at ``buf[pos]``.
+
+    Stops silently at the first position that does not hold a complete, plausible batch (short
+    tail, magic != 2, length below the header size, negative counts, CRC mismatch when
+    ``verify_crc``). Valid data therefore ends at ``position + header.size`` of the last batch
+    yielded (or ``pos`` if none); use ``valid_prefix_end`` to get that number directly.
+    """
+    n = len(buf)
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    unpack = _HEADER.unpack_from
+    while n - pos >= BATCH_HEADER_SIZE:
+        if buf[pos + 16] != MAGIC:
+            return
+        h = BatchHeader._make(unpack(buf, pos))
+        size = h.batch_length + LOG_OVERHEAD
+        if size < BATCH_HEADER_SIZE or size > n - pos or h.last_offset_delta < 0 or h.records_count < 0:
+            return
+        if verify_crc and _crc32c.crc32c(mv[pos + CRC_START : pos + size]) != h.crc:
+            return
+        yield pos, h
+        pos += size
+
+
+def valid_prefix_end(buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True) -> int:
+    """The position where the run of valid batches starting at ``pos`` ends."""
+    end = pos
+    for p, h in iter_batches(buf, pos, verify_crc=verify_crc):
+        end = p + h.size
+    return end
+
+
+# --------------------------------------------------------------------------------------------
+# Record-level (internal topics, compaction, ListOffsets, tests)
+
+
+def _decompress(codec: int, data: memoryview) -> bytes:
+    try:
+        if codec == COMPRESSION_GZIP:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == COMPRESSION_SNAPPY:
+            if bytes(data[:8]) == _XERIAL_MAGIC and len(data) >= 16:
+                return _xerial_decode(data)
+            return bytes(cramjam.snappy.decompress_raw(data))
+        if codec == COMPRESSION_LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == COMPRESSION_ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+    except CorruptMessage:
+        raise
+    except Exception as e:  # cramjam.DecompressionError and friends
+        raise CorruptMessage(f"record batch payload does not decompress with codec {codec}: {e}") from e
+    raise InvalidRecord(f"record batch compression codec {codec} unknown")
+
+
+def _xerial_decode(data: memoryview) -> bytes:
+    """Snappy in xerial block framing (Java clients): 16-byte header, then (int32 len, block)*."""
+    out = []
+    pos, n = 16, len(data)
+    while pos < n:
+        if n - pos < 4:
+            raise CorruptMessage("xerial snappy stream truncated in a block length")
+        (length,) = _LENGTH.unpack_from(data, pos)
+        pos += 4
+        if length < 0 or length > n - pos:
+            raise CorruptMessage(f"xerial snappy block of {length} bytes, {n - pos} left")
+        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + length])))
+        pos += length
+    return b"".join(out)
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == COMPRESSION_GZIP:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == COMPRESSION_SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == COMPRESSION_LZ4:
+        # Kafka's LZ4 reader rejects linked blocks (KIP-57).
+        c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        c.compress(data)
+        return bytes(c.finish())
+    if codec == COMPRESSION_ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=3))
+    raise ValueError(f"compression codec {codec} unknown")
+
+
+def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Zigzag varint (up to 64 bits) at ``pos``: (value, next position). IndexError if short."""
+    b = buf[pos]
+    if b < 0x80:  # one byte: the common case
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        b = buf[pos]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise CorruptMessage("varint longer than 10 bytes")
+
+
+def _encode_varint(value: int, out: bytearray) -> None:
+    v = (value << 1) ^ (value >> 63)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _bytes_field(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _varint(buf, pos)
+    if length < 0:
+        if length != -1:
+            raise CorruptMessage(f"field length {length} is negative")
+        return None, pos
+    end = pos + length
+    if end > len(buf):
+        raise CorruptMessage(f"field of {length} bytes runs past the end of the record data")
+    return bytes(buf[pos:end]), end
+
+
+def iter_records(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> Iterator[Record]:
+    """Decode the records of the single batch at the start of ``buf`` (decompressing if needed).
+
+    Timestamps of a LogAppendTime batch are its maxTimestamp. Raises CorruptMessage on any
+    malformation (CRC when ``verify_crc``, lengths, varints, record count mismatch, codec
+    errors); never another exception type. Not for the produce/fetch path.
+    """
+    h = parse_header(buf)
+    size = h.size
+    if size < BATCH_HEADER_SIZE or size > len(buf):
+        raise CorruptMessage(f"record batch of {size} bytes, {len(buf)} available")
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if verify_crc:
+        actual = _crc32c.crc32c(mv[CRC_START:size])
+        if actual != h.crc:
+            raise CorruptMessage(f"record batch CRC mismatch: header says {h.crc:#010x}, computed {actual:#010x}")
+    data: memoryview = mv[BATCH_HEADER_SIZE:size]
+    if h.compression != COMPRESSION_NONE:
+        data = memoryview(_decompress(h.compression, data))
+    log_append = h.attributes & TIMESTAMP_TYPE_BIT
+    return _records(data, h, bool(log_append))
+
+
+def _records(data: memoryview, h: BatchHeader, log_append: bool) -> Iterator[Record]:
+    pos, n = 0, len(data)
+    base_offset, base_ts = h.base_offset, h.base_timestamp
+    count = 0
+    try:
+        while pos < n:
+            length, pos = _varint(data, pos)
+            end = pos + length
+            if length < 6 or end > n:
+                raise CorruptMessage(f"record {count}: length {length} invalid with {n - pos} bytes left")
+            pos += 1  # attributes: unused
+            ts_delta, pos = _varint(data, pos)
+            offset_delta, pos = _varint(data, pos)
+            key, pos = _bytes_field(data, pos)
+            value, pos = _bytes_field(data, pos)
+            n_headers, pos = _varint(data, pos)
+            if n_headers < 0:
+                raise CorruptMessage(f"record {count}: header count {n_headers}")
+            headers = []
+            for _ in range(n_headers):
+                hkey, pos = _bytes_field(data, pos)
+                if hkey is None:
+                    raise CorruptMessage(f"record {count}: null header key")
+                hval, pos = _bytes_field(data, pos)
+                headers.append((hkey.decode("utf-8", "surrogateescape"), hval))
+            if pos != end:
+                raise CorruptMessage(f"record {count}: length {length} but {length + pos - end} bytes decoded")
+            count += 1
+            if count > h.records_count:
+                raise CorruptMessage(f"record batch holds more records than its count {h.records_count}")
+            yield Record(
+                base_offset + offset_delta,
+                h.max_timestamp if log_append else base_ts + ts_delta,
+                key,
+                value,
+                tuple(headers),
+            )
+    except IndexError:
+        raise CorruptMessage(f"record {count}: data ends inside a record") from None
+    if count != h.records_count:
+        raise CorruptMessage(f"record batch count says {h.records_count} records, {count} found")
+
+
+def _encode_records(records: Sequence[tuple], base_ts: int) -> bytes:
+    out = bytearray()
+    body = bytearray()
+    for i, rec in enumerate(records):
+        key, value, headers = rec[0], rec[1], rec[2]
+        ts = rec[3] if len(rec) > 3 else base_ts
+        body.clear()
+        body.append(0)
+        _encode_varint(ts - base_ts, body)
+        _encode_varint(i, body)
+        for field in (key, value):
+            if field is None:
+                _encode_varint(-1, body)
+            else:
+                _encode_varint(len(field), body)
+                body += field
+        _encode_varint(len(headers), body)
+        for hk, hv in headers:
+            hkb = hk.encode("utf-8", "surrogateescape") if isinstance(hk, str) else hk
+            _encode_varint(len(hkb), body)
+            body += hkb
+            if hv is None:
+                _encode_varint(-1, body)
+            else:
+                _encode_varint(len(hv), body)
+                body += hv
+        _encode_varint(len(body), out)
+        out += body
+    return bytes(out)
+
+
+def _assemble(
+    payload: bytes,
+    *,
+    base_offset: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+    partition_leader_epoch: int = 0,
+) -> bytes:
+    buf = bytearray(BATCH_HEADER_SIZE + len(payload))
+    _HEADER.pack_into(
+        buf, 0, base_offset, len(buf) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attributes,
+        last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+        records_count,
+    )
+    buf[BATCH_HEADER_SIZE:] = payload
+    struct.pack_into(">I", buf, 17, _crc32c.crc32c(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def build_batch(
+    records: Sequence[tuple],
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    compression: int = COMPRESSION_NONE,
+) -> bytes:
+    """A v2 batch (correct CRC) of ``records``: ``(key, value, headers)`` tuples, optionally with a
+    4th element, the record's timestamp (default ``timestamp_ms``). ``headers`` is a sequence of
+    ``(str | bytes, bytes | None)``. Snappy output uses raw framing (as librdkafka does).
+    Raises ValueError for an empty ``records`` or an unknown codec.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    payload = _encode_records(records, timestamp_ms)
+    if compression != COMPRESSION_NONE:
+        payload = _compress(compression, payload)
+    max_ts = max(rec[3] if len(rec) > 3 else timestamp_ms for rec in records)
+    return _assemble(
+        payload,
+        base_offset=base_offset,
+        attributes=(compression & COMPRESSION_MASK) | (TRANSACTIONAL_BIT if transactional else 0),
+        last_offset_delta=len(records) - 1,
+        base_timestamp=timestamp_ms,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(records),
+    )
+
+
+def build_control_batch(
+    *,
+    commit: bool,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    base_offset: int = 0,
+) -> bytes:
+    """A transaction marker: a transactional control batch with one COMMIT or ABORT record,
+    never compressed, base sequence -1 (markers carry no sequence)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return _assemble(
+        _encode_records([(key, value, ())], timestamp_ms),
+        base_offset=base_offset,
+        attributes=TRANSACTIONAL_BIT | CONTROL_BIT,
+        last_offset_delta=0,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        records_count=1,
+    )
+
+
+def read_control_marker(buf: bytes | bytearray | memoryview) -> ControlMarker:
+    """The marker carried by a control batch. Raises InvalidRecord if the batch is not a control
+    batch or its record is not a COMMIT/ABORT marker, CorruptMessage if it does not decode."""
+    h = parse_header(buf)
+    if not h.is_control:
+        raise InvalidRecord(f"batch at offset {h.base_offset} is not a control batch")
+    for rec in iter_records(buf):
+        if rec.key is None or len(rec.key) < 4 or rec.value is None or len(rec.value) < 6:
+            raise InvalidRecord(f"control record at offset {rec.offset} is not a transaction marker")
+        _version, ctype = _CONTROL_KEY.unpack_from(rec.key)
+        if ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
+            raise InvalidRecord(f"control record at offset {rec.offset} has type {ctype}, not COMMIT/ABORT")
+        _vversion, epoch = _CONTROL_VALUE.unpack_from(rec.value)
+        return ControlMarker(ctype == CONTROL_COMMIT, epoch)
+    raise InvalidRecord(f"control batch at offset {h.base_offset} has no record")
