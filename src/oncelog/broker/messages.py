@@ -25,9 +25,18 @@ def field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
+_NO_THROTTLE = datetime.timedelta(0)
+
+
 def make(cls: type, **kw: Any) -> Any:
+    """Instantiate ``cls`` with the keyword arguments it has fields for (others are dropped).
+
+    ``throttle_time`` defaults to zero: this broker does not throttle (no quotas yet)."""
     names = field_names(cls)
-    return cls(**{k: v for k, v in kw.items() if k in names})
+    args = {k: v for k, v in kw.items() if k in names}
+    if "throttle_time" in names and "throttle_time" not in args:
+        args["throttle_time"] = _NO_THROTTLE
+    return cls(**args)
 
 
 class Builder:
