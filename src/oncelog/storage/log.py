@@ -1,0 +1,490 @@
+"""A partition's log: an ordered list of segments in ``<data>/<topic>-<partition>/``.
+
+Theory of operation. Offsets are assigned here: ``append`` takes a validated batch from a
+producer, gives it the next offsets by rewriting the 16 bytes outside its CRC, and writes it to
+the active (last) segment in one ``writev`` (no copy of the batch in Python). Once ``append``
+returns, the batch is in the OS page cache and survives kill -9 of the broker (R1); the fsync
+policy (``flush.messages`` / ``flush.ms``, default: never per message; always on roll) decides
+when it also survives power loss. ``read`` answers fetches with file ranges (``FileSlice``) of
+whole batches, found through the sparse offset index and batch headers only, for the broker to
+``sendfile``. Retention (R4) deletes whole segments, never the active one; deleted files are
+renamed ``*.deleted`` and their descriptors stay open for ``file.delete.delay.ms`` so in-flight
+file slices remain readable.
+
+``open`` recovers: every segment's indexes are validated (rebuilt from the ``.log`` when missing
+or damaged) and its tail is CRC-checked; a torn or corrupt tail is cut with a warning.
+
+Concurrency: everything is synchronous and single-threaded; the broker calls a ``PartitionLog``
+from its event loop only. Time is injected (``now_ms``); nothing here reads the clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from oncelog.protocol.errors import CorruptMessage, InvalidConfig, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
+from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix
+from oncelog.storage.segment import DELETED_SUFFIX, LogSegment
+
+__all__ = ["FileSlice", "LogConfig", "PartitionLog"]
+
+log = logging.getLogger(__name__)
+
+_DAY_MS = 24 * 3600 * 1000
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries hold offsets relative to the segment base
+_LOG_START_FILE = "log-start-offset"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-topic log settings (Kafka topic config names in the comments)."""
+
+    segment_bytes: int = 1 << 30  # segment.bytes
+    segment_ms: int = 7 * _DAY_MS  # segment.ms
+    retention_ms: int = 7 * _DAY_MS  # retention.ms (-1: forever)
+    retention_bytes: int = -1  # retention.bytes (-1: unlimited)
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    flush_messages: int | None = None  # flush.messages (None: never fsync per message)
+    flush_ms: int | None = None  # flush.ms (None: never fsync by time)
+    max_message_bytes: int = 1048588  # max.message.bytes
+    file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
+    cleanup_policy: str = "delete"  # cleanup.policy ("delete", "compact", "compact,delete")
+    delete_retention_ms: int = _DAY_MS  # delete.retention.ms (compaction: how long tombstones stay)
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+
+    #: Kafka property name -> field name.
+    KAFKA_NAMES = {
+        "segment.bytes": "segment_bytes",
+        "segment.ms": "segment_ms",
+        "retention.ms": "retention_ms",
+        "retention.bytes": "retention_bytes",
+        "index.interval.bytes": "index_interval_bytes",
+        "flush.messages": "flush_messages",
+        "flush.ms": "flush_ms",
+        "max.message.bytes": "max_message_bytes",
+        "file.delete.delay.ms": "file_delete_delay_ms",
+        "cleanup.policy": "cleanup_policy",
+        "delete.retention.ms": "delete_retention_ms",
+        "min.compaction.lag.ms": "min_compaction_lag_ms",
+    }
+
+    def __post_init__(self) -> None:
+        if not 61 <= self.segment_bytes <= 0x7FFFFFFF:
+            raise InvalidConfig(f"segment.bytes {self.segment_bytes} outside [61, 2147483647]")
+        if self.segment_ms < 1 or self.index_interval_bytes < 1 or self.max_message_bytes < 0:
+            raise InvalidConfig("segment.ms and index.interval.bytes must be >= 1, max.message.bytes >= 0")
+        if (self.flush_messages is not None and self.flush_messages < 1) or (
+            self.flush_ms is not None and self.flush_ms < 0
+        ):
+            raise InvalidConfig("flush.messages must be >= 1 and flush.ms >= 0 when set")
+        if not set(self.cleanup_policy.split(",")) <= {"delete", "compact"}:
+            raise InvalidConfig(f"cleanup.policy {self.cleanup_policy!r} unknown")
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], base: LogConfig | None = None) -> LogConfig:
+        """``base`` (default: defaults) overridden by Kafka-named properties; unknown names are
+        ignored (they belong to other layers). Raises InvalidConfig on unparsable values."""
+        changes: dict[str, object] = {}
+        for name, value in props.items():
+            field = cls.KAFKA_NAMES.get(name)
+            if field is None:
+                continue
+            if field == "cleanup_policy":
+                changes[field] = value.replace(" ", "")
+                continue
+            try:
+                number = int(value)
+            except ValueError:
+                raise InvalidConfig(f"{name}={value!r} is not an integer") from None
+            if field in ("flush_messages", "flush_ms") and number >= 2**63 - 1:
+                changes[field] = None  # Kafka's "never"
+            else:
+                changes[field] = number
+        return dataclasses.replace(base or cls(), **changes)
+
+
+class FileSlice(NamedTuple):
+    """A byte range of a segment file: ``fd`` stays valid for at least file.delete.delay.ms after
+    the segment is deleted (not after ``PartitionLog.close``/``delete`` without delay)."""
+
+    fd: int
+    position: int
+    length: int
+
+
+class PartitionLog:
+    """The log of one partition. See the module docstring for the guarantees.
+
+    Raises OffsetOutOfRange for reads outside [log_start_offset, log_end_offset],
+    MessageTooLarge for a batch over max.message.bytes, KafkaStorageError on I/O failure.
+    ``ValueError`` means a caller bug (for example a header that does not match its bytes).
+    """
+
+    def __init__(self, path: Path, config: LogConfig, segments: list[LogSegment], now_ms: int) -> None:
+        self.path = path
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start = segments[0].base_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._dir_dirty = False
+        self._graveyard: list[tuple[int, LogSegment]] = []  # (delete deadline, segment)
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (creating the directory and a first segment if needed) and recover the log.
+
+        Leftover ``*.deleted`` files are removed, every segment is opened (indexes validated or
+        rebuilt, tail CRC-checked and cut if torn), overlapping segments are trimmed, and the
+        log start offset is restored from its checkpoint file.
+        """
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            names = sorted(os.listdir(path))
+        except OSError as e:
+            raise KafkaStorageError(f"cannot open log directory {path}: {e}") from e
+        bases: list[int] = []
+        logs = set()
+        for name in names:
+            if name.endswith(DELETED_SUFFIX):
+                _unlink(path / name)
+            elif name.endswith(".log") and len(name) == 24 and name[:20].isdigit():
+                bases.append(int(name[:20]))
+                logs.add(name[:20])
+        for name in names:  # indexes whose .log is gone
+            stem, _, ext = name.partition(".")
+            if ext in ("index", "timeindex") and stem not in logs:
+                _unlink(path / name)
+        bases.sort()
+        kw = dict(index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
+        segments = [LogSegment.open(path, b, **kw) for b in bases]
+        if not segments:
+            segments = [LogSegment.create(path, 0, **kw)]
+        for seg, nxt in zip(segments, segments[1:]):
+            if seg.next_offset > nxt.base_offset:
+                log.warning("%s: segment %d overlaps segment %d; cutting it", path, seg.base_offset, nxt.base_offset)
+                seg.truncate_to(nxt.base_offset)
+        for seg in segments[:-1]:
+            seg.mark_inactive()
+        self = cls(path, config, segments, now_ms)
+        self._log_start = max(self._log_start, min(self._read_log_start(), self.log_end_offset))
+        return self
+
+    def _read_log_start(self) -> int:
+        try:
+            return int((self.path / _LOG_START_FILE).read_text().strip() or -1)
+        except (OSError, ValueError):
+            return -1
+
+    def _write_log_start(self) -> None:
+        tmp = self.path / (_LOG_START_FILE + ".tmp")
+        try:
+            tmp.write_text(f"{self._log_start}\n")
+            os.replace(tmp, self.path / _LOG_START_FILE)
+        except OSError as e:
+            raise KafkaStorageError(f"{self.path}: cannot record log start offset: {e}") from e
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The live segments, oldest first (read-only view for tests and tooling)."""
+        return tuple(self._segments)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
+               leader_epoch: int = 0) -> tuple[int, int]:
+        """Append a validated producer batch (``header`` is ``parse_header(batch)``), assigning
+        offsets from ``log_end_offset``. Rolls first when the active segment is full or old.
+        Returns ``(base_offset, last_offset)`` once the bytes are in the page cache; fsyncs when
+        the flush policy says so."""
+        size = header.size
+        if len(batch) != size:
+            raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
+        if size > self.config.max_message_bytes:
+            raise MessageTooLarge(f"record batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
+        base = self.log_end_offset
+        active = self._segments[-1]
+        if not active.is_empty and (
+            active.size + size > self.config.segment_bytes
+            or now_ms - active.roll_start_ms >= self.config.segment_ms
+            or base + header.last_offset_delta - active.base_offset > _MAX_RELATIVE_OFFSET
+        ):
+            active = self._roll(now_ms)
+        elif active.is_empty:
+            active.roll_start_ms = now_ms
+        view = batch if isinstance(batch, memoryview) else memoryview(batch)
+        active.append(
+            (offset_prefix(batch, base, leader_epoch), view[16:]),
+            header._replace(base_offset=base, partition_leader_epoch=leader_epoch),
+        )
+        self._unflushed_messages += header.records_count
+        self._apply_flush_policy(now_ms)
+        return base, base + header.last_offset_delta
+
+    def _apply_flush_policy(self, now_ms: int) -> None:
+        c = self.config
+        if (c.flush_messages is not None and self._unflushed_messages >= c.flush_messages) or (
+            c.flush_ms is not None and now_ms - self._last_flush_ms >= c.flush_ms
+        ):
+            self.flush(now_ms)
+
+    def maybe_flush(self, now_ms: int) -> None:
+        """Fsync if flush.ms has elapsed with unflushed data (for a periodic broker timer)."""
+        if self._unflushed_messages and self.config.flush_ms is not None:
+            self._apply_flush_policy(now_ms)
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """Make everything appended so far durable: fdatasync the active segment (older ones
+        were synced when they rolled) and the directory if segments were created."""
+        self._segments[-1].flush()
+        if self._dir_dirty:
+            _fsync_dir(self.path)
+            self._dir_dirty = False
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    def maybe_roll(self, now_ms: int) -> bool:
+        """Roll a non-empty active segment older than segment.ms. Returns whether it rolled."""
+        active = self._segments[-1]
+        if not active.is_empty and now_ms - active.roll_start_ms >= self.config.segment_ms:
+            self._roll(now_ms)
+            return True
+        return False
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        old.mark_inactive()
+        old.flush()  # inactive segments are durable, so recovery only has to check the active one
+        seg = LogSegment.create(self.path, old.next_offset, index_interval_bytes=self.config.index_interval_bytes,
+                                now_ms=now_ms)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        return seg
+
+    def truncate_to(self, offset: int, now_ms: int = 0) -> None:
+        """Remove every batch whose last offset >= ``offset`` (a batch containing ``offset``
+        goes entirely). Below ``log_start_offset`` the log is emptied and restarts at
+        ``offset``. Removed segments stay readable through open slices for file.delete.delay.ms
+        counted from ``now_ms``."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._log_start:
+            self._truncate_fully(offset, now_ms)
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            self._retire(self._segments.pop(), now_ms)
+            self._bases.pop()
+        self._segments[-1].truncate_to(offset)
+        if self.log_end_offset < self._log_start:  # the cut batch straddled the log start
+            self._log_start = self.log_end_offset
+            self._write_log_start()
+
+    def _truncate_fully(self, offset: int, now_ms: int) -> None:
+        for seg in self._segments:
+            self._retire(seg, now_ms)
+        seg = LogSegment.create(self.path, offset, index_interval_bytes=self.config.index_interval_bytes,
+                                now_ms=now_ms)
+        self._segments, self._bases = [seg], [offset]
+        self._log_start = offset
+        self._dir_dirty = True
+        self._write_log_start()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self._log_start or offset > self.log_end_offset:
+            raise OffsetOutOfRange(
+                f"{self.path.name}: offset {offset} outside [{self._log_start}, {self.log_end_offset}]"
+            )
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> list[FileSlice]:
+        """File ranges of whole batches, starting with the batch that contains ``offset`` (it may
+        start before ``offset``), only batches whose last offset < ``max_offset`` (default: the
+        log end), at most ``max_bytes`` in total except that with ``min_one_batch`` the first
+        batch is returned even when larger (KIP-74). One slice per segment touched.
+        ``offset == log_end_offset`` gives ``[]``; outside [log_start_offset, log_end_offset]
+        raises OffsetOutOfRange. Reads only batch headers, never the data."""
+        self._check_offset(offset)
+        end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        slices: list[FileSlice] = []
+        remaining = max_bytes
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        for seg in self._segments[i:]:
+            if offset >= end_offset:
+                break
+            r = seg.read(max(offset, seg.base_offset), remaining, end_offset, min_one_batch and not slices)
+            if r is None:
+                continue
+            pos, length = r
+            if length:
+                slices.append(FileSlice(seg.fd, pos, length))
+                remaining -= length
+            if pos + length < seg.size or remaining <= 0:
+                break
+        return slices
+
+    def read_batches(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """The bytes of ``read(...)`` copied into Python: for internal topics and tests."""
+        return b"".join(os.pread(s.fd, s.length, s.position) for s in self.read(offset, max_bytes, max_offset))
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``log_start_offset`` whose
+        timestamp >= ``ts_ms`` (ListOffsets). The batch is found through the time index; only
+        that one batch is decoded to pick the record. None when no batch reaches ``ts_ms``.
+        The special ListOffsets timestamps (-1 latest, -2 earliest) are the caller's."""
+        for seg in self._segments:
+            if seg.next_offset <= self._log_start:
+                continue
+            found = seg.find_timestamp(ts_ms, self._log_start)
+            if found is None:
+                continue
+            pos, h = found
+            try:
+                for rec in iter_records(seg.read_bytes(pos, h.size)):
+                    if rec.timestamp >= ts_ms and rec.offset >= self._log_start:
+                        return rec.offset, rec.timestamp
+            except CorruptMessage:
+                log.warning("%s: batch at offset %d does not decode; answering at batch level", self.path, h.base_offset)
+            return max(h.base_offset, self._log_start), h.max_timestamp
+        return None
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments breaching retention.ms (age measured from the segment's
+        largest timestamp, or its mtime if it has none) or retention.bytes, never the active
+        segment; advance log_start_offset. Returns the number of segments deleted. Their files
+        become ``*.deleted`` and are removed by ``cleanup_deleted`` after file.delete.delay.ms."""
+        c = self.config
+        doomed = 0
+        excess = self.size_bytes - c.retention_bytes if c.retention_bytes >= 0 else 0
+        for seg in self._segments[:-1]:
+            if c.retention_ms >= 0 and now_ms - seg.retention_timestamp_ms() > c.retention_ms:
+                pass
+            elif c.retention_bytes >= 0 and excess - seg.size >= 0:
+                pass
+            else:
+                break
+            excess -= seg.size
+            doomed += 1
+        if doomed:
+            self._drop_oldest(doomed, now_ms)
+        return doomed
+
+    def set_log_start_offset(self, offset: int, now_ms: int = 0) -> None:
+        """Advance the log start (DeleteRecords): offsets below it become unreadable, segments
+        entirely below it are deleted (never the active one). No-op if not an advance; raises
+        OffsetOutOfRange beyond log_end_offset. The new start survives restarts."""
+        if offset <= self._log_start:
+            return
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRange(f"{self.path.name}: log start {offset} beyond log end {self.log_end_offset}")
+        self._log_start = offset
+        doomed = 0
+        for seg, nxt in zip(self._segments, self._segments[1:]):
+            if nxt.base_offset > offset:
+                break
+            doomed += 1
+        if doomed:
+            self._drop_oldest(doomed, now_ms)
+        self._write_log_start()
+
+    def _drop_oldest(self, count: int, now_ms: int) -> None:
+        for seg in self._segments[:count]:
+            self._retire(seg, now_ms)
+        del self._segments[:count]
+        del self._bases[:count]
+        if self._segments[0].base_offset > self._log_start:
+            self._log_start = self._segments[0].base_offset
+            self._write_log_start()
+
+    def _retire(self, seg: LogSegment, now_ms: int) -> None:
+        seg.rename_to_deleted()
+        self._graveyard.append((now_ms + self.config.file_delete_delay_ms, seg))
+
+    def cleanup_deleted(self, now_ms: int) -> int:
+        """Close and unlink retired segments whose delay has passed. Returns how many."""
+        due = [s for t, s in self._graveyard if t <= now_ms]
+        self._graveyard = [(t, s) for t, s in self._graveyard if t > now_ms]
+        for seg in due:
+            seg.delete()
+        return len(due)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush and close every file, pending deletions included (their files are removed)."""
+        try:
+            if self._segments[-1].fd >= 0:
+                self.flush()
+        finally:
+            for seg in self._segments:
+                seg.close()
+            for _, seg in self._graveyard:
+                seg.delete()
+            self._graveyard = []
+
+    def delete(self, now_ms: int | None = None) -> None:
+        """Remove the whole partition directory now (DeleteTopics). Without ``now_ms`` every
+        descriptor is closed at once; with it they stay open (files already unlinked) until
+        ``cleanup_deleted`` runs past ``now_ms`` + file.delete.delay.ms, so in-flight
+        ``FileSlice``s stay valid. No other method may be called afterwards."""
+        retired = [*self._segments, *(s for _, s in self._graveyard)]
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._graveyard = []
+        for seg in retired:
+            seg.index.close()
+            seg.timeindex.close()
+            if now_ms is None:
+                seg.close()
+            else:
+                self._graveyard.append((now_ms + self.config.file_delete_delay_ms, seg))
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.path.name}, start={self._log_start}, end={self.log_end_offset})"
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise KafkaStorageError(f"cannot fsync directory {path}: {e}") from e
