@@ -457,3 +457,57 @@ def test_log_config_from_kafka_properties():
                 {"flush.messages": "0"}):
         with pytest.raises(InvalidConfig):
             LogConfig.from_properties(bad)
+
+
+# -- kill -9 of a real process (R1) ---------------------------------------------------------
+
+_WRITER = """
+import sys
+from pathlib import Path
+from oncelog.protocol import records as R
+from oncelog.storage.log import LogConfig, PartitionLog
+log = PartitionLog.open(Path(sys.argv[1]), LogConfig(segment_bytes=50_000, index_interval_bytes=500), 0)
+i = 0
+while True:
+    buf = R.build_batch([(b"k", b"%d" % i * 20, ())] * 3, timestamp_ms=i)
+    base, last = log.append(buf, R.parse_header(buf), i)
+    print(last, flush=True)  # acknowledged
+    i += 1
+"""
+
+
+def test_acknowledged_appends_survive_kill_9(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "t-0"
+    child = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        acked = -1
+        for line in child.stdout:
+            acked = int(line)
+            if acked >= 6_000:
+                break
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    log = PartitionLog.open(path, LogConfig(segment_bytes=50_000, index_interval_bytes=500), 0)
+    assert log.log_end_offset > acked
+    data = log.read_batches(0, 10**9)
+    assert R.valid_prefix_end(data, verify_crc=True) == len(data)
+    offsets = [r.offset for p, _ in R.iter_batches(data) for r in R.iter_records(data[p:])]
+    assert offsets == list(range(log.log_end_offset))
+    _append(log, _batch())
+    log.close()
+
+
+def test_truncated_segments_stay_readable_for_the_delay_counted_from_the_next_cleanup(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", SMALL, 0)
+    _fill(log, 40)
+    tail = log.read(log.segments[-2].base_offset, 10**9)
+    log.truncate_to(log.segments[-3].base_offset)
+    assert log.cleanup_deleted(10**6) == 0  # deadline set now: 10**6 + delay
+    assert all(os.pread(s.fd, s.length, s.position) for s in tail)
+    assert log.cleanup_deleted(10**6 + SMALL.file_delete_delay_ms) == 2
+    log.close()

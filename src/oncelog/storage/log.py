@@ -136,7 +136,8 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._dir_dirty = False
-        self._graveyard: list[tuple[int, LogSegment]] = []  # (delete deadline, segment)
+        # (delete deadline, segment); deadline None: not yet known, set by the next cleanup
+        self._graveyard: list[tuple[int | None, LogSegment]] = []
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -288,11 +289,11 @@ class PartitionLog:
         self._dir_dirty = True
         return seg
 
-    def truncate_to(self, offset: int, now_ms: int = 0) -> None:
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
         """Remove every batch whose last offset >= ``offset`` (a batch containing ``offset``
         goes entirely). Below ``log_start_offset`` the log is emptied and restarts at
         ``offset``. Removed segments stay readable through open slices for file.delete.delay.ms
-        counted from ``now_ms``."""
+        counted from ``now_ms`` (default: from the next ``cleanup_deleted``)."""
         if offset >= self.log_end_offset:
             return
         if offset < self._log_start:
@@ -306,11 +307,11 @@ class PartitionLog:
             self._log_start = self.log_end_offset
             self._write_log_start()
 
-    def _truncate_fully(self, offset: int, now_ms: int) -> None:
+    def _truncate_fully(self, offset: int, now_ms: int | None) -> None:
         for seg in self._segments:
             self._retire(seg, now_ms)
         seg = LogSegment.create(self.path, offset, index_interval_bytes=self.config.index_interval_bytes,
-                                now_ms=now_ms)
+                                now_ms=now_ms or 0)
         self._segments, self._bases = [seg], [offset]
         self._log_start = offset
         self._dir_dirty = True
@@ -399,10 +400,11 @@ class PartitionLog:
             self._drop_oldest(doomed, now_ms)
         return doomed
 
-    def set_log_start_offset(self, offset: int, now_ms: int = 0) -> None:
+    def set_log_start_offset(self, offset: int, now_ms: int | None = None) -> None:
         """Advance the log start (DeleteRecords): offsets below it become unreadable, segments
         entirely below it are deleted (never the active one). No-op if not an advance; raises
-        OffsetOutOfRange beyond log_end_offset. The new start survives restarts."""
+        OffsetOutOfRange beyond log_end_offset. The new start survives restarts. ``now_ms`` as
+        in ``truncate_to``."""
         if offset <= self._log_start:
             return
         if offset > self.log_end_offset:
@@ -417,7 +419,7 @@ class PartitionLog:
             self._drop_oldest(doomed, now_ms)
         self._write_log_start()
 
-    def _drop_oldest(self, count: int, now_ms: int) -> None:
+    def _drop_oldest(self, count: int, now_ms: int | None) -> None:
         for seg in self._segments[:count]:
             self._retire(seg, now_ms)
         del self._segments[:count]
@@ -426,14 +428,17 @@ class PartitionLog:
             self._log_start = self._segments[0].base_offset
             self._write_log_start()
 
-    def _retire(self, seg: LogSegment, now_ms: int) -> None:
+    def _retire(self, seg: LogSegment, now_ms: int | None) -> None:
         seg.rename_to_deleted()
-        self._graveyard.append((now_ms + self.config.file_delete_delay_ms, seg))
+        deadline = None if now_ms is None else now_ms + self.config.file_delete_delay_ms
+        self._graveyard.append((deadline, seg))
 
     def cleanup_deleted(self, now_ms: int) -> int:
         """Close and unlink retired segments whose delay has passed. Returns how many."""
-        due = [s for t, s in self._graveyard if t <= now_ms]
-        self._graveyard = [(t, s) for t, s in self._graveyard if t > now_ms]
+        delay = self.config.file_delete_delay_ms
+        stamped = [(now_ms + delay if t is None else t, s) for t, s in self._graveyard]
+        due = [s for t, s in stamped if t <= now_ms]
+        self._graveyard = [(t, s) for t, s in stamped if t > now_ms]
         for seg in due:
             seg.delete()
         return len(due)
