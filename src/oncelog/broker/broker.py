@@ -15,9 +15,11 @@ import uuid
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import ReplicaManager, write_atomically
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.storage.atomic import write_atomically
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
+from oncelog.coordinator.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class Broker:
         self.node_id = config.node_id
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
+        self.transactions = None  # the transaction coordinator (issue 5)
         self.server = Server(self, config.host, config.port)
         self._housekeeping: list[asyncio.Task[None]] = []
 
@@ -55,9 +58,11 @@ class Broker:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _load_or_create_cluster_id(data_dir)
+        self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         self.replicas.open()
         bound = await self.server.start()
         self._housekeeping.append(asyncio.create_task(self._retention_loop()))
+        self._housekeeping.append(asyncio.create_task(self._producer_expiry_loop()))
         return bound
 
     async def stop(self) -> None:
@@ -66,6 +71,18 @@ class Broker:
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.server.close()
         self.replicas.close()
+
+    async def _producer_expiry_loop(self) -> None:
+        # Kafka checks every producer.id.expiration.check.interval.ms (10 minutes).
+        interval = min(600.0, max(self.config.producer_id_expiration_ms / 1000 / 10, 1.0))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                gone = self.replicas.expire_producers()
+                if gone:
+                    log.info("expired %d idle producer id(s)", gone)
+            except Exception:
+                log.exception("bug: producer id expiry failed")
 
     async def _retention_loop(self) -> None:
         interval = self.config.log_retention_check_interval_ms / 1000

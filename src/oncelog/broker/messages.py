@@ -51,6 +51,9 @@ class Builder:
         cls = self._classes[name]
         return lambda **kw: make(cls, **kw)
 
+    def has_class(self, cls_name: str) -> bool:
+        return cls_name in self._classes
+
     def has(self, cls_name: str, field_name: str) -> bool:
         return field_name in field_names(self._classes[cls_name])
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import uuid
@@ -32,6 +31,7 @@ from oncelog.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from oncelog.storage.atomic import write_atomically
 from oncelog.storage.log import PartitionLog
 from oncelog.types import TopicPartition
 
@@ -73,21 +73,6 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'")
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, clock: Clock) -> None:
         self.config = config
@@ -96,6 +81,7 @@ class ReplicaManager:
         self.topics: dict[str, TopicMeta] = {}
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
+        self._deleted_logs: list[PartitionLog] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -121,8 +107,7 @@ class ReplicaManager:
     def _open_partition(self, meta: TopicMeta, p: int, now_ms: int) -> Partition:
         tp = TopicPartition(meta.name, p)
         cfg = topic_config.log_config(self.config, meta.configs)
-        plog = PartitionLog.open(self.data_dir / f"{meta.name}-{p}", cfg, now_ms)
-        part = Partition(tp, plog, cfg)
+        part = Partition.open(tp, self.data_dir / f"{meta.name}-{p}", cfg, now_ms)
         self.partitions[tp] = part
         return part
 
@@ -192,8 +177,11 @@ class ReplicaManager:
         for p in range(meta.num_partitions):
             part = self.partitions.pop(TopicPartition(name, p), None)
             if part is not None:
-                part.close()
-                part.log.delete()
+                part.wake_waiters()
+                # Files are renamed now and removed after file.delete.delay.ms, so a fetch that
+                # is still sending from them never reads a reused file descriptor.
+                part.log.delete(self.clock.now_ms())
+                self._deleted_logs.append(part.log)
         log.info("deleted topic %s", name)
         return meta
 
@@ -220,7 +208,13 @@ class ReplicaManager:
         for part in list(self.partitions.values()):
             deleted += part.log.enforce_retention(now)
             part.log.cleanup_deleted(now)
+        self._deleted_logs = [plog for plog in self._deleted_logs if plog.cleanup_deleted(now) >= 0 and plog.pending_deletes]
         return deleted
+
+    def expire_producers(self) -> int:
+        """Forget idle producer ids (producer.id.expiration.ms, KIP-854)."""
+        now = self.clock.now_ms()
+        return sum(len(p.producers.expire(now, self.config.producer_id_expiration_ms)) for p in self.partitions.values())
 
     def flush(self) -> None:
         for part in self.partitions.values():

@@ -27,7 +27,7 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from oncelog.protocol.errors import CorruptMessage, InvalidConfig, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix
@@ -356,6 +356,36 @@ class PartitionLog:
         """The bytes of ``read(...)`` copied into Python: for internal topics and tests."""
         return b"".join(os.pread(s.fd, s.length, s.position) for s in self.read(offset, max_bytes, max_offset))
 
+    def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch whose last offset >= ``from_offset``, oldest first, with their
+        final offsets. Reads headers only (producer-state rebuild, transaction index rebuild)."""
+        start = max(from_offset, self._log_start)
+        i = max(bisect_right(self._bases, start) - 1, 0)
+        for seg in self._segments[i:]:
+            found = seg.find_batch(start)
+            if found is None:
+                continue
+            for _pos, h in seg.headers(found[0]):
+                yield h
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the batch with the largest max timestamp (ListOffsets -3,
+        KIP-734), the first such batch on ties; None for an empty log. Scans the headers of one
+        segment only."""
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if not seg.is_empty and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        found = best.find_batch(max(best.base_offset, self._log_start))
+        if found is None:
+            return None
+        for _pos, h in best.headers(found[0]):
+            if h.max_timestamp == best.max_timestamp:
+                return h.max_timestamp, h.base_offset
+        return None
+
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record at or after ``log_start_offset`` whose
         timestamp >= ``ts_ms`` (ListOffsets). The batch is found through the time index; only
@@ -432,6 +462,11 @@ class PartitionLog:
         seg.rename_to_deleted()
         deadline = None if now_ms is None else now_ms + self.config.file_delete_delay_ms
         self._graveyard.append((deadline, seg))
+
+    @property
+    def pending_deletes(self) -> int:
+        """Retired segments whose files are still open, waiting for file.delete.delay.ms."""
+        return len(self._graveyard)
 
     def cleanup_deleted(self, now_ms: int) -> int:
         """Close and unlink retired segments whose delay has passed. Returns how many."""

@@ -7,6 +7,7 @@ are accepted only when they name this broker alone. ``validate_only`` checks wit
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from oncelog.broker import topic_config
@@ -40,10 +41,12 @@ async def handle(broker: Any, request: Any) -> Any:
             meta = broker.replicas.create_topic(
                 t.name, num_partitions, rf, configs, validate_only=bool(getattr(req, "validate_only", False))
             )
-            described = tuple(
-                m.CreatableTopicConfigs(name=n, value=v, read_only=False, config_source=5 if d else 1, is_sensitive=False)
-                for n, v, d in topic_config.describe(broker.config, meta.configs)
-            )
+            described = ()
+            if m.has_class("CreatableTopicConfigs"):  # v5+ describes the new topic's configs
+                described = tuple(
+                    m.CreatableTopicConfigs(name=n, value=v, read_only=False, config_source=5 if d else 1, is_sensitive=False)
+                    for n, v, d in topic_config.describe(broker.config, meta.configs)
+                )
             results.append(
                 m.CreatableTopicResult(
                     name=t.name,
@@ -59,7 +62,7 @@ async def handle(broker: Any, request: Any) -> Any:
             results.append(
                 m.CreatableTopicResult(
                     name=t.name,
-                    topic_id=__import__("uuid").UUID(int=0),
+                    topic_id=uuid.UUID(int=0),
                     error_code=exc.code,
                     error_message=str(exc),
                     num_partitions=-1,

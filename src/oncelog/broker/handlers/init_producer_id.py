@@ -1,0 +1,32 @@
+"""InitProducerId (22): a producer id and epoch for an idempotent or transactional producer.
+
+Without a transactional.id (R5) any broker answers with a fresh producer id from the
+``ProducerIdManager`` and epoch 0; like Kafka, a request that names its current id and epoch
+(KIP-360, v3+) also just gets a fresh id, since nothing on the broker depends on the old one.
+With a transactional.id the request belongs to the transaction coordinator (issue 5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.messages import Builder
+from oncelog.protocol import apis
+from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode, KafkaError
+
+API_KEY = apis.INIT_PRODUCER_ID
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    try:
+        if req.transactional_id is not None:
+            if broker.transactions is None:
+                raise CoordinatorNotAvailable("this broker has no transaction coordinator yet")
+            pid, epoch = await broker.transactions.init_producer_id(req)
+        else:
+            pid, epoch = broker.producer_ids.next_producer_id(), 0
+    except KafkaError as exc:
+        return m.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+    return m.InitProducerIdResponse(error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch)
