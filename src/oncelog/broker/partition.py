@@ -88,12 +88,21 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def append(self, batch: bytes, now_ms: int) -> AppendResult:
-        """Validate and append one producer batch. Raises a KafkaError on invalid input."""
-        header = records.validate_produce_batch(batch, self.config.max_message_bytes)
-        dup = self.producers.check(header)
-        if dup is not None:
-            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+    def append(self, batch: bytes, now_ms: int, *, from_client: bool = True) -> AppendResult:
+        """Validate and append one batch. Raises a KafkaError on invalid input.
+
+        ``from_client``: a producer's batch (Produce API): fully validated and checked against
+        the producer state. Batches written by the broker's own coordinators (offset commits,
+        transactional offset commits carrying a producer id without sequence numbers, group
+        metadata) pass ``from_client=False``: header and CRC are still checked, sequence numbers
+        are not (as Kafka's ``AppendOrigin.COORDINATOR``)."""
+        if from_client:
+            header = records.validate_produce_batch(batch, self.config.max_message_bytes)
+            dup = self.producers.check(header)
+            if dup is not None:
+                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+        else:
+            header = records.parse_header(batch)
         segments = len(self.log.segments)
         base, last = self.log.append(batch, header, now_ms)
         self.producers.update(header, base, now_ms)
