@@ -28,7 +28,9 @@ import logging
 
 from oncelog.protocol import records
 from oncelog.storage.log import FileSlice, LogConfig, PartitionLog
+from oncelog.protocol.errors import InvalidProducerEpoch
 from oncelog.storage.producer_state import ProducerStateManager
+from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -48,14 +50,23 @@ class ReadResult:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+    aborted: list[AbortedTxn]
 
 
 class Partition:
-    def __init__(self, tp: TopicPartition, log: PartitionLog, config: LogConfig, producers: ProducerStateManager) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        log: PartitionLog,
+        config: LogConfig,
+        producers: ProducerStateManager,
+        aborted: AbortedTxnIndex,
+    ) -> None:
         self.tp = tp
         self.log = log
         self.config = config
         self.producers = producers
+        self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
 
     @classmethod
@@ -65,16 +76,18 @@ class Partition:
         producers = ProducerStateManager(path, str(tp))
         end = plog.log_end_offset
         if not producers.load_latest_snapshot(end) or producers.map_end_offset < plog.log_start_offset:
-            producers.entries.clear()
-            producers.map_end_offset = plog.log_start_offset
+            producers.reset(plog.log_start_offset)
+        aborted = AbortedTxnIndex.open(path, plog.log_start_offset, end)
         replayed = 0
         for h in plog.iter_headers(producers.map_end_offset):
+            if h.is_control:
+                _index_marker(plog, producers, aborted, h)
             producers.update(h, h.base_offset)
             replayed += 1
         producers.map_end_offset = end
         if replayed:
             log.info("%s: producer state rebuilt, %d batch headers replayed", tp, replayed)
-        return cls(tp, plog, config, producers)
+        return cls(tp, plog, config, producers, aborted)
 
     @property
     def high_watermark(self) -> int:
@@ -82,7 +95,9 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.log.log_end_offset
+        """The first offset of the oldest open transaction, or the high watermark (R15)."""
+        first = self.producers.first_unstable_offset()
+        return self.log.log_end_offset if first is None else first
 
     @property
     def log_start_offset(self) -> int:
@@ -103,13 +118,55 @@ class Partition:
                 return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
         else:
             header = records.parse_header(batch)
+        base, last = self._append(batch, header, now_ms)
+        return AppendResult(base, last, self.log.log_start_offset)
+
+    def _append(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[int, int]:
         segments = len(self.log.segments)
         base, last = self.log.append(batch, header, now_ms)
         self.producers.update(header, base, now_ms)
         if len(self.log.segments) != segments:
             self.producers.write_snapshot()
         self._wake()
-        return AppendResult(base, last, self.log.log_start_offset)
+        return base, last
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return producer_id in self.producers.ongoing
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int | None:
+        """Write a COMMIT or ABORT transaction marker for ``producer_id`` (R14).
+
+        Idempotent: when the producer has no open transaction here (the marker was written
+        already, or the transaction never wrote to this partition) nothing is written and None is
+        returned; otherwise the marker's offset. An ABORT adds the transaction to the aborted
+        index; either way the producer's transaction closes and the LSO may advance.
+
+        Raises InvalidProducerEpoch for a marker older than the producer's current epoch (a
+        zombie coordinator).
+        """
+        first = self.producers.ongoing.get(producer_id)
+        if first is None:
+            return None
+        entry = self.producers.entries[producer_id]
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"{self.tp}: marker for producer {producer_id} has epoch {producer_epoch}, "
+                f"older than the producer's epoch {entry.epoch}"
+            )
+        lso_before = self.last_stable_offset
+        batch = records.build_control_batch(
+            commit=commit,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=now_ms,
+        )
+        base, _ = self._append(batch, records.parse_header(batch), now_ms)
+        if not commit:
+            self.aborted.append(AbortedTxn(producer_id, first, base, lso_before))
+        return base
 
     def read(self, offset: int, max_bytes: int, *, read_committed: bool = False, min_one_batch: bool = True) -> ReadResult:
         """Whole batches from ``offset`` up to the high watermark (or the LSO when read_committed).
@@ -120,7 +177,15 @@ class Partition:
         lso = self.last_stable_offset
         upper = lso if read_committed else hw
         slices = self.log.read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
-        return ReadResult(slices, hw, lso, self.log.log_start_offset)
+        aborted = self.aborted.collect(offset, upper) if read_committed and slices else []
+        return ReadResult(slices, hw, lso, self.log.log_start_offset, aborted)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        deleted = self.log.enforce_retention(now_ms)
+        if deleted:
+            self.aborted.trim_below(self.log.log_start_offset)
+        self.log.cleanup_deleted(now_ms)
+        return deleted
 
     def waiter(self) -> asyncio.Future[None]:
         """A future resolved by the next append. Cancelling it unregisters it."""
@@ -144,3 +209,14 @@ class Partition:
         self._wake()
         self.log.close()
         self.producers.write_snapshot()
+
+
+def _index_marker(plog: PartitionLog, producers: ProducerStateManager, aborted: AbortedTxnIndex, h: records.BatchHeader) -> None:
+    """During replay: index an ABORT marker (before ``producers.update`` closes the transaction)."""
+    first = producers.ongoing.get(h.producer_id)
+    if first is None or h.base_offset <= aborted.last_offset:
+        return
+    marker = records.read_control_marker(plog.read_batches(h.base_offset, h.size, h.base_offset + 1))
+    if not marker.commit:
+        lso_before = producers.first_unstable_offset()
+        aborted.append(AbortedTxn(h.producer_id, first, h.base_offset, first if lso_before is None else lso_before))

@@ -206,8 +206,7 @@ class ReplicaManager:
         now = self.clock.now_ms()
         deleted = 0
         for part in list(self.partitions.values()):
-            deleted += part.log.enforce_retention(now)
-            part.log.cleanup_deleted(now)
+            deleted += part.enforce_retention(now)
         self._deleted_logs = [plog for plog in self._deleted_logs if plog.cleanup_deleted(now) >= 0 and plog.pending_deletes]
         return deleted
 

@@ -116,6 +116,12 @@ class ProducerStateManager:
         self.entries: dict[int, ProducerEntry] = {}
         #: the log offset up to which this state reflects the log (exclusive)
         self.map_end_offset = 0
+        #: producer id -> first offset of its open transaction on this partition (for the LSO)
+        self.ongoing: dict[int, int] = {}
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction on this partition, or None (R15)."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     # -- validation and update (the produce path) ----------------------------------------------
 
@@ -173,14 +179,15 @@ class ProducerStateManager:
         ts = h.max_timestamp if now_ms is None else now_ms
         entry.last_timestamp = max(entry.last_timestamp, ts)
         if h.is_control:
-            # A transaction marker ends the producer's open transaction here (issue 5 adds the
-            # aborted-transaction index and LSO bookkeeping on top of this).
+            # A transaction marker ends the producer's open transaction on this partition.
             entry.current_txn_first_offset = None
+            self.ongoing.pop(h.producer_id, None)
             return
         if h.base_sequence >= 0:
             entry.batches.append(BatchMetadata(h.base_sequence, h.last_sequence, base_offset, last_offset, ts))
         if h.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = base_offset
+            self.ongoing[h.producer_id] = base_offset
 
     # -- expiry ------------------------------------------------------------------------------------
 
@@ -249,6 +256,7 @@ class ProducerStateManager:
                 log.warning("%s: ignoring damaged producer snapshot %s: %s", self.tp, path.name, exc)
                 path.unlink(missing_ok=True)
         self.entries.clear()
+        self.ongoing.clear()
         self.map_end_offset = 0
         return False
 
@@ -269,6 +277,13 @@ class ProducerStateManager:
             entries[e.producer_id] = e
         self.entries = entries
         self.map_end_offset = int(doc["end"])
+        self.ongoing = {pid: e.current_txn_first_offset for pid, e in entries.items() if e.current_txn_first_offset is not None}
+
+    def reset(self, offset: int) -> None:
+        """Forget everything: the state of an empty log starting at ``offset``."""
+        self.entries.clear()
+        self.ongoing.clear()
+        self.map_end_offset = offset
 
     def truncate_and_reload(self, log_start_offset: int) -> None:
         """Drop snapshots below the log start (their segments are gone)."""

@@ -59,7 +59,12 @@ def _collect(broker: Any, req: Any, m: Builder, read_committed: bool) -> tuple[l
                         high_watermark=res.high_watermark,
                         last_stable_offset=res.last_stable_offset,
                         log_start_offset=res.log_start_offset,
-                        aborted_transactions=() if read_committed else None,
+                        aborted_transactions=tuple(
+                            m.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                            for a in res.aborted
+                        )
+                        if read_committed
+                        else None,
                         preferred_read_replica=-1,
                         records=FileRecords(res.slices),
                     )
