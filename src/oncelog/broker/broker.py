@@ -13,6 +13,7 @@ import base64
 import logging
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.replica_manager import ReplicaManager
@@ -20,6 +21,8 @@ from oncelog.storage.atomic import write_atomically
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.transaction.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
+from oncelog.faults import CrashPoints
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ class Broker:
         self.node_id = config.node_id
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
-        self.transactions = None  # the transaction coordinator (issue 5)
+        self.transactions: TransactionCoordinator | None = None  # set by start()
         self.server = Server(self, config.host, config.port)
         self._housekeeping: list[asyncio.Task[None]] = []
 
@@ -60,10 +63,73 @@ class Broker:
         self.cluster_id = _load_or_create_cluster_id(data_dir)
         self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         self.replicas.open()
+        self._start_transaction_coordinator(data_dir)
         bound = await self.server.start()
         self._housekeeping.append(asyncio.create_task(self._retention_loop()))
         self._housekeeping.append(asyncio.create_task(self._producer_expiry_loop()))
         return bound
+
+    def _start_transaction_coordinator(self, data_dir: Path) -> None:
+        cfg = self.config
+        self.replicas.ensure_internal_topic(
+            TXN_TOPIC,
+            cfg.transaction_state_log_num_partitions,
+            {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+        )
+        epoch_file = data_dir / "transaction_coordinator_epoch"
+        epoch = int(epoch_file.read_text()) + 1 if epoch_file.exists() else 0
+        write_atomically(epoch_file, str(epoch).encode())
+        groups = getattr(self, "groups", None)
+        self.transactions = TransactionCoordinator(
+            settings=TxnSettings(
+                num_partitions=cfg.transaction_state_log_num_partitions,
+                max_timeout_ms=cfg.transaction_max_timeout_ms,
+                id_expiration_ms=cfg.transactional_id_expiration_ms,
+                offsets_partitions=cfg.offsets_topic_num_partitions,
+            ),
+            partition=self.replicas.partition,
+            producer_ids=self.producer_ids,
+            now_ms=self.clock.now_ms,
+            on_offsets_marker=self._on_offsets_marker,
+            crash=CrashPoints(),
+            coordinator_epoch=epoch,
+        )
+        loaded = self.transactions.load(lambda p: self.replicas.partition(TXN_TOPIC, p).log.iter_batches())
+        log.info("transaction coordinator loaded %d transactional id(s), coordinator epoch %d", loaded, epoch)
+        self._every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms, self._transaction_timeouts)
+        self._every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms, self._transactional_id_expiry)
+
+    def _on_offsets_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        groups = getattr(self, "groups", None)
+        if groups is not None:
+            groups.complete_transaction(partition, producer_id, commit)
+
+    def _transaction_timeouts(self) -> None:
+        assert self.transactions is not None
+        aborted = self.transactions.abort_timed_out()
+        if aborted:
+            log.info("aborted %d timed-out transaction(s): %s", len(aborted), ", ".join(aborted))
+        self.transactions.retry_markers()
+
+    def _transactional_id_expiry(self) -> None:
+        assert self.transactions is not None
+        expired = self.transactions.expire_transactional_ids()
+        if expired:
+            log.info("expired %d transactional id(s)", len(expired))
+
+    def _every(self, interval_ms: int, job: Callable[[], None]) -> None:
+        """Run ``job`` every ``interval_ms`` on the event loop until stop(); a failing run is
+        logged as a bug and the next one still happens."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    job()
+                except Exception:
+                    log.exception("bug: housekeeping job %s failed", getattr(job, "__name__", job))
+
+        self._housekeeping.append(asyncio.get_running_loop().create_task(loop()))
 
     async def stop(self) -> None:
         for task in self._housekeeping:

@@ -78,6 +78,12 @@ class BrokerConfig:
         default=50, metadata={"kafka": "transaction.state.log.num.partitions", "parse": int}
     )
     transaction_max_timeout_ms: int = field(default=900_000, metadata={"kafka": "transaction.max.timeout.ms", "parse": int})
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = field(
+        default=10_000, metadata={"kafka": "transaction.abort.timed.out.transaction.cleanup.interval.ms", "parse": int}
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = field(
+        default=3_600_000, metadata={"kafka": "transaction.remove.expired.transaction.cleanup.interval.ms", "parse": int}
+    )
     transactional_id_expiration_ms: int = field(
         default=7 * DAY_MS, metadata={"kafka": "transactional.id.expiration.ms", "parse": int}
     )

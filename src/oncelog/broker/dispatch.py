@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from oncelog.broker import messages
 from oncelog.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    end_txn,
     api_versions,
     create_topics,
     delete_records,
@@ -24,6 +27,7 @@ from oncelog.broker.handlers import (
     describe_cluster,
     describe_configs,
     fetch,
+    find_coordinator,
     init_producer_id,
     list_offsets,
     metadata,
@@ -42,6 +46,9 @@ Handler = Callable[["Broker", framing.Request], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {
     m.API_KEY: m.handle
     for m in (
+        add_offsets_to_txn,
+        add_partitions_to_txn,
+        end_txn,
         api_versions,
         create_topics,
         delete_records,
@@ -49,6 +56,7 @@ HANDLERS: dict[int, Handler] = {
         describe_cluster,
         describe_configs,
         fetch,
+        find_coordinator,
         init_producer_id,
         list_offsets,
         metadata,

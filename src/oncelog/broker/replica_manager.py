@@ -167,6 +167,14 @@ class ReplicaManager:
         log.info("created topic %s with %d partitions", name, num_partitions)
         return meta
 
+    def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMeta:
+        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) unless it
+        exists; an existing one keeps its partition count (changing it would move every key)."""
+        meta = self.topics.get(name)
+        if meta is not None:
+            return meta
+        return self.create_topic(name, num_partitions, 1, configs, internal=True)
+
     def delete_topic(self, name: str) -> TopicMeta:
         meta = self.topics.get(name)
         if meta is None:

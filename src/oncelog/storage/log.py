@@ -31,6 +31,7 @@ from typing import Iterator, NamedTuple
 
 from oncelog.protocol.errors import CorruptMessage, InvalidConfig, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix
+from oncelog.protocol.records import iter_batches as _iter_batches
 from oncelog.storage.segment import DELETED_SUFFIX, LogSegment
 
 __all__ = ["FileSlice", "LogConfig", "PartitionLog"]
@@ -355,6 +356,23 @@ class PartitionLog:
     def read_batches(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """The bytes of ``read(...)`` copied into Python: for internal topics and tests."""
         return b"".join(os.pread(s.fd, s.length, s.position) for s in self.read(offset, max_bytes, max_offset))
+
+    def iter_batches(self, from_offset: int | None = None, chunk_bytes: int = 1 << 20) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch from ``from_offset`` (default: the log start) to the end, with its bytes:
+        for loading internal topics (coordinator state) and compaction, never for fetch."""
+        offset = self._log_start if from_offset is None else max(from_offset, self._log_start)
+        while offset < self.log_end_offset:
+            data = self.read_batches(offset, chunk_bytes)
+            if not data:
+                return
+            progressed = False
+            for pos, h in _iter_batches(data):
+                if h.last_offset >= offset:
+                    yield h, data[pos : pos + h.size]
+                    offset = h.next_offset
+                    progressed = True
+            if not progressed:
+                raise KafkaStorageError(f"{self.path}: no readable batch at offset {offset}")
 
     def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch whose last offset >= ``from_offset``, oldest first, with their

@@ -3,7 +3,8 @@
 Without a transactional.id (R5) any broker answers with a fresh producer id from the
 ``ProducerIdManager`` and epoch 0; like Kafka, a request that names its current id and epoch
 (KIP-360, v3+) also just gets a fresh id, since nothing on the broker depends on the old one.
-With a transactional.id the request belongs to the transaction coordinator (issue 5).
+With a transactional.id the transaction coordinator answers (R8): it bumps the epoch, fencing
+older instances, and finishes the previous instance's transaction first.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from oncelog.broker.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode, KafkaError
+from oncelog.broker.handlers._txn import error_code
+from oncelog.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = apis.INIT_PRODUCER_ID
 
@@ -22,11 +24,16 @@ async def handle(broker: Any, request: Any) -> Any:
     m = Builder(API_KEY, request.api_version)
     try:
         if req.transactional_id is not None:
-            if broker.transactions is None:
-                raise CoordinatorNotAvailable("this broker has no transaction coordinator yet")
-            pid, epoch = await broker.transactions.init_producer_id(req)
+            pid, epoch = broker.transactions.init_producer_id(
+                req.transactional_id,
+                int(req.transaction_timeout.total_seconds() * 1000),
+                getattr(req, "producer_id", -1),
+                getattr(req, "producer_epoch", -1),
+            )
         else:
             pid, epoch = broker.producer_ids.next_producer_id(), 0
     except KafkaError as exc:
-        return m.InitProducerIdResponse(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+        return m.InitProducerIdResponse(
+            error_code=error_code(exc, API_KEY, request.api_version), producer_id=-1, producer_epoch=-1
+        )
     return m.InitProducerIdResponse(error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch)

@@ -5,6 +5,10 @@ errors are per partition. acks=0 gets no response; if such a request fails, the 
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
 answer goes out (R2).
+
+Transactional batches (R12) must come with the request's transactional.id and go only to
+partitions their transaction has added (the coordinator's ``verify_produce``, as Kafka 3.6+'s
+KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from typing import Any
 
 from oncelog.broker.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import CorruptMessage, ErrorCode, InvalidRequiredAcks, KafkaError
+from oncelog.protocol import records
+from oncelog.protocol.errors import CorruptMessage, ErrorCode, InvalidRequest, InvalidRequiredAcks, KafkaError
+from oncelog.types import TopicPartition
 
 API_KEY = apis.PRODUCE
 
@@ -36,6 +42,7 @@ async def handle(broker: Any, request: Any) -> Any:
                 part = broker.replicas.partition(t.name, p.index)
                 if not p.records:
                     raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")
+                _check_transactional(broker, req.transactional_id, p.records, TopicPartition(t.name, p.index))
                 res = part.append(p.records, now)
                 results.append(
                     m.PartitionProduceResponse(
@@ -67,3 +74,13 @@ async def handle(broker: Any, request: Any) -> Any:
             raise CloseConnection("acks=0 produce failed: " + "; ".join(failed))
         return None
     return m.ProduceResponse(responses=tuple(topics))
+
+
+def _check_transactional(broker: Any, transactional_id: str | None, batch: bytes, tp: TopicPartition) -> None:
+    h = records.parse_header(batch)
+    if h.is_transactional:
+        if transactional_id is None:
+            raise InvalidRequest(f"transactional batch for {tp} in a produce request without a transactional id")
+        broker.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
+    elif transactional_id is not None:
+        raise InvalidRequest(f"non-transactional batch for {tp} in a transactional produce request")

@@ -1,0 +1,146 @@
+"""``__transaction_state`` records: Kafka's TransactionLogKey / TransactionLogValue schemas.
+
+Key (version 0): int16 version, string transactional_id.
+Value (version 1, flexible, as Kafka 3.x writes): int64 producer_id, int16 producer_epoch,
+int32 transaction_timeout_ms, int8 transaction_status, nullable compact array of
+{compact string topic, compact array int32 partition_ids, tagged fields},
+int64 last_update_timestamp_ms, int64 start_timestamp_ms, tagged fields:
+tag 0 PreviousProducerId (int64, Kafka's), tag 100 LastProducerEpoch (int16, ours; Kafka's
+readers skip unknown tags). A null value is a tombstone: the transactional.id expired (R21).
+
+Version 0 values (non-flexible) are read too, so a log written by an older writer loads.
+Primitive encoders and decoders are kio's (generated from Kafka's schemas' primitive types).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+
+from kio.serial import readers as r
+from kio.serial import writers as w
+
+from oncelog.coordinator.transaction.state import TxnState
+from oncelog.types import TopicPartition
+
+KEY_VERSION = 0
+VALUE_VERSION = 1
+_TAG_PREVIOUS_PRODUCER_ID = 0
+_TAG_LAST_PRODUCER_EPOCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """The whole state of one transactional.id, as written to the transaction log."""
+
+    producer_id: int
+    last_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition]
+    start_ms: int
+    last_update_ms: int
+
+
+def encode_key(transactional_id: str) -> bytes:
+    buf = io.BytesIO()
+    w.write_int16(buf, KEY_VERSION)
+    w.write_legacy_string(buf, transactional_id)
+    return buf.getvalue()
+
+
+def decode_key(data: bytes) -> str:
+    version, n = r.read_int16(data, 0)
+    if version != KEY_VERSION:
+        raise ValueError(f"transaction log key version {version} is unknown")
+    tid, _ = r.read_legacy_string(data, n)
+    return tid
+
+
+def encode_value(rec: TxnRecord) -> bytes:
+    buf = io.BytesIO()
+    w.write_int16(buf, VALUE_VERSION)
+    w.write_int64(buf, rec.producer_id)
+    w.write_int16(buf, rec.producer_epoch)
+    w.write_int32(buf, rec.timeout_ms)
+    w.write_int8(buf, int(rec.state))
+    by_topic: dict[str, list[int]] = {}
+    for tp in rec.partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    w.write_unsigned_varint(buf, len(by_topic) + 1)
+    for topic in sorted(by_topic):
+        w.write_compact_string(buf, topic)
+        parts = sorted(by_topic[topic])
+        w.write_unsigned_varint(buf, len(parts) + 1)
+        for p in parts:
+            w.write_int32(buf, p)
+        w.write_unsigned_varint(buf, 0)  # no tagged fields
+    w.write_int64(buf, rec.last_update_ms)
+    w.write_int64(buf, rec.start_ms)
+    tags = io.BytesIO()
+    _write_tag(tags, _TAG_PREVIOUS_PRODUCER_ID, struct.pack(">q", rec.last_producer_id))
+    _write_tag(tags, _TAG_LAST_PRODUCER_EPOCH, struct.pack(">h", rec.last_producer_epoch))
+    w.write_unsigned_varint(buf, 2)
+    buf.write(tags.getvalue())
+    return buf.getvalue()
+
+
+def _write_tag(buf: io.BytesIO, tag: int, payload: bytes) -> None:
+    w.write_unsigned_varint(buf, tag)
+    w.write_unsigned_varint(buf, len(payload))
+    buf.write(payload)
+
+
+def decode_value(data: bytes) -> TxnRecord:
+    """Raises ValueError (or a kio reader error) on malformed data."""
+    pos = 0
+
+    def take(reader):  # type: ignore[no-untyped-def]
+        nonlocal pos
+        value, n = reader(data, pos)
+        pos += n
+        return value
+
+    version = take(r.read_int16)
+    if version not in (0, 1):
+        raise ValueError(f"transaction log value version {version} is unknown")
+    flexible = version >= 1
+    pid = take(r.read_int64)
+    epoch = take(r.read_int16)
+    timeout = take(r.read_int32)
+    status = TxnState(take(r.read_int8))
+    partitions: set[TopicPartition] = set()
+    count = take(r.read_compact_array_length if flexible else r.read_legacy_array_length)
+    for _ in range(count or 0):
+        topic = take(r.read_compact_string if flexible else r.read_legacy_string)
+        n = take(r.read_compact_array_length if flexible else r.read_legacy_array_length)
+        for _ in range(n or 0):
+            partitions.add(TopicPartition(topic, take(r.read_int32)))
+        if flexible:
+            _skip_tags(data, take)
+    last_update = take(r.read_int64)
+    start = take(r.read_int64)
+    last_pid, last_epoch = -1, -1
+    if flexible:
+        for tag, payload in _read_tags(take):
+            if tag == _TAG_PREVIOUS_PRODUCER_ID:
+                (last_pid,) = struct.unpack(">q", payload)
+            elif tag == _TAG_LAST_PRODUCER_EPOCH:
+                (last_epoch,) = struct.unpack(">h", payload)
+    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, status, frozenset(partitions), start, last_update)
+
+
+def _read_tags(take):  # type: ignore[no-untyped-def]
+    out = []
+    for _ in range(take(r.read_unsigned_varint)):
+        tag = take(r.read_unsigned_varint)
+        size = take(r.read_unsigned_varint)
+        out.append((tag, take(lambda d, p: (bytes(d[p : p + size]), size))))
+    return out
+
+
+def _skip_tags(data: bytes, take) -> None:  # type: ignore[no-untyped-def]
+    _read_tags(take)

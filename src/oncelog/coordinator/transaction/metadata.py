@@ -1,0 +1,90 @@
+"""The state of one transactional.id, and its prepare -> append -> complete transitions.
+
+``TxnMetadata`` changes only through ``apply(record)``: a live request *prepares* a
+``TxnRecord`` (the complete next state, checked against the transition table and marked
+pending), the coordinator appends it to ``__transaction_state``, and only once the append has
+returned does ``complete(record)`` apply it. Loading the log on start applies the same records
+through the same ``apply``. While a record is pending, every other request for this
+transactional.id is answered CONCURRENT_TRANSACTIONS (R11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oncelog.coordinator.transaction.log import TxnRecord
+from oncelog.coordinator.transaction.state import TxnState, check_transition
+from oncelog.protocol.errors import ConcurrentTransactions
+from oncelog.types import TopicPartition
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+MAX_EPOCH = 32767
+
+
+@dataclass
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int = NO_PRODUCER_ID
+    last_producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    timeout_ms: int = 60_000
+    state: TxnState = TxnState.EMPTY
+    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    start_ms: int = -1
+    last_update_ms: int = -1
+    pending: TxnRecord | None = None
+
+    def record(self) -> TxnRecord:
+        return TxnRecord(
+            self.producer_id,
+            self.last_producer_id,
+            self.producer_epoch,
+            self.last_producer_epoch,
+            self.timeout_ms,
+            self.state,
+            self.partitions,
+            self.start_ms,
+            self.last_update_ms,
+        )
+
+    def apply(self, rec: TxnRecord) -> None:
+        self.producer_id = rec.producer_id
+        self.last_producer_id = rec.last_producer_id
+        self.producer_epoch = rec.producer_epoch
+        self.last_producer_epoch = rec.last_producer_epoch
+        self.timeout_ms = rec.timeout_ms
+        self.state = rec.state
+        self.partitions = rec.partitions
+        self.start_ms = rec.start_ms
+        self.last_update_ms = rec.last_update_ms
+
+    def prepare(self, target: TxnState, now_ms: int, **changes: object) -> TxnRecord:
+        """The next state, checked and marked pending. Raises ConcurrentTransactions when a
+        transition is already pending, InvalidTxnState when the move is illegal."""
+        if self.pending is not None:
+            raise ConcurrentTransactions(
+                f"transaction {self.transactional_id!r} is completing a move to {self.pending.state.kafka_name}"
+            )
+        check_transition(self.transactional_id, self.state, target)
+        base = self.record()
+        fields = {f: getattr(base, f) for f in TxnRecord.__slots__}
+        fields.update(changes)
+        fields["state"] = target
+        fields["last_update_ms"] = now_ms
+        rec = TxnRecord(**fields)  # type: ignore[arg-type]
+        self.pending = rec
+        return rec
+
+    def complete(self, rec: TxnRecord) -> None:
+        """Apply a prepared record after its append succeeded."""
+        if self.pending is not rec:
+            raise AssertionError(f"bug: completing {rec} but {self.pending} is pending")
+        self.pending = None
+        self.apply(rec)
+
+    def cancel(self, rec: TxnRecord) -> None:
+        """Forget a prepared record whose append failed; the state is as before."""
+        if self.pending is rec:
+            self.pending = None
