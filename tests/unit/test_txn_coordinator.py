@@ -1,0 +1,381 @@
+"""The transaction coordinator's core, driven directly on real partitions in a temporary data
+directory with a manual clock: transitions, fencing, markers, timeouts, expiry, reload
+(R8-R15, R19-R21)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.clock import ManualClock
+from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.transaction.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
+from oncelog.coordinator.transaction.state import VALID_PREVIOUS, TxnState, check_transition, is_valid_transition
+from oncelog.protocol import records
+from oncelog.protocol.errors import (
+    ConcurrentTransactions,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    InvalidTransactionTimeout,
+    InvalidTxnState,
+    KafkaStorageError,
+    ProducerFenced,
+)
+from oncelog.types import TopicPartition
+
+ORDERS0 = TopicPartition("orders", 0)
+ORDERS1 = TopicPartition("orders", 1)
+INVENTORY0 = TopicPartition("inventory", 0)
+
+
+class Cluster:
+    """A broker's storage and a transaction coordinator, restartable, without any sockets."""
+
+    def __init__(self, root: Path, clock: ManualClock) -> None:
+        self.root = root
+        self.clock = clock
+        self.fail_markers: set[TopicPartition] = set()
+        self.config = BrokerConfig(
+            data_dir=root, transaction_state_log_num_partitions=3, offsets_topic_num_partitions=3,
+            transaction_max_timeout_ms=60_000, transactional_id_expiration_ms=3_600_000,
+        )
+        self.start(first=True)
+        self.seq: dict[tuple[int, TopicPartition], int] = {}
+
+    def start(self, first: bool = False) -> None:
+        self.rm = ReplicaManager(self.config, self.clock)
+        self.rm.open()
+        if first:
+            self.rm.create_topic("orders", 2)
+            self.rm.create_topic("inventory", 1)
+        self.rm.ensure_internal_topic(TXN_TOPIC, 3, {"cleanup.policy": "compact"})
+        self.coord = TransactionCoordinator(
+            settings=TxnSettings(num_partitions=3, max_timeout_ms=60_000, id_expiration_ms=3_600_000, offsets_partitions=3),
+            partition=self._partition,
+            producer_ids=ProducerIdManager(self.root / "pids.json"),
+            now_ms=self.clock.now_ms,
+        )
+        self.coord.load(lambda p: self.rm.partition(TXN_TOPIC, p).log.iter_batches())
+
+    def _partition(self, topic: str, p: int):  # type: ignore[no-untyped-def]
+        part = self.rm.partition(topic, p)
+        fail = self.fail_markers
+        tp = TopicPartition(topic, p)
+
+        class Guarded:
+            def append(self, *a, **kw):  # type: ignore[no-untyped-def]
+                return part.append(*a, **kw)
+
+            def append_marker(self, *a, **kw):  # type: ignore[no-untyped-def]
+                if tp in fail:
+                    raise KafkaStorageError(f"injected failure on {tp}")
+                return part.append_marker(*a, **kw)
+
+        return Guarded()
+
+    def restart(self) -> None:
+        self.rm.close()
+        self.start()
+
+    def produce(self, pid: int, epoch: int, tp: TopicPartition, value: bytes, tid: str = "tx") -> int:
+        self.coord.verify_produce(tid, pid, epoch, tp)
+        seq = self.seq.get((pid, tp), 0)
+        batch = records.build_batch([(None, value, [])], timestamp_ms=self.clock.now_ms(), producer_id=pid,
+                                    producer_epoch=epoch, base_sequence=seq, transactional=True)
+        res = self.rm.partition(*tp).append(batch, self.clock.now_ms())
+        self.seq[(pid, tp)] = seq + 1
+        return res.base_offset
+
+    def committed_values(self, tp: TopicPartition) -> list[bytes]:
+        """What a read_committed consumer sees: data below the LSO minus aborted transactions."""
+        part = self.rm.partition(*tp)
+        res = part.read(part.log_start_offset, 1 << 30, read_committed=True)
+        data = part.log.read_batches(part.log_start_offset, 1 << 30, part.last_stable_offset)
+        aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in part.aborted.collect(0, 1 << 62)}
+        out = []
+        for _pos, h in records.iter_batches(data):
+            if h.is_control:
+                continue
+            if any(pid == h.producer_id and first <= h.base_offset <= last for pid, first, last in aborted):
+                continue
+            batch = data[_pos:_pos + h.size]
+            out.extend(r.value for r in records.iter_records(batch))
+        assert res.last_stable_offset == part.last_stable_offset
+        return out
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    return Cluster(tmp_path, ManualClock())
+
+
+# -- the transition table ------------------------------------------------------------------------
+
+
+@given(st.sampled_from(list(TxnState)), st.sampled_from(list(TxnState)))
+def test_transition_table_is_the_only_authority(current: TxnState, target: TxnState) -> None:
+    if current in VALID_PREVIOUS[target]:
+        check_transition("t", current, target)
+    else:
+        with pytest.raises(InvalidTxnState, match=f"{current.kafka_name} -> {target.kafka_name}"):
+            check_transition("t", current, target)
+
+
+def test_every_state_is_reachable_from_empty() -> None:
+    seen, frontier = {TxnState.EMPTY}, [TxnState.EMPTY]
+    while frontier:
+        s = frontier.pop()
+        for t in TxnState:
+            if is_valid_transition(s, t) and t not in seen:
+                seen.add(t)
+                frontier.append(t)
+    assert seen == set(TxnState)
+
+
+def test_prepared_outcome_is_final() -> None:
+    """Once PrepareCommit/PrepareAbort is logged, only its own Complete state follows (R14)."""
+    assert {t for t in TxnState if is_valid_transition(TxnState.PREPARE_COMMIT, t)} == {TxnState.COMPLETE_COMMIT}
+    assert {t for t in TxnState if is_valid_transition(TxnState.PREPARE_ABORT, t)} == {TxnState.COMPLETE_ABORT}
+
+
+# -- InitProducerId, fencing -----------------------------------------------------------------------
+
+
+def test_init_bumps_epoch_and_keeps_producer_id(cluster: Cluster) -> None:
+    pid, e0 = cluster.coord.init_producer_id("tx", 10_000)
+    pid2, e1 = cluster.coord.init_producer_id("tx", 10_000)
+    assert (pid2, e0, e1) == (pid, 0, 1)
+    other, _ = cluster.coord.init_producer_id("other", 10_000)
+    assert other != pid
+
+
+def test_transaction_timeout_above_max_is_rejected(cluster: Cluster) -> None:
+    with pytest.raises(InvalidTransactionTimeout, match="transaction.max.timeout.ms"):
+        cluster.coord.init_producer_id("tx", 60_001)
+
+
+def test_commit_writes_markers_everywhere_and_retried_end_txn_succeeds(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0})
+    cluster.produce(pid, epoch, ORDERS0, b"order-1")
+    cluster.produce(pid, epoch, INVENTORY0, b"reserve-1")
+    assert cluster.rm.partition("orders", 0).last_stable_offset == 0  # held by the open transaction
+    c.end_txn("tx", pid, epoch, commit=True)
+    assert c.txns["tx"].state is TxnState.COMPLETE_COMMIT
+    assert cluster.committed_values(ORDERS0) == [b"order-1"]
+    assert cluster.committed_values(INVENTORY0) == [b"reserve-1"]
+    c.end_txn("tx", pid, epoch, commit=True)  # a retry after a lost answer (R19)
+    with pytest.raises(InvalidTxnState):
+        c.end_txn("tx", pid, epoch, commit=False)
+
+
+def test_abort_is_invisible_to_read_committed_and_indexed(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0})
+    first = cluster.produce(pid, epoch, ORDERS0, b"aborted")
+    c.end_txn("tx", pid, epoch, commit=False)
+    part = cluster.rm.partition("orders", 0)
+    assert cluster.committed_values(ORDERS0) == []
+    [entry] = part.aborted.collect(0, part.high_watermark)
+    assert (entry.producer_id, entry.first_offset) == (pid, first)
+    assert part.last_stable_offset == part.high_watermark
+
+
+def test_produce_to_partition_not_in_transaction_is_rejected(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0})
+    with pytest.raises(InvalidTxnState, match="orders-1"):
+        cluster.produce(pid, epoch, ORDERS1, b"x")
+
+
+def test_new_instance_fences_old_one_and_aborts_its_transaction(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, old = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, old, {ORDERS0})
+    cluster.produce(pid, old, ORDERS0, b"zombie")
+    with pytest.raises(ConcurrentTransactions):
+        c.init_producer_id("tx", 10_000)  # fences, aborts, asks the client to retry (R11)
+    assert c.txns["tx"].state is TxnState.COMPLETE_ABORT
+    pid2, new = c.init_producer_id("tx", 10_000)
+    assert pid2 == pid and new == old + 2
+    with pytest.raises(ProducerFenced):
+        c.add_partitions("tx", pid, old, {ORDERS0})
+    with pytest.raises(ProducerFenced):
+        c.end_txn("tx", pid, old, commit=True)
+    with pytest.raises(InvalidProducerEpoch):  # the zombie's late produce (R9)
+        cluster.produce(pid, old, ORDERS0, b"late")
+    assert cluster.committed_values(ORDERS0) == []
+
+
+def test_unknown_producer_id_mapping(cluster: Cluster) -> None:
+    pid, epoch = cluster.coord.init_producer_id("tx", 10_000)
+    with pytest.raises(InvalidProducerIdMapping):
+        cluster.coord.add_partitions("nope", pid, epoch, {ORDERS0})
+    with pytest.raises(InvalidProducerIdMapping):
+        cluster.coord.end_txn("tx", pid + 1, epoch, commit=True)
+
+
+def test_kip360_retry_of_init_with_previous_epoch(cluster: Cluster) -> None:
+    pid, e0 = cluster.coord.init_producer_id("tx", 10_000)
+    pid, e1 = cluster.coord.init_producer_id("tx", 10_000, pid, e0)
+    assert e1 == e0 + 1
+    # the answer was lost; the client retries with the epoch it knew: same answer, no new bump
+    assert cluster.coord.init_producer_id("tx", 10_000, pid, e0) == (pid, e1)
+    with pytest.raises(ProducerFenced):
+        cluster.coord.init_producer_id("tx", 10_000, pid, e0 - 1 if e0 else 99)
+
+
+# -- failures: markers, restarts, timeouts, expiry ---------------------------------------------------
+
+
+def test_marker_failure_does_not_block_other_partitions_and_is_retried(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0})
+    cluster.produce(pid, epoch, ORDERS0, b"o")
+    cluster.produce(pid, epoch, INVENTORY0, b"i")
+    cluster.fail_markers.add(INVENTORY0)
+    c.end_txn("tx", pid, epoch, commit=True)  # the outcome is fixed: the answer is success
+    assert c.txns["tx"].state is TxnState.PREPARE_COMMIT
+    assert cluster.committed_values(ORDERS0) == [b"o"]
+    assert cluster.committed_values(INVENTORY0) == []
+    with pytest.raises(ConcurrentTransactions):
+        c.add_partitions("tx", pid, epoch, {ORDERS0})
+    cluster.fail_markers.clear()
+    assert c.retry_markers() == 0
+    assert c.txns["tx"].state is TxnState.COMPLETE_COMMIT
+    assert cluster.committed_values(INVENTORY0) == [b"i"]
+
+
+def test_restart_after_prepare_finishes_the_transaction(cluster: Cluster) -> None:
+    """Coordinator dies after PrepareCommit is logged, before any marker (R19)."""
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0})
+    cluster.produce(pid, epoch, ORDERS0, b"o")
+    cluster.produce(pid, epoch, INVENTORY0, b"i")
+    meta = c.txns["tx"]
+    c._append(meta, meta.prepare(TxnState.PREPARE_COMMIT, cluster.clock.now_ms()))
+    cluster.restart()
+    assert cluster.coord.txns["tx"].state is TxnState.COMPLETE_COMMIT
+    assert cluster.committed_values(ORDERS0) == [b"o"]
+    assert cluster.committed_values(INVENTORY0) == [b"i"]
+    cluster.coord.end_txn("tx", pid, epoch, commit=True)  # the producer's retry succeeds
+
+
+def test_restart_keeps_ongoing_transaction_and_fencing(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0})
+    cluster.produce(pid, epoch, ORDERS0, b"o")
+    cluster.restart()
+    c = cluster.coord
+    assert c.txns["tx"].state is TxnState.ONGOING
+    assert cluster.rm.partition("orders", 0).last_stable_offset == 0  # still held after restart
+    c.end_txn("tx", pid, epoch, commit=True)
+    assert cluster.committed_values(ORDERS0) == [b"o"]
+
+
+def test_timed_out_transaction_is_aborted_with_a_bumped_epoch(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 5_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0})
+    cluster.produce(pid, epoch, ORDERS0, b"hanging")
+    part = cluster.rm.partition("orders", 0)
+    cluster.clock.advance(4_000)
+    assert c.abort_timed_out() == []
+    assert part.last_stable_offset == 0
+    cluster.clock.advance(2_000)
+    assert c.abort_timed_out() == ["tx"]  # R20: the LSO is released
+    assert part.last_stable_offset == part.high_watermark
+    assert c.txns["tx"].producer_epoch == epoch + 1
+    with pytest.raises(ProducerFenced):
+        c.end_txn("tx", pid, epoch, commit=True)
+    with pytest.raises(InvalidProducerEpoch):
+        cluster.produce(pid, epoch, ORDERS0, b"late")
+
+
+def test_idle_transactional_id_expires_with_a_tombstone(cluster: Cluster) -> None:
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 5_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0})
+    cluster.clock.advance(3_600_000)
+    assert c.expire_transactional_ids() == []  # an ongoing transaction never expires
+    c.end_txn("tx", pid, epoch, commit=False)
+    cluster.clock.advance(3_599_999)
+    assert c.expire_transactional_ids() == []
+    cluster.clock.advance(1)
+    assert c.expire_transactional_ids() == ["tx"]
+    cluster.restart()
+    assert "tx" not in cluster.coord.txns
+    new_pid, new_epoch = cluster.coord.init_producer_id("tx", 5_000)
+    assert new_pid != pid and new_epoch == 0
+
+
+# -- a random walk: the reloaded state always equals the live one ------------------------------------
+
+OPS = st.lists(
+    st.sampled_from(["init", "add_o", "add_i", "produce_o", "produce_i", "commit", "abort", "tick", "restart"]),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_random_operations_keep_invariants(tmp_path_factory, ops: list[str]) -> None:
+    cluster = Cluster(tmp_path_factory.mktemp("walk"), ManualClock())
+    committed: dict[TopicPartition, list[bytes]] = {ORDERS0: [], INVENTORY0: []}
+    pending: dict[TopicPartition, list[bytes]] = {ORDERS0: [], INVENTORY0: []}
+    pid = epoch = -1
+    counter = itertools.count()
+    steps = {"ok": 0}
+    for op in ["init", *ops]:
+        c = cluster.coord
+        try:
+            if op == "init":
+                pid, epoch = c.init_producer_id("tx", 10_000)
+                pending = {tp: [] for tp in pending}
+            elif op in ("add_o", "add_i"):
+                c.add_partitions("tx", pid, epoch, {ORDERS0 if op == "add_o" else INVENTORY0})
+            elif op in ("produce_o", "produce_i"):
+                tp = ORDERS0 if op == "produce_o" else INVENTORY0
+                value = f"v{next(counter)}".encode()
+                cluster.produce(pid, epoch, tp, value)
+                pending[tp].append(value)
+            elif op in ("commit", "abort"):
+                c.end_txn("tx", pid, epoch, commit=op == "commit")
+                if op == "commit":
+                    for tp in pending:
+                        committed[tp].extend(pending[tp])
+                pending = {tp: [] for tp in pending}
+            elif op == "tick":
+                cluster.clock.advance(6_000)
+                if c.abort_timed_out():
+                    pending = {tp: [] for tp in pending}
+            elif op == "restart":
+                before = {tid: dataclasses.replace(m, pending=None).record() for tid, m in c.txns.items()}
+                cluster.restart()
+                after = {tid: m.record() for tid, m in cluster.coord.txns.items()}
+                assert after == before
+            steps["ok"] += 1
+        except (ConcurrentTransactions, InvalidTxnState, InvalidProducerIdMapping, ProducerFenced, InvalidProducerEpoch):
+            if op == "init":
+                pending = {tp: [] for tp in pending}
+        for tp in committed:
+            assert cluster.committed_values(tp) == committed[tp]
+            meta = cluster.coord.txns.get("tx")
+            part = cluster.rm.partition(*tp)
+            if meta is None or meta.state is not TxnState.ONGOING:
+                assert part.last_stable_offset == part.high_watermark
+    cluster.rm.close()
