@@ -77,12 +77,24 @@ def broker(
 
 
 def _run(b: "object") -> None:
-    try:
-        import uvloop  # type: ignore[import-not-found]
+    """Run the broker on the event loop named by ``ONCELOG_EVENT_LOOP``: ``asyncio`` (default:
+    the standard selector loop, which serves fetches with sendfile(2)) or ``uvloop`` (no
+    sendfile, fetch data is copied). docs/PERFORMANCE.md has the measurements behind the
+    default: large fetches cost the broker less CPU on asyncio + sendfile."""
+    import os
 
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        runner = asyncio.run
+    choice = os.environ.get("ONCELOG_EVENT_LOOP", "asyncio")
+    runner = asyncio.run
+    if choice == "uvloop":
+        try:
+            import uvloop  # type: ignore[import-not-found]
+
+            runner = uvloop.run
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+            pass
+    elif choice != "asyncio":
+        console.print(f"[red]ONCELOG_EVENT_LOOP={choice!r}: expected uvloop or asyncio[/red]", highlight=False)
+        raise typer.Exit(2)
     runner(_serve(b))
 
 
