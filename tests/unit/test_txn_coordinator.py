@@ -379,3 +379,74 @@ def test_random_operations_keep_invariants(tmp_path_factory, ops: list[str]) -> 
             if meta is None or meta.state is not TxnState.ONGOING:
                 assert part.last_stable_offset == part.high_watermark
     cluster.rm.close()
+
+
+# -- every state x every request ------------------------------------------------------------------------
+
+
+def _put_in_state(cluster: Cluster, state: TxnState) -> tuple[int, int]:
+    """Drive transactional id "tx" into ``state`` through the coordinator's own operations."""
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    if state is TxnState.EMPTY:
+        return pid, epoch
+    c.add_partitions("tx", pid, epoch, {ORDERS0})
+    cluster.produce(pid, epoch, ORDERS0, b"v")
+    if state is TxnState.ONGOING:
+        return pid, epoch
+    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        cluster.fail_markers.add(ORDERS0)  # markers cannot be written: the state stays Prepare*
+        c.end_txn("tx", pid, epoch, commit=state is TxnState.PREPARE_COMMIT)
+        return pid, epoch
+    if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        c.end_txn("tx", pid, epoch, commit=state is TxnState.COMPLETE_COMMIT)
+        return pid, epoch
+    if state is TxnState.PREPARE_EPOCH_FENCE:
+        meta = c.txns["tx"]
+        c._append(meta, meta.prepare(TxnState.PREPARE_EPOCH_FENCE, cluster.clock.now_ms(), producer_epoch=epoch + 1))
+        return pid, epoch
+    raise AssertionError(state)
+
+
+OK = None
+# state -> request -> expected exception type (None: success). Requests use the current
+# producer id and the epoch the producer holds.
+EXPECTED: dict[TxnState, dict[str, type[Exception] | None]] = {
+    TxnState.EMPTY: {"init": OK, "add": OK, "commit": InvalidTxnState, "abort": InvalidTxnState, "produce": InvalidTxnState},
+    TxnState.ONGOING: {"init": ConcurrentTransactions, "add": OK, "commit": OK, "abort": OK, "produce": OK},
+    TxnState.PREPARE_COMMIT: {"init": ConcurrentTransactions, "add": ConcurrentTransactions,
+                              "commit": ConcurrentTransactions, "abort": InvalidTxnState, "produce": InvalidTxnState},
+    TxnState.PREPARE_ABORT: {"init": ConcurrentTransactions, "add": ConcurrentTransactions,
+                             "commit": InvalidTxnState, "abort": ConcurrentTransactions, "produce": InvalidTxnState},
+    TxnState.COMPLETE_COMMIT: {"init": OK, "add": OK, "commit": OK, "abort": InvalidTxnState, "produce": InvalidTxnState},
+    TxnState.COMPLETE_ABORT: {"init": OK, "add": OK, "commit": InvalidTxnState, "abort": OK, "produce": InvalidTxnState},
+    TxnState.PREPARE_EPOCH_FENCE: {"init": ConcurrentTransactions, "add": ProducerFenced, "commit": ProducerFenced,
+                                   "abort": ProducerFenced, "produce": InvalidProducerEpoch},
+}
+
+
+@pytest.mark.parametrize("state", list(EXPECTED), ids=lambda s: s.kafka_name)
+@pytest.mark.parametrize("request_kind", ["init", "add", "commit", "abort", "produce"])
+def test_every_state_against_every_request(tmp_path: Path, state: TxnState, request_kind: str) -> None:
+    cluster = Cluster(tmp_path, ManualClock())
+    pid, epoch = _put_in_state(cluster, state)
+    assert cluster.coord.txns["tx"].state is state
+    c = cluster.coord
+    calls = {
+        "init": lambda: c.init_producer_id("tx", 10_000),
+        "add": lambda: c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0}),
+        "commit": lambda: c.end_txn("tx", pid, epoch, commit=True),
+        "abort": lambda: c.end_txn("tx", pid, epoch, commit=False),
+        "produce": lambda: cluster.produce(pid, epoch, ORDERS0, b"w"),
+    }
+    expected = EXPECTED[state][request_kind]
+    before = c.txns["tx"].record()
+    if expected is None:
+        calls[request_kind]()
+    else:
+        with pytest.raises(expected):
+            calls[request_kind]()
+        if expected is not ConcurrentTransactions or state is not TxnState.ONGOING:
+            assert c.txns["tx"].record() == before, "a refused request changed the state"
+    assert c.txns["tx"].pending is None
+    cluster.rm.close()
