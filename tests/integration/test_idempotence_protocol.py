@@ -251,3 +251,40 @@ def test_init_producer_id_distinct_across_sigkill(broker_factory) -> None:
         assert new_epoch == 0
         assert new_pid not in {p for p, _ in before + after}
     w.close()
+
+
+def test_state_outlives_deleted_records_across_sigkill(broker_factory) -> None:
+    """R7 with the log start moved past all of a producer's data (DeleteRecords here; retention
+    alike) and a SIGKILL: the state comes from a roll snapshot older than the new log start. As
+    Kafka since KIP-360, the producer's state outlives its data, so its next batch is in
+    sequence (not UNKNOWN_PRODUCER_ID) and its last batch is still recognised as a duplicate."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    broker = broker_factory()
+    h = History(topic="deleted")
+    create_topic("confluent", broker.bootstrap, h.topic, 1, {"segment.bytes": str(SMALL_SEGMENT_BYTES)})
+    w = Wire(broker.bootstrap)
+    write_history(w, h)
+    pdir = broker.data_dir / f"{h.topic}-0"
+    newest = max(int(p.name.split(".")[0]) for p in pdir.glob("*.snapshot"))
+    if newest == len(h.values):  # the last batch rolled the log: one more, so the snapshot lags
+        b = batch(h.pid_b, 1, RECORDS_PER_BATCH, "b-e1-1")
+        err, base = w.produce(h.topic, b)
+        assert err == NONE
+        h.wrote(b, base)
+    w.close()
+    end = len(h.values)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = admin.delete_records([TopicPartition(h.topic, 0, end)], request_timeout=10)
+    assert next(iter(res.values())).result(timeout=30).low_watermark == end
+    del admin
+    assert max(int(p.name.split(".")[0]) for p in pdir.glob("*.snapshot")) < end
+    broker.kill()
+    broker.start()
+    w = Wire(broker.bootstrap)
+    b, base = h.a_batches[-1]
+    assert w.produce(h.topic, b) == (NONE, base)
+    err, base = w.produce(h.topic, batch(h.pid_a, 0, HISTORY * RECORDS_PER_BATCH, "a-after-delete"))
+    assert (err, base) == (NONE, end)
+    w.close()

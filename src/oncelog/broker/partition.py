@@ -75,8 +75,13 @@ class Partition:
         plog = PartitionLog.open(path, config, now_ms)
         producers = ProducerStateManager(path, str(tp))
         end = plog.log_end_offset
-        if not producers.load_latest_snapshot(end) or producers.map_end_offset < plog.log_start_offset:
+        if not producers.load_latest_snapshot(end):
             producers.reset(plog.log_start_offset)
+        elif producers.map_end_offset < plog.log_start_offset:
+            # The log start moved past the snapshot (retention, DeleteRecords). As Kafka since
+            # KIP-360, a producer's state outlives its data (until producer.id.expiration.ms):
+            # keep it, and replay from the log start.
+            producers.map_end_offset = plog.log_start_offset
         aborted = AbortedTxnIndex.open(path, plog.log_start_offset, end)
         replayed = 0
         for h in plog.iter_headers(producers.map_end_offset):
