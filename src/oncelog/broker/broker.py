@@ -20,6 +20,7 @@ from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.storage.atomic import write_atomically
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
+from oncelog.coordinator.group.service import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
 from oncelog.faults import CrashPoints
@@ -46,6 +47,7 @@ class Broker:
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
         self.transactions: TransactionCoordinator | None = None  # set by start()
+        self.groups: GroupCoordinator | None = None  # set by start()
         self.server = Server(self, config.host, config.port)
         self._housekeeping: list[asyncio.Task[None]] = []
 
@@ -63,6 +65,8 @@ class Broker:
         self.cluster_id = _load_or_create_cluster_id(data_dir)
         self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         self.replicas.open()
+        self.groups = GroupCoordinator(self.replicas, self.config, self.clock)
+        self.groups.start()  # creates __consumer_offsets, loads it in the background
         self._start_transaction_coordinator(data_dir)
         bound = await self.server.start()
         self._housekeeping.append(asyncio.create_task(self._retention_loop()))
@@ -135,6 +139,8 @@ class Broker:
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        if self.groups is not None:
+            await self.groups.stop()
         await self.server.close()
         self.replicas.close()
 

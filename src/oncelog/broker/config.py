@@ -74,6 +74,13 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = field(
         default=1_800_000, metadata={"kafka": "group.max.session.timeout.ms", "parse": int}
     )
+    group_max_size: int = field(default=2_147_483_647, metadata={"kafka": "group.max.size", "parse": int})
+    offset_metadata_max_bytes: int = field(default=4096, metadata={"kafka": "offset.metadata.max.bytes", "parse": int})
+    offsets_retention_check_interval_ms: int = field(
+        default=600_000, metadata={"kafka": "offsets.retention.check.interval.ms", "parse": int}
+    )
+    log_cleaner_enable: bool = field(default=True, metadata={"kafka": "log.cleaner.enable", "parse": _bool})
+    log_cleaner_backoff_ms: int = field(default=15_000, metadata={"kafka": "log.cleaner.backoff.ms", "parse": int})
     transaction_state_log_num_partitions: int = field(
         default=50, metadata={"kafka": "transaction.state.log.num.partitions", "parse": int}
     )

@@ -13,10 +13,22 @@ advertised by ApiVersions.
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from oncelog.broker import messages
 from oncelog.broker.handlers import (
+    delete_groups,
+    describe_groups,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    sync_group,
+    txn_offset_commit,
     add_offsets_to_txn,
     add_partitions_to_txn,
     end_txn,
@@ -43,9 +55,23 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["Broker", framing.Request], Awaitable[Any]]
 
+#: The peer ("host:port") of the request being handled, for handlers that record it (JoinGroup).
+current_peer: ContextVar[str] = ContextVar("current_peer", default="")
+
 HANDLERS: dict[int, Handler] = {
     m.API_KEY: m.handle
     for m in (
+        delete_groups,
+        describe_groups,
+        heartbeat,
+        join_group,
+        leave_group,
+        list_groups,
+        offset_commit,
+        offset_delete,
+        offset_fetch,
+        sync_group,
+        txn_offset_commit,
         add_offsets_to_txn,
         add_partitions_to_txn,
         end_txn,
@@ -93,6 +119,7 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[Any] | Non
         request = framing.decode_request(frame)
     except (framing.FrameError, KafkaError) as exc:
         raise CloseConnection(f"{exc} (from {peer})") from None
+    current_peer.set(peer)
     try:
         body = await handler(broker, request)
     except KafkaError as exc:

@@ -109,3 +109,4 @@ TransactionalIdNotFound = _define("TransactionalIdNotFound", ErrorCode.transacti
 TopicDeletionDisabled = _define("TopicDeletionDisabled", ErrorCode.topic_deletion_disabled)
 UnknownTopicId = _define("UnknownTopicId", ErrorCode.unknown_topic_id)
 PolicyViolation = _define("PolicyViolation", ErrorCode.policy_violation)
+OffsetMetadataTooLarge = _define("OffsetMetadataTooLarge", ErrorCode.offset_metadata_too_large)

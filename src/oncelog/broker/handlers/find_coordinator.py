@@ -13,32 +13,34 @@ from typing import Any, Callable
 
 from oncelog.broker.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, InvalidGroupId, InvalidRequest, KafkaError
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode, InvalidRequest, KafkaError
 
 API_KEY = apis.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
-MAX_KEY_LENGTH = 255
 
 
-def _group_key(key: str) -> None:
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise InvalidGroupId(f"group id {key!r} is empty or longer than {MAX_KEY_LENGTH} characters")
+def _group_key(broker: Any, key: str) -> None:
+    validate_group_id(key)
+    if getattr(broker, "groups", None) is None:
+        raise CoordinatorNotAvailable("this broker has no group coordinator")
 
 
-def _transaction_key(key: str) -> None:
+def _transaction_key(broker: Any, key: str) -> None:
     if not key:
         raise InvalidRequest("transactional id must not be empty")
 
 
-RESOLVERS: dict[int, Callable[[str], None]] = {GROUP: _group_key, TRANSACTION: _transaction_key}
+#: key type -> check of a key (raises the KafkaError to answer; returns: this broker coordinates it)
+RESOLVERS: dict[int, Callable[[Any, str], None]] = {GROUP: _group_key, TRANSACTION: _transaction_key}
 
 
-def _resolve(key_type: int, key: str) -> ErrorCode:
+def _resolve(broker: Any, key_type: int, key: str) -> ErrorCode:
     check = RESOLVERS.get(key_type)
     if check is None:
         return ErrorCode.invalid_request
     try:
-        check(key)
+        check(broker, key)
     except KafkaError as exc:
         return exc.code
     return ErrorCode.none
@@ -52,7 +54,7 @@ async def handle(broker: Any, request: Any) -> Any:
     if request.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys:
-            code = _resolve(key_type, key)
+            code = _resolve(broker, key_type, key)
             ok = code == ErrorCode.none
             coordinators.append(
                 m.Coordinator(
@@ -61,7 +63,7 @@ async def handle(broker: Any, request: Any) -> Any:
                 )
             )
         return m.FindCoordinatorResponse(coordinators=tuple(coordinators))
-    code = _resolve(key_type, req.key)
+    code = _resolve(broker, key_type, req.key)
     ok = code == ErrorCode.none
     return m.FindCoordinatorResponse(
         error_code=code, error_message=None, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1

@@ -1,0 +1,34 @@
+"""Shared by the group handlers: finding the group coordinator, and request field conversions."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from oncelog.protocol.errors import CoordinatorNotAvailable
+
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def coordinator(broker: Any) -> Any:
+    """The broker's GroupCoordinator; COORDINATOR_NOT_AVAILABLE while it does not exist."""
+    groups = getattr(broker, "groups", None)
+    if groups is None:
+        raise CoordinatorNotAvailable("this broker has no group coordinator")
+    return groups
+
+
+def ms(value: datetime.timedelta | int) -> int:
+    """A kio duration field in whole milliseconds (-1 stays -1)."""
+    if isinstance(value, datetime.timedelta):
+        return round(value / _MS)
+    return int(value)
+
+
+def client_host() -> str:
+    """The requesting client's address as Kafka shows it ("/127.0.0.1")."""
+    from oncelog.broker.dispatch import current_peer
+
+    peer = current_peer.get()
+    host = peer.rpartition(":")[0] if ":" in peer else peer
+    return f"/{host}" if host else ""

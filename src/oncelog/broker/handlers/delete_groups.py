@@ -1,0 +1,30 @@
+"""DeleteGroups (42): remove groups without members, with their committed offsets (tombstones in
+``__consumer_offsets``). Per group: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP (members, or a
+transaction still committing offsets for it), COORDINATOR_LOAD_IN_PROGRESS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = apis.DELETE_GROUPS
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    results = []
+    for group_id in req.groups_names:
+        try:
+            validate_group_id(group_id, allow_empty=True)
+            coordinator(broker).delete_group(group_id)
+            code = ErrorCode.none
+        except KafkaError as exc:
+            code = exc.code
+        results.append(m.DeletableGroupResult(group_id=group_id, error_code=code))
+    return m.DeleteGroupsResponse(results=tuple(results))

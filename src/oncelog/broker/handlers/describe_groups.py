@@ -1,0 +1,52 @@
+"""DescribeGroups (15): state, protocol and members of groups; members' subscription metadata
+and assignments while the group is Stable (as Kafka). An unknown group is described as Dead with
+no error (v0..v5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = apis.DESCRIBE_GROUPS
+_NO_OPERATIONS = -2147483648
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    out = []
+    for group_id in req.groups:
+        try:
+            validate_group_id(group_id, allow_empty=True)
+            s = coordinator(broker).describe_group(group_id)
+        except KafkaError as exc:
+            out.append(
+                m.DescribedGroup(
+                    error_code=exc.code, group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                    members=(), authorized_operations=_NO_OPERATIONS,
+                )
+            )
+            continue
+        out.append(
+            m.DescribedGroup(
+                error_code=ErrorCode.none,
+                group_id=group_id,
+                group_state=s.state,
+                protocol_type=s.protocol_type,
+                protocol_data=s.protocol_data,
+                members=tuple(
+                    m.DescribedGroupMember(
+                        member_id=mb.member_id, group_instance_id=mb.group_instance_id, client_id=mb.client_id,
+                        client_host=mb.client_host, member_metadata=mb.metadata, member_assignment=mb.assignment,
+                    )
+                    for mb in s.members
+                ),
+                authorized_operations=_NO_OPERATIONS,
+            )
+        )
+    return m.DescribeGroupsResponse(groups=tuple(out))

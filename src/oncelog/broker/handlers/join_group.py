@@ -1,0 +1,61 @@
+"""JoinGroup (11): join a classic group, or rejoin it for a rebalance (R3).
+
+The answer is parked until the join phase of the rebalance ends (group coordinator,
+membership.py). v4+: a new dynamic member first gets MEMBER_ID_REQUIRED with the id to rejoin
+with (KIP-394); v5+: static membership (group.instance.id); v7: protocol type in the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import client_host, coordinator, ms
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.coordinator.group.types import JoinRequest
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = apis.JOIN_GROUP
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    v = request.api_version
+    m = Builder(API_KEY, v)
+    instance_id = getattr(req, "group_instance_id", None)
+    try:
+        groups = coordinator(broker)
+        validate_group_id(req.group_id)
+        session = ms(req.session_timeout)
+        rebalance = ms(req.rebalance_timeout) if v >= 1 else session
+        res = await groups.join_group(
+            JoinRequest(
+                group_id=req.group_id,
+                member_id=req.member_id,
+                group_instance_id=instance_id,
+                protocol_type=req.protocol_type,
+                protocols=tuple((p.name, p.metadata) for p in req.protocols),
+                session_timeout_ms=session,
+                rebalance_timeout_ms=rebalance if rebalance >= 0 else session,
+                client_id=request.client_id or "",
+                client_host=client_host(),
+                require_known_member_id=v >= 4 and instance_id is None,
+            )
+        )
+    except KafkaError as exc:
+        return m.JoinGroupResponse(
+            error_code=exc.code, generation_id=-1, protocol_type=None, protocol_name=None if v >= 7 else "",
+            leader="", member_id=getattr(exc, "member_id", req.member_id), members=(),
+        )
+    return m.JoinGroupResponse(
+        error_code=ErrorCode.none,
+        generation_id=res.generation,
+        protocol_type=res.protocol_type,
+        protocol_name=res.protocol_name if v >= 7 else (res.protocol_name or ""),
+        leader=res.leader_id,
+        member_id=res.member_id,
+        members=tuple(
+            m.JoinGroupResponseMember(member_id=mid, group_instance_id=iid, metadata=meta) for mid, iid, meta in res.members
+        ),
+    )

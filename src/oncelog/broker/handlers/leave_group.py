@@ -1,0 +1,44 @@
+"""LeaveGroup (13): members leave a group, which then rebalances (R3).
+
+v0..v2 name one member; v3+ a batch of members, each by member id or (static members, for
+administrative removal) by group.instance.id, with an error per member. Before v3 the member's
+error is the response's error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = apis.LEAVE_GROUP
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    v = request.api_version
+    m = Builder(API_KEY, v)
+    if v >= 3:
+        leaving = [(mi.member_id, mi.group_instance_id) for mi in req.members]
+    else:
+        leaving = [(req.member_id, None)]
+    try:
+        groups = coordinator(broker)
+        validate_group_id(req.group_id)
+        errors = groups.leave_group(req.group_id, leaving)
+    except KafkaError as exc:
+        return m.LeaveGroupResponse(error_code=exc.code, members=())
+    codes = [ErrorCode.none if e is None else e.code for e in errors]
+    if v < 3:
+        return m.LeaveGroupResponse(error_code=codes[0], members=())
+    return m.LeaveGroupResponse(
+        error_code=ErrorCode.none,
+        members=tuple(
+            m.MemberResponse(member_id=mid, group_instance_id=iid, error_code=code)
+            for (mid, iid), code in zip(leaving, codes)
+        ),
+    )

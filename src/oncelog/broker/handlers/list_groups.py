@@ -1,0 +1,29 @@
+"""ListGroups (16): every group this broker coordinates, with its protocol type and (v4+) its
+state, optionally filtered by state (v4+). While a partition of ``__consumer_offsets`` is still
+loading, the answer lists the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.messages import Builder
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = apis.LIST_GROUPS
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    groups, loading = coordinator(broker).list_groups()
+    wanted = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+    return m.ListGroupsResponse(
+        error_code=ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none,
+        groups=tuple(
+            m.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state)
+            for gid, ptype, state in sorted(groups)
+            if not wanted or state.lower() in wanted
+        ),
+    )

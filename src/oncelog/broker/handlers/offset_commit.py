@@ -1,0 +1,66 @@
+"""OffsetCommit (8): a group's consumed positions, stored in ``__consumer_offsets`` (R3).
+
+A member of a group names its member id and the current generation (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS otherwise); a consumer that assigns partitions itself
+commits with generation -1 into a group without members. Errors are per partition; partitions of
+topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION and are not stored. v2..v4 may carry a
+retention time for the commit; v6+ the leader epoch; v7+ the group.instance.id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator, ms
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.coordinator.group.types import OffsetCommitData
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+API_KEY = apis.OFFSET_COMMIT
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    codes: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetCommitData] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            if tp not in broker.replicas.partitions:
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[tp] = OffsetCommitData(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
+                )
+    retention = getattr(req, "retention_time", None)
+    try:
+        groups = coordinator(broker)
+        validate_group_id(req.group_id, allow_empty=True)
+        if offsets:
+            errors = groups.commit_offsets(
+                req.group_id, req.generation_id_or_member_epoch, req.member_id, getattr(req, "group_instance_id", None),
+                offsets, retention_ms=ms(retention) if retention is not None else -1,
+            )
+            for tp, err in errors.items():
+                codes[tp] = ErrorCode.none if err is None else err.code
+    except KafkaError as exc:
+        for tp in offsets:
+            codes[tp] = exc.code
+    return m.OffsetCommitResponse(
+        topics=tuple(
+            m.OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=codes[TopicPartition(t.name, p.partition_index)]
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        )
+    )

@@ -1,0 +1,72 @@
+"""OffsetFetch (9): a group's committed offsets (R3, R13).
+
+v1: one group, errors per partition; v2..v7: one group, a top-level error, and a null topic list
+asks for every committed offset; v7: ``require_stable`` (KIP-447) — a partition with offsets
+pending in a transaction answers UNSTABLE_OFFSET_COMMIT; v8: many groups, an error per group.
+Offsets pending in a transaction are never returned; a partition without a committed offset
+gets offset -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+API_KEY = apis.OFFSET_FETCH
+
+
+def _fetch(broker: Any, group_id: str, topics: Any, require_stable: bool) -> tuple[list[Any], ErrorCode]:
+    """[(tp, committed or None, error code)] in request order (or all committed), group error."""
+    wanted = None if topics is None else [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
+    try:
+        groups = coordinator(broker)
+        validate_group_id(group_id, allow_empty=True)
+        rows = groups.fetch_offsets(group_id, wanted, require_stable)
+    except KafkaError as exc:
+        return [(tp, None, exc.code) for tp in wanted or ()], exc.code
+    return [(tp, o, ErrorCode.none if e is None else e.code) for tp, o, e in rows], ErrorCode.none
+
+
+def _topics(m: Builder, rows: list[Any], topic_cls: str, part_cls: str) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = {}
+    for tp, o, code in rows:
+        by_topic.setdefault(tp.topic, []).append(
+            getattr(m, part_cls)(
+                partition_index=tp.partition,
+                committed_offset=o.offset if o is not None else -1,
+                committed_leader_epoch=o.leader_epoch if o is not None else -1,
+                metadata=o.metadata if o is not None else "",
+                error_code=code,
+            )
+        )
+    return tuple(getattr(m, topic_cls)(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    v = request.api_version
+    m = Builder(API_KEY, v)
+    require_stable = bool(getattr(req, "require_stable", False))
+    if v >= 8:
+        out = []
+        for g in req.groups:
+            rows, code = _fetch(broker, g.group_id, g.topics, require_stable)
+            out.append(
+                m.OffsetFetchResponseGroup(
+                    group_id=g.group_id, error_code=code,
+                    topics=_topics(m, rows, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
+                )
+            )
+        return m.OffsetFetchResponse(groups=tuple(out))
+    rows, code = _fetch(broker, req.group_id, req.topics, require_stable)
+    if code != ErrorCode.none and v >= 2:
+        rows = []
+    return m.OffsetFetchResponse(
+        error_code=code, topics=_topics(m, rows, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
+    )

@@ -1,0 +1,68 @@
+"""TxnOffsetCommit (28): offsets committed inside a transaction (sendOffsetsToTransaction) (R13,
+R17).
+
+The group coordinator writes them as a transactional batch of the producer into the group's
+``__consumer_offsets`` partition; they stay pending — invisible to OffsetFetch and to the group —
+until the transaction's COMMIT marker lands there, and vanish on ABORT. A producer epoch older
+than one already seen there is fenced (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH before v3). v3
+carries the consumer's group metadata (KIP-447), checked like OffsetCommit's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.handlers._txn import error_code
+from oncelog.broker.messages import Builder
+from oncelog.coordinator.group.service import validate_group_id
+from oncelog.coordinator.group.types import OffsetCommitData
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+API_KEY = apis.TXN_OFFSET_COMMIT
+
+
+async def handle(broker: Any, request: Any) -> Any:
+    req = request.body
+    m = Builder(API_KEY, request.api_version)
+    codes: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetCommitData] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            if tp not in broker.replicas.partitions:
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[tp] = OffsetCommitData(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
+                )
+    try:
+        groups = coordinator(broker)
+        validate_group_id(req.group_id)
+        if offsets:
+            errors = groups.txn_commit_offsets(
+                req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
+                getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), offsets,
+            )
+            for tp, err in errors.items():
+                codes[tp] = ErrorCode.none if err is None else err.code
+    except KafkaError as exc:
+        code = error_code(exc, API_KEY, request.api_version)
+        for tp in offsets:
+            codes[tp] = code
+    return m.TxnOffsetCommitResponse(
+        topics=tuple(
+            m.TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=codes[TopicPartition(t.name, p.partition_index)]
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        )
+    )

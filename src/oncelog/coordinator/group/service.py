@@ -1,0 +1,368 @@
+"""The group coordinator service: the asyncio shell around one ``GroupShard`` per partition of
+``__consumer_offsets`` (R3, R13).
+
+Theory of operation. A group lives on partition ``abs(hash(group.id)) % N`` (placement.py) and
+is served by that partition's shard. Every operation is: ask the shard (pure, synchronous) for a
+``Result``; append its records to the partition as one batch (transactional for
+TxnOffsetCommit); replay them into the shard; deliver the shard's outbox (answers to parked
+JoinGroup/SyncGroup requests, which wait here on futures); answer. No ``await`` happens between
+the shard's decision and the replay, so the event loop never sees a half-applied operation, and
+the answer always goes out after the append returned.
+
+Start: ``__consumer_offsets`` is created if missing (compacted, internal); every partition is
+loaded in the background by replaying its log through the same ``replay`` (loader.py); until a
+partition is loaded its groups get COORDINATOR_LOAD_IN_PROGRESS. A timer task fires the shards'
+timers (sessions, rebalance and sync timeouts, the delayed initial rebalance); another expires
+offsets (offsets.retention.minutes, checked every offsets.retention.check.interval.ms).
+
+Transactions: the transaction coordinator writes a COMMIT/ABORT marker into a
+``__consumer_offsets`` partition and then calls ``complete_transaction``.
+
+Single-threaded: everything runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any, Callable
+
+from oncelog.clock import Clock
+from oncelog.coordinator.group import records as rec
+from oncelog.coordinator.group.loader import replay_batch
+from oncelog.coordinator.group.offsets import CommittedOffset
+from oncelog.coordinator.group.shard import GroupShard, _random_member_id
+from oncelog.coordinator.group.types import (
+    GroupSettings,
+    GroupSummary,
+    JoinRequest,
+    JoinResult,
+    OffsetCommitData,
+    Parked,
+    Result,
+    SyncResult,
+)
+from oncelog.coordinator.placement import partition_for
+from oncelog.protocol import records
+from oncelog.protocol.errors import (
+    CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
+    ErrorCode,
+    InvalidCommitOffsetSize,
+    InvalidGroupId,
+    KafkaError,
+    NotCoordinator,
+    UnknownServerError,
+)
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024  # offsets.topic.segment.bytes
+MAX_GROUP_ID_LENGTH = 255
+TICK_SECONDS = 0.05
+_LOAD_YIELD_EVERY = 64  # batches replayed between two yields to the event loop
+
+
+def validate_group_id(group_id: str | None, *, allow_empty: bool = False) -> str:
+    """Raises InvalidGroupId for a null, empty (unless ``allow_empty``: Kafka accepts the empty
+    group id in OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups) or too long id.
+    Kafka has no length limit; ours (255 characters) keeps group ids storable and printable."""
+    if group_id is None or (not group_id and not allow_empty):
+        raise InvalidGroupId(f"group id {group_id!r} is not valid: it must not be empty")
+    if len(group_id) > MAX_GROUP_ID_LENGTH:
+        raise InvalidGroupId(f"group id of {len(group_id)} characters is longer than {MAX_GROUP_ID_LENGTH}")
+    return group_id
+
+
+def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
+    """What a client is told when an append to ``__consumer_offsets`` failed (as Kafka maps it)."""
+    code = exc.code
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.request_timed_out):
+        return CoordinatorNotAvailable(f"cannot write __consumer_offsets: {exc}")
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return NotCoordinator(f"cannot write __consumer_offsets: {exc}")
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        if offsets:
+            return InvalidCommitOffsetSize(f"offset commit too large for __consumer_offsets: {exc}")
+        return UnknownServerError(f"group metadata too large for __consumer_offsets: {exc}")
+    return exc
+
+
+class GroupCoordinator:
+    """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
+
+    def __init__(self, replicas: Any, config: Any, clock: Clock, *,
+                 new_member_id: Callable[[str], str] = _random_member_id) -> None:
+        self.replicas = replicas
+        self.clock = clock
+        self.num_partitions = config.offsets_topic_num_partitions
+        self.settings = GroupSettings(
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            max_metadata_bytes=config.offset_metadata_max_bytes,
+            max_group_size=config.group_max_size,
+        )
+        self.retention_check_ms = config.offsets_retention_check_interval_ms
+        self.new_member_id = new_member_id
+        self.shards: dict[int, GroupShard] = {}
+        self.loading: set[int] = set()
+        self._reply_ids = itertools.count(1)
+        self._replies: dict[int, asyncio.Future[Any]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.loaded = asyncio.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create ``__consumer_offsets`` if missing and start loading it (in the background)."""
+        meta = self.replicas.ensure_internal_topic(
+            OFFSETS_TOPIC,
+            self.num_partitions,
+            {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)},
+        )
+        self.num_partitions = meta.num_partitions  # an existing topic keeps its partition count
+        self.loading = set(range(self.num_partitions))
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._load_all()),
+            loop.create_task(self._timer_loop()),
+            loop.create_task(self._retention_loop()),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.set_exception(CoordinatorNotAvailable("the broker is shutting down"))
+        self._replies.clear()
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _shard(self, group_id: str) -> GroupShard:
+        p = self.partition_for(group_id)
+        if p in self.loading:
+            raise CoordinatorLoadInProgress(f"__consumer_offsets-{p} (group {group_id}) is still loading")
+        shard = self.shards.get(p)
+        if shard is None:
+            raise NotCoordinator(f"__consumer_offsets-{p} (group {group_id}) is not served by this broker")
+        return shard
+
+    def is_loading(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loading
+
+    # -- loading --------------------------------------------------------------------------------
+
+    async def _load_all(self) -> None:
+        started = self.clock.monotonic_ms()
+        groups = 0
+        for p in sorted(self.loading):
+            try:
+                groups += await self._load(p)
+            except Exception:
+                log.exception("bug: loading __consumer_offsets-%d failed; its groups stay unavailable", p)
+        self.loaded.set()
+        log.info("group coordinator loaded %d group(s) from %d partition(s) in %d ms", groups,
+                 self.num_partitions, self.clock.monotonic_ms() - started)
+
+    async def _load(self, p: int) -> int:
+        shard = GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
+        plog = self.replicas.partition(OFFSETS_TOPIC, p).log
+        for n, (header, data) in enumerate(plog.iter_batches(), 1):
+            replay_batch(shard, header, data, self.clock.now_ms())
+            if n % _LOAD_YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        self.shards[p] = shard
+        self.loading.discard(p)
+        return len(shard.groups)
+
+    # -- the one write path -----------------------------------------------------------------------
+
+    def _append(self, partition: int, recs: list[Any], now: int, producer: tuple[int, int] | None) -> int:
+        pid, epoch = producer if producer is not None else (-1, -1)
+        batch = records.build_batch(
+            [(rec.encode_key(k), rec.encode_value(v), ()) for k, v in recs],
+            timestamp_ms=now, producer_id=pid, producer_epoch=epoch, transactional=producer is not None,
+        )
+        part = self.replicas.partition(OFFSETS_TOPIC, partition)
+        return part.append(batch, now, from_client=False).base_offset
+
+    def _execute(self, shard: GroupShard, result: Result, now: int, *, offsets: bool = False) -> Any:
+        """Append ``result``'s records, replay them, deliver the outbox. Returns the response (a
+        future for a parked one). If the append fails, parked requests of this operation fail
+        too and the (mapped) error is raised."""
+        fut: asyncio.Future[Any] | None = None
+        if isinstance(result.response, Parked):
+            fut = asyncio.get_running_loop().create_future()
+            self._replies[result.response.reply_id] = fut
+        failure: KafkaError | None = None
+        if result.records:
+            try:
+                base = self._append(shard.partition, result.records, now, result.producer)
+            except KafkaError as exc:
+                failure = _coordinator_error(exc, offsets=offsets)
+                log.warning("__consumer_offsets-%d: append failed: %s", shard.partition, exc)
+                groups = {k.group for k, _ in result.records if isinstance(k, rec.GroupKey)}
+                shard.store_failed(groups, failure, now)
+            else:
+                pid, epoch = result.producer if result.producer is not None else (-1, -1)
+                for i, (key, value) in enumerate(result.records):
+                    shard.replay(key, value, record_offset=base + i, now=now, producer_id=pid,
+                                 producer_epoch=epoch, transactional=result.producer is not None)
+        outbox, shard.outbox[:] = list(shard.outbox), []
+        for reply_id, payload in outbox:
+            self._deliver(reply_id, failure if failure is not None else payload)
+        if failure is not None:
+            if fut is not None:
+                self._replies.pop(result.response.reply_id, None)
+            raise failure
+        return fut if fut is not None else result.response
+
+    def _deliver(self, reply_id: int, payload: object) -> None:
+        fut = self._replies.pop(reply_id, None)
+        if fut is None or fut.done():
+            return  # the requester went away
+        if isinstance(payload, BaseException):
+            fut.set_exception(payload)
+        else:
+            fut.set_result(payload)
+
+    async def _wait(self, response: Any) -> Any:
+        if isinstance(response, asyncio.Future):
+            return await response
+        return response
+
+    # -- membership -------------------------------------------------------------------------------
+
+    async def join_group(self, req: JoinRequest) -> JoinResult:
+        shard = self._shard(req.group_id)
+        now = self.clock.now_ms()
+        return await self._wait(self._execute(shard, shard.join_group(req, now), now))
+
+    async def sync_group(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                         protocol_type: str | None, protocol_name: str | None,
+                         assignments: dict[str, bytes]) -> SyncResult:
+        shard = self._shard(group_id)
+        now = self.clock.now_ms()
+        result = shard.sync_group(group_id, generation, member_id, instance_id, protocol_type, protocol_name,
+                                  assignments, now)
+        return await self._wait(self._execute(shard, result, now))
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
+        shard = self._shard(group_id)
+        shard.heartbeat(group_id, generation, member_id, instance_id, self.clock.now_ms())
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError | None]:
+        shard = self._shard(group_id)
+        now = self.clock.now_ms()
+        return self._execute(shard, shard.leave_group(group_id, members, now), now)
+
+    # -- offsets ------------------------------------------------------------------------------------
+
+    def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                       offsets: dict[TopicPartition, OffsetCommitData], *,
+                       retention_ms: int = -1) -> dict[TopicPartition, KafkaError | None]:
+        shard = self._shard(group_id)
+        now = self.clock.now_ms()
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        result = shard.commit_offsets(group_id, generation, member_id, instance_id, offsets, now, expire_timestamp=expire)
+        return self._execute(shard, result, now, offsets=True)
+
+    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                           member_id: str, instance_id: str | None,
+                           offsets: dict[TopicPartition, OffsetCommitData]) -> dict[TopicPartition, KafkaError | None]:
+        shard = self._shard(group_id)
+        now = self.clock.now_ms()
+        result = shard.txn_commit_offsets(group_id, producer_id, producer_epoch, generation, member_id, instance_id,
+                                          offsets, now)
+        return self._execute(shard, result, now, offsets=True)
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+                      ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
+        return self._shard(group_id).fetch_offsets(group_id, partitions, require_stable)
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
+        shard = self._shard(group_id)
+        now = self.clock.now_ms()
+        return self._execute(shard, shard.delete_offsets(group_id, partitions, now), now)
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
+                             producer_epoch: int | None = None) -> None:
+        """The entry point of the transaction coordinator (R13, R14): call it after a COMMIT or
+        ABORT marker of ``producer_id`` was appended to ``__consumer_offsets-<offsets_partition>``.
+        COMMIT makes the producer's pending offsets on that partition the groups' committed
+        offsets; ABORT drops them. Idempotent (a repeated call finds nothing pending). While the
+        partition is still loading, nothing is done here: the loader replays the marker from the
+        log. ``producer_epoch`` defaults to the epoch in the partition's producer state."""
+        if offsets_partition in self.loading:
+            return
+        shard = self.shards.get(offsets_partition)
+        if shard is None:
+            return
+        if producer_epoch is None:
+            entry = self.replicas.partition(OFFSETS_TOPIC, offsets_partition).producers.entries.get(producer_id)
+            producer_epoch = entry.epoch if entry is not None else -1
+        shard.replay_marker(producer_id, producer_epoch, commit)
+
+    # -- administration ---------------------------------------------------------------------------
+
+    def list_groups(self) -> tuple[list[tuple[str, str, str]], bool]:
+        """Every loaded group (id, protocol type, state), and whether some partition is loading."""
+        out = []
+        for shard in self.shards.values():
+            out.extend(shard.list_groups())
+        return out, bool(self.loading)
+
+    def describe_group(self, group_id: str) -> GroupSummary:
+        return self._shard(group_id).describe_group(group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        shard = self._shard(group_id)
+        now = self.clock.now_ms()
+        self._execute(shard, shard.delete_group(group_id, now), now)
+
+    # -- timers ---------------------------------------------------------------------------------------
+
+    async def _timer_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = self.clock.now_ms()
+            for p, shard in list(self.shards.items()):
+                deadline = shard.next_deadline()
+                if p in self.loading or deadline is None or deadline > now:
+                    continue
+                try:
+                    self._execute(shard, shard.tick(now), now)
+                except KafkaError as exc:
+                    log.warning("__consumer_offsets-%d: timers: %s", p, exc)
+                except Exception:
+                    log.exception("bug: group timers of __consumer_offsets-%d failed", p)
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_ms / 1000)
+            self.expire_offsets()
+
+    def expire_offsets(self) -> int:
+        """One offsets-retention pass over every loaded partition; returns the tombstones written."""
+        now = self.clock.now_ms()
+        written = 0
+        for p, shard in list(self.shards.items()):
+            try:
+                result = shard.expire_offsets(now)
+                self._execute(shard, result, now)
+                written += len(result.records)
+            except KafkaError as exc:
+                log.warning("__consumer_offsets-%d: offsets expiry: %s", p, exc)
+            except Exception:
+                log.exception("bug: offsets expiry of __consumer_offsets-%d failed", p)
+        if written:
+            log.info("offsets retention wrote %d tombstone(s)", written)
+        return written
