@@ -1,0 +1,234 @@
+"""The exactly-once write protocol of one sink task (R24). See docs/SPARK.md for the argument.
+
+Every write task of micro-batch ``b`` of query ``q`` with task partition ``p`` does, in its
+executor:
+
+1. create a transactional producer with ``transactional.id = <prefix>-<q>-<p>`` — stable across
+   task attempts, executor losses and driver restarts, never derived from the attempt number —
+   and ``init_transactions()``. The coordinator bumps the epoch, which fences every earlier
+   attempt of the same (q, p) (a zombie's next produce, AddPartitions or EndTxn fails with
+   PRODUCER_FENCED), and finishes that attempt's transaction: completes it if its commit was
+   already decided (PrepareCommit), aborts it otherwise. Nothing relies on Spark calling
+   ``abort()``.
+2. read the *marker* of (q, p): the committed offset of the consumer group named like the
+   transactional id, with ``require_stable`` (pending transactional offsets are waited for).
+   The marker holds ``last committed batch id + 1``. If it is ``> b``, batch ``b`` of this task
+   partition is already committed — this is a re-execution — so the task writes nothing and
+   returns ``skipped``. Because step 1 finished every earlier transaction, the answer is final.
+3. otherwise ``begin_transaction()``, produce every row, and add to the same transaction, with
+   ``send_offsets_to_transaction``: the marker ``b + 1`` (group = transactional id), and — when
+   the task itself read ranges of the ``oncelog`` source (``handoff``) — the input offsets
+   (group ``inputOffsetsGroup``, default ``<prefix>-<q>``); then ``commit_transaction()``.
+
+So each (q, b, p) is committed at most once, and exactly once once the query gets past batch b.
+The output of a task becomes visible to read_committed consumers when its transaction commits:
+a batch's output appears task by task, never twice. Spark's driver-side ``commit(messages,
+batchId)`` has nothing left to do; calling it again for the same batch (Spark does after a
+driver failure) is harmless.
+
+The marker offset is stored on partition 0 of the first topic the task wrote to (or of its
+first input topic): group offsets can only be committed for partitions that exist. The marker's
+metadata names the query, batch and partition for people reading ``groups describe``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from oncelog.spark import faults
+from oncelog.spark.options import SinkOptions
+from oncelog.spark.produce import produce_batches
+
+log = logging.getLogger(__name__)
+
+INIT_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 30.0
+#: Attempts for calls that fail with a retriable error (each bounded by its own timeout).
+RETRIES = 5
+
+_admins: "OrderedDict[tuple[tuple[str, str], ...], Any]" = OrderedDict()
+_group_metadata: dict[tuple[str, str], Any] = {}
+
+
+class ExactlyOnceError(RuntimeError):
+    """The task's transaction could not be completed; the task fails and Spark re-runs it."""
+
+
+@dataclass(frozen=True)
+class TaskIdent:
+    """Who is writing: the query (or batch ``writeId``), the micro-batch and the task partition."""
+
+    query_id: str
+    batch_id: int
+    partition_id: int
+
+    def transactional_id(self, prefix: str) -> str:
+        return f"{prefix}-{self.query_id}-{self.partition_id}"
+
+    def marker_metadata(self) -> str:
+        return json.dumps({"query": self.query_id, "batch": self.batch_id, "partition": self.partition_id})
+
+
+@dataclass
+class EosCommitMessage(WriterCommitMessage):
+    """What one exactly-once task did (sent to the driver's ``commit``)."""
+
+    batch_id: int
+    partition_id: int
+    transactional_id: str
+    records: int = 0
+    skipped: bool = False
+    input_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def input_offsets_group(options: SinkOptions, query_id: str) -> str:
+    return options.input_offsets_group or f"{options.transactional_id_prefix}-{query_id}"
+
+
+def _admin(conf: dict[str, str]) -> Any:
+    key = tuple(sorted(conf.items()))
+    a = _admins.get(key)
+    if a is None:
+        from confluent_kafka.admin import AdminClient
+
+        a = AdminClient(dict(conf))
+        _admins[key] = a
+        while len(_admins) > 4:
+            _admins.popitem(last=False)
+    return a
+
+
+def _client_conf(options: SinkOptions) -> dict[str, str]:
+    """Connection properties only (what an AdminClient or a metadata-only consumer needs)."""
+    keep = ("bootstrap.servers", "security.protocol", "client.id", "socket.", "ssl.", "sasl.", "broker.address.family")
+    return {k: v for k, v in options.client.items() if k.startswith(keep)}
+
+
+def group_metadata(options: SinkOptions, group: str) -> Any:
+    """The consumer group metadata that ``send_offsets_to_transaction`` needs for ``group``,
+    as a standalone (non-member) consumer would report it; cached per worker process."""
+    key = (options.client["bootstrap.servers"], group)
+    md = _group_metadata.get(key)
+    if md is None:
+        from confluent_kafka import Consumer
+
+        c = Consumer({**_client_conf(options), "group.id": group, "enable.auto.commit": False})
+        try:
+            md = c.consumer_group_metadata()
+        finally:
+            c.close()
+        _group_metadata[key] = md
+    return md
+
+
+def last_committed_batch(options: SinkOptions, group: str) -> int | None:
+    """The highest batch id committed under ``group`` (the marker minus one), or None.
+
+    Uses OffsetFetch with require_stable, so offsets of a transaction still being completed
+    are waited for (UNSTABLE_OFFSET_COMMIT is retried), never read as absent."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+    admin = _admin(_client_conf(options))
+    last: Exception | None = None
+    for attempt in range(RETRIES):
+        try:
+            futures = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=REQUEST_TIMEOUT_S
+            )
+            res = futures[group].result(timeout=REQUEST_TIMEOUT_S + 5)
+            marks = [tp.offset for tp in (res.topic_partitions or []) if tp.error is None and tp.offset >= 0]
+            return max(marks) - 1 if marks else None
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if err is not None and getattr(err, "retriable", lambda: False)():
+                last = exc
+                time.sleep(min(0.1 * 2**attempt, 2.0))
+                continue
+            raise
+    raise ExactlyOnceError(f"could not read the marker of {group}: {last}") from last
+
+
+def _retrying(what: str, fn: Callable[[], Any]) -> Any:
+    from confluent_kafka import KafkaException
+
+    for attempt in range(RETRIES):
+        try:
+            return fn()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if err is not None and err.retriable() and attempt + 1 < RETRIES:
+                log.warning("oncelog sink: %s failed, retrying: %s", what, err)
+                time.sleep(min(0.1 * 2**attempt, 2.0))
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+def write_task(
+    batches: Iterable[Any],
+    ident: TaskIdent,
+    options: SinkOptions,
+    *,
+    collect_inputs: Callable[[], dict[tuple[str, int], int]] = dict,
+) -> EosCommitMessage:
+    """Run the protocol above for one task. Raises on any failure, leaving an open transaction
+    to be aborted by the next attempt's ``init_transactions`` (or the transaction timeout)."""
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+
+    tid = ident.transactional_id(options.transactional_id_prefix)
+    producer = Producer({**options.producer_config(), "transactional.id": tid})
+    _retrying("init_transactions", lambda: producer.init_transactions(INIT_TIMEOUT_S))
+
+    done = last_committed_batch(options, tid)
+    if done is not None and done >= ident.batch_id:
+        for _ in batches:  # re-execution of a committed batch: consume the input, write nothing
+            pass
+        collect_inputs()
+        log.info("oncelog sink: %s batch %d already committed (marker %d); writing nothing", tid, ident.batch_id, done)
+        return EosCommitMessage(ident.batch_id, ident.partition_id, tid, skipped=True)
+
+    producer.begin_transaction()
+    produced = produce_batches(producer, batches, options.topic)
+    inputs = collect_inputs()
+    if produced.first_topic is not None:
+        marker_tp = (produced.first_topic, 0)
+    elif inputs:
+        marker_tp = min(inputs)
+    else:
+        producer.abort_transaction(REQUEST_TIMEOUT_S)  # nothing written, nothing to remember
+        return EosCommitMessage(ident.batch_id, ident.partition_id, tid)
+    try:
+        marker = TopicPartition(marker_tp[0], marker_tp[1], ident.batch_id + 1, metadata=ident.marker_metadata())
+        producer.send_offsets_to_transaction([marker], group_metadata(options, tid), REQUEST_TIMEOUT_S)
+        if inputs:
+            tps = [TopicPartition(t, p, end) for (t, p), end in sorted(inputs.items())]
+            group = input_offsets_group(options, ident.query_id)
+            producer.send_offsets_to_transaction(tps, group_metadata(options, group), REQUEST_TIMEOUT_S)
+        faults.maybe_fail(
+            "before_commit", configured_point=options.fault_point, marker=options.fault_marker,
+            batch_id=ident.batch_id, only_batch=options.fault_batch,
+        )
+        _retrying("commit_transaction", lambda: producer.commit_transaction(options.flush_timeout_ms / 1000))
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if err is not None and err.txn_requires_abort():
+            try:
+                producer.abort_transaction(REQUEST_TIMEOUT_S)
+            except KafkaException as abort_exc:
+                log.warning("oncelog sink: %s abort after failure failed: %s", tid, abort_exc)
+        raise ExactlyOnceError(f"{tid} batch {ident.batch_id}: transaction failed: {err}") from exc
+    faults.maybe_fail(
+        "after_commit", configured_point=options.fault_point, marker=options.fault_marker,
+        batch_id=ident.batch_id, only_batch=options.fault_batch,
+    )
+    in_json: dict[str, dict[str, int]] = {}
+    for (t, p), end in sorted(inputs.items()):
+        in_json.setdefault(t, {})[str(p)] = end
+    return EosCommitMessage(ident.batch_id, ident.partition_id, tid, records=produced.records, input_offsets=in_json)

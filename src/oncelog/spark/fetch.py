@@ -1,0 +1,261 @@
+"""Executor side of the source: read one offset range of one partition into Arrow batches.
+
+Theory of operation. A range ``[start, end)`` of a topic-partition is planned on the driver
+from offsets the broker reported (under read_committed: the last stable offset), so every
+offset in it exists — but not every offset carries a record the consumer will deliver:
+transaction markers (control records) and, under read_committed, aborted records occupy
+offsets and are never returned. A reader that waits for "the record at end - 1" hangs when
+that offset is a marker (Spark's own source did: SPARK-25005). This reader stops at the first
+of:
+
+1. a delivered record at offset ``end - 1`` or beyond (records at ``>= end`` are not emitted);
+2. an end-of-partition event (``enable.partition.eof``) at an offset ``>= end`` — librdkafka
+   raises it when its fetch position reaches the high watermark, or the LSO under
+   read_committed, and that position is past every marker and aborted batch it skipped;
+3. the consumer's position (which librdkafka advances past control records too) ``>= end``
+   while nothing more arrives.
+
+Otherwise it keeps polling until ``kafkaConsumer.pollTimeoutMs`` passes without progress and
+raises ``RangeReadError``: it never hangs. Data loss (the range starts below the partition's
+earliest offset, e.g. after retention) raises when ``failOnDataLoss`` is true and is logged
+otherwise.
+
+Consumers are cached per worker process (Spark reuses Python workers), one per distinct client
+configuration, and used with ``assign`` only — never a group subscription — so no rebalance can
+move a partition away mid-range. A consumer that failed is closed and dropped from the cache.
+
+Per-record Python work is limited to reading the message's fields into lists; the Arrow
+arrays are built per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Iterator
+
+from oncelog.spark import handoff
+from oncelog.spark.options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+#: Records per Arrow batch handed to Spark (Spark's own default for Arrow batches is 10,000).
+ROWS_PER_BATCH = 8192
+#: Upper bound of records taken from the client in one call.
+CONSUME_BATCH = 4096
+#: How long one blocking poll waits when nothing is queued.
+IDLE_POLL_S = 0.1
+#: Consumers kept per worker process.
+MAX_CACHED_CONSUMERS = 4
+
+_consumers: "OrderedDict[tuple[tuple[str, str], ...], Any]" = OrderedDict()
+
+
+class RangeReadError(RuntimeError):
+    """A range could not be read completely (timeout, data loss, client error)."""
+
+
+class DataLossError(RangeReadError):
+    """Offsets of the range no longer exist in the partition (and failOnDataLoss is true)."""
+
+
+def _consumer(conf: dict[str, str]) -> Any:
+    key = tuple(sorted(conf.items()))
+    c = _consumers.get(key)
+    if c is not None:
+        _consumers.move_to_end(key)
+        return c
+    from confluent_kafka import Consumer
+
+    c = Consumer(dict(conf))
+    _consumers[key] = c
+    while len(_consumers) > MAX_CACHED_CONSUMERS:
+        _, old = _consumers.popitem(last=False)
+        _close_quietly(old)
+    return c
+
+
+def _drop_consumer(conf: dict[str, str]) -> None:
+    c = _consumers.pop(tuple(sorted(conf.items())), None)
+    if c is not None:
+        _close_quietly(c)
+
+
+def _close_quietly(c: Any) -> None:
+    try:
+        c.close()
+    except Exception as exc:  # closing is best effort; the process may be going away
+        log.debug("closing a cached consumer failed: %s", exc)
+
+
+def arrow_schema(include_headers: bool) -> Any:
+    """The Arrow schema Spark expects for the source's rows (exactly; Spark compares it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from oncelog.spark.schema import source_schema
+
+    return to_arrow_schema(source_schema(include_headers), timezone="UTC")
+
+
+class _BatchBuilder:
+    """Column lists for one Arrow batch; ``flush`` turns them into a ``pyarrow.RecordBatch``."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self.schema = arrow_schema(include_headers)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.ts: list[int | None] = []
+        self.ts_types: list[int] = []
+        self.headers: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, msg: Any) -> None:
+        self.keys.append(msg.key())
+        self.values.append(msg.value())
+        self.offsets.append(msg.offset())
+        ts_type, ts = msg.timestamp()
+        # librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime; Spark/Kafka: -1, 0, 1.
+        self.ts_types.append(ts_type - 1)
+        self.ts.append(ts if ts_type != 0 else None)
+        if self.include_headers:
+            self.headers.append(msg.headers())
+
+    def flush(self) -> Any:
+        import pyarrow as pa
+
+        n = len(self.offsets)
+        ts = pa.array(self.ts, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        arrays = [
+            pa.array(self.keys, type=pa.binary()),
+            pa.array(self.values, type=pa.binary()),
+            pa.array([self.topic] * n, type=pa.string()),
+            pa.array([self.partition] * n, type=pa.int32()),
+            pa.array(self.offsets, type=pa.int64()),
+            ts,
+            pa.array(self.ts_types, type=pa.int32()),
+        ]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, type=self.schema.field("headers").type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self._reset()
+        return batch
+
+
+def read_range(options: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+    """Yield ``pyarrow.RecordBatch``es with exactly the deliverable records of
+    ``[start, end)`` of ``topic``/``partition`` under the options' isolation level.
+
+    Raises ``DataLossError`` (failOnDataLoss) or ``RangeReadError``; never blocks longer than
+    ``pollTimeoutMs`` without progress."""
+    if end <= start:
+        handoff.record(topic, partition, end)
+        return
+    conf = options.consumer_config()
+    try:
+        yield from _read(_consumer(conf), options, topic, partition, start, end)
+    except BaseException:
+        # A consumer in an unknown state (mid-fetch, errored) is not reused.
+        _drop_consumer(conf)
+        raise
+    # The whole range was delivered: an exactly-once sink in this same task may commit it.
+    handoff.record(topic, partition, end)
+
+
+def _read(consumer: Any, options: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    tp = TopicPartition(topic, partition, start)
+    consumer.assign([tp])
+    builder = _BatchBuilder(topic, partition, options.include_headers)
+    timeout_s = options.poll_timeout_ms / 1000
+    last_progress = time.monotonic()
+    next_offset = start  # the lowest offset not yet accounted for
+    first = True
+    done = False
+    try:
+        while not done:
+            msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=0)
+            if not msgs:
+                m = consumer.poll(IDLE_POLL_S)
+                msgs = [m] if m is not None else []
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.topic() == topic and m.partition() == partition and m.offset() >= end:
+                            done = True
+                            break
+                        continue
+                    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        _data_loss(options, consumer, topic, partition, start, f"offset {start} is out of range: {err}")
+                        continue
+                    if err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                        log.warning("oncelog source %s-%d: transient consumer error: %s", topic, partition, err)
+                        continue
+                    raise RangeReadError(f"{topic}-{partition} [{start}, {end}): consumer error {err}")
+                if m.topic() != topic or m.partition() != partition:
+                    continue  # left over from another assignment
+                o = m.offset()
+                if o < next_offset:
+                    continue  # already seen (a re-fetch after a reconnect)
+                if o >= end:
+                    done = True
+                    break
+                if first and o > start:
+                    _check_gap_at_start(options, consumer, topic, partition, start, o)
+                first = False
+                builder.add(m)
+                next_offset = o + 1
+                last_progress = time.monotonic()
+                if len(builder) >= ROWS_PER_BATCH:
+                    yield builder.flush()
+                if next_offset >= end:
+                    done = True
+                    break
+            if done or msgs:
+                if msgs:
+                    last_progress = time.monotonic()
+                continue
+            # Nothing arrived: has the position moved past the range's trailing gap?
+            pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if pos >= end:
+                break
+            if time.monotonic() - last_progress > timeout_s:
+                raise RangeReadError(
+                    f"{topic}-{partition} [{start}, {end}): no progress for {timeout_s:.0f}s at position "
+                    f"{pos}, last record before offset {next_offset} (kafkaConsumer.pollTimeoutMs)"
+                )
+        if len(builder):
+            yield builder.flush()
+    finally:
+        consumer.unassign()
+
+
+def _check_gap_at_start(options: SourceOptions, consumer: Any, topic: str, partition: int, start: int, first: int) -> None:
+    """The first delivered offset is above ``start``: a transactional gap (markers, aborted
+    data) is normal; offsets deleted by retention are data loss."""
+    from confluent_kafka import TopicPartition
+
+    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    if low > start:
+        _data_loss(
+            options, consumer, topic, partition, start,
+            f"offsets [{start}, {min(low, first)}) were deleted before they were read (earliest is now {low})",
+        )
+
+
+def _data_loss(options: SourceOptions, consumer: Any, topic: str, partition: int, start: int, why: str) -> None:
+    msg = f"{topic}-{partition}: {why}"
+    if options.fail_on_data_loss:
+        raise DataLossError(msg + " (set failOnDataLoss=false to go on)")
+    log.warning("oncelog source: data loss: %s; going on (failOnDataLoss=false)", msg)

@@ -1,0 +1,234 @@
+"""Options of the ``oncelog`` data source, named like Spark's Kafka connector.
+
+Spark hands a data source its options as a case-insensitive mapping of strings. This module
+turns them into two small frozen dataclasses — ``SourceOptions`` and ``SinkOptions`` — and the
+librdkafka configuration dicts built from them, so that every other module works with typed,
+validated values. It imports neither Spark nor a Kafka client, so it is tested on its own.
+
+``kafka.<property>`` options are passed to the client as ``<property>`` (``kafka.bootstrap.servers``
+is required), as Spark's connector does. A few client properties are forced because the
+connector's correctness depends on them; they are listed in ``FORCED_CONSUMER``/``FORCED_PRODUCER``
+and a conflicting user value is an error rather than being silently overridden.
+
+Validation raises ``ValueError`` with the option's name in the message; Spark shows it to the
+user when the query starts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from oncelog.spark import offsets as off
+
+KAFKA_PREFIX = "kafka."
+
+#: Consumer properties the reader needs: it tracks positions itself (no auto commit) and relies
+#: on end-of-partition events to finish a range that ends in a gap.
+FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.partition.eof": "true"}
+#: The at-least-once writer still never writes a record twice on a retried *request*.
+FORCED_PRODUCER = {"enable.idempotence": "true"}
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+
+
+def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _int(opts: dict[str, str], name: str, default: int | None, *, minimum: int | None = None) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"option {name}: expected an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"option {name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"option {name}: expected true or false, got {raw!r}")
+
+
+def kafka_properties(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options without their prefix. Raises if bootstrap servers are missing."""
+    props = {k[len(KAFKA_PREFIX):]: v for k, v in _lower_keys(options).items() if k.startswith(KAFKA_PREFIX)}
+    if not props.get("bootstrap.servers"):
+        raise ValueError("option kafka.bootstrap.servers is required")
+    return props
+
+
+def _apply_forced(props: dict[str, str], forced: Mapping[str, str], role: str) -> dict[str, str]:
+    for k, v in forced.items():
+        if k in props and props[k].lower() != v:
+            raise ValueError(f"option kafka.{k}={props[k]} is not allowed: the {role} needs {k}={v}")
+        props[k] = v
+    return props
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What the reader was asked to read. Exactly one of subscribe/pattern/assign is set."""
+
+    client: dict[str, str]
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[off.TopicPartition, ...] = ()
+    starting: str | off.PartitionOffsets = "latest"
+    ending: str | off.PartitionOffsets = "latest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    group_for_lag: str | None = None
+    group_id_prefix: str = "spark-oncelog-source"
+    poll_timeout_ms: int = 120_000
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
+    isolation_level: str = field(default="read_committed")
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
+        opts = _lower_keys(options)
+        client = kafka_properties(options)
+        chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+        if len(chosen) != 1:
+            raise ValueError("exactly one of the options subscribe, subscribePattern, assign must be set")
+        subscribe: tuple[str, ...] = ()
+        pattern = None
+        assign: tuple[off.TopicPartition, ...] = ()
+        if chosen[0] == "subscribe":
+            subscribe = tuple(sorted({t.strip() for t in opts["subscribe"].split(",") if t.strip()}))
+            if not subscribe:
+                raise ValueError("option subscribe: no topic named")
+        elif chosen[0] == "subscribepattern":
+            pattern = opts["subscribepattern"]
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"option subscribePattern: {exc}") from None
+        else:
+            assign = tuple(off.parse_assign(opts["assign"]))
+
+        starting = off.parse_offsets_option(opts.get("startingoffsets", "latest" if streaming else "earliest"), name="startingOffsets")
+        ending: str | off.PartitionOffsets = "latest"
+        if "endingoffsets" in opts:
+            if streaming:
+                raise ValueError("option endingOffsets is for batch queries only")
+            ending = off.parse_offsets_option(opts["endingoffsets"], name="endingOffsets")
+            if ending == "earliest" or (isinstance(ending, dict) and off.EARLIEST in ending.values()):
+                raise ValueError("option endingOffsets: 'earliest' (-2) is not allowed")
+        if not streaming and (starting == "latest" or (isinstance(starting, dict) and off.LATEST in starting.values())):
+            raise ValueError("option startingOffsets: 'latest' (-1) is not allowed in batch queries")
+
+        isolation = client.get("isolation.level", "read_committed").lower()
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise ValueError(f"option kafka.isolation.level: expected read_committed or read_uncommitted, got {isolation!r}")
+        client["isolation.level"] = isolation
+        max_offsets = _int(opts, "maxOffsetsPerTrigger", None, minimum=1)
+        fail_on_data_loss = _bool(opts, "failOnDataLoss", True)
+        client.setdefault("auto.offset.reset", "error" if fail_on_data_loss else "earliest")
+        _apply_forced(client, FORCED_CONSUMER, "reader")
+        return cls(
+            client=client,
+            subscribe=subscribe,
+            pattern=pattern,
+            assign=assign,
+            starting=starting,
+            ending=ending,
+            max_offsets_per_trigger=max_offsets,
+            fail_on_data_loss=fail_on_data_loss,
+            include_headers=_bool(opts, "includeHeaders", False),
+            group_for_lag=opts.get("groupidforlag") or None,
+            group_id_prefix=opts.get("groupidprefix", "spark-oncelog-source"),
+            poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1) or 120_000,
+            fetch_offset_retries=_int(opts, "fetchOffset.numRetries", 3, minimum=0) or 0,
+            fetch_offset_retry_interval_ms=_int(opts, "fetchOffset.retryIntervalMs", 1000, minimum=0) or 0,
+            isolation_level=isolation,
+        )
+
+    def consumer_config(self) -> dict[str, str]:
+        """Configuration of the executors' range consumers (assign only, never subscribe)."""
+        conf = dict(self.client)
+        conf.setdefault("group.id", f"{self.group_id_prefix}-executor")
+        return conf
+
+    def admin_config(self) -> dict[str, str]:
+        """Configuration of the driver's AdminClient (consumer-only properties dropped)."""
+        consumer_only = {
+            "group.id", "isolation.level", "auto.offset.reset", "enable.auto.commit", "enable.partition.eof",
+            "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
+            "queued.min.messages", "queued.max.messages.kbytes", "session.timeout.ms", "heartbeat.interval.ms",
+            "max.poll.interval.ms", "auto.commit.interval.ms", "check.crcs", "group.instance.id",
+            "partition.assignment.strategy", "enable.auto.offset.store",
+        }
+        return {k: v for k, v in self.client.items() if k not in consumer_only}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """What the writer was asked to do. ``topic`` overrides a ``topic`` column, as in Spark."""
+
+    client: dict[str, str]
+    topic: str | None = None
+    guarantee: str = AT_LEAST_ONCE
+    transactional_id_prefix: str = "oncelog-spark"
+    input_offsets_group: str | None = None
+    write_id: str | None = None
+    flush_timeout_ms: int = 120_000
+    fault_point: str | None = None
+    fault_marker: str | None = None
+    fault_batch: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+        opts = _lower_keys(options)
+        client = kafka_properties(options)
+        guarantee = opts.get("delivery.guarantee", AT_LEAST_ONCE).strip().lower().replace("-", "_")
+        if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+            raise ValueError(f"option delivery.guarantee: expected {AT_LEAST_ONCE} or {EXACTLY_ONCE}, got {guarantee!r}")
+        if "transactional.id" in client:
+            raise ValueError(
+                "option kafka.transactional.id is not allowed: the exactly-once writer derives one id per "
+                "(query, task partition) from transactionalIdPrefix"
+            )
+        _apply_forced(client, FORCED_PRODUCER, "writer")
+        prefix = opts.get("transactionalidprefix", "oncelog-spark")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
+            raise ValueError(f"option transactionalIdPrefix: use letters, digits, '.', '_' and '-', got {prefix!r}")
+        fault_point = opts.get("faultinjection.point") or None
+        if fault_point is not None and fault_point not in FAULT_POINTS:
+            raise ValueError(f"option faultInjection.point: one of {sorted(FAULT_POINTS)}, got {fault_point!r}")
+        return cls(
+            client=client,
+            topic=opts.get("topic") or None,
+            guarantee=guarantee,
+            transactional_id_prefix=prefix,
+            input_offsets_group=opts.get("inputoffsetsgroup") or None,
+            write_id=opts.get("writeid") or None,
+            flush_timeout_ms=_int(opts, "flushTimeoutMs", 120_000, minimum=1) or 120_000,
+            fault_point=fault_point,
+            fault_marker=opts.get("faultinjection.marker") or None,
+            fault_batch=_int(opts, "faultInjection.batchId", None, minimum=0),
+        )
+
+    def producer_config(self) -> dict[str, str]:
+        conf = dict(self.client)
+        conf.setdefault("linger.ms", "5")
+        return conf
+
+
+#: Where a test may make a write task fail once (see ``faults.maybe_fail``): after the rows were
+#: produced but before the transaction commits, and after it committed but before the task ends.
+FAULT_POINTS = frozenset({"before_commit", "after_commit"})
