@@ -75,14 +75,22 @@ class Partition:
         plog = PartitionLog.open(path, config, now_ms)
         producers = ProducerStateManager(path, str(tp))
         end = plog.log_end_offset
-        if not producers.load_latest_snapshot(end):
+        snapshot_ok = producers.load_latest_snapshot(end)
+        aborted = AbortedTxnIndex.open(path, plog.log_start_offset, end)
+        recorded_last = int(producers.snapshot_extra.get("aborted_last", -1)) if snapshot_ok else -1
+        if snapshot_ok and (aborted.damaged or aborted.last_offset < recorded_last):
+            # Entries were lost (file deleted, cut, corrupted): re-derive the index, and with it
+            # the producer state, from the whole log.
+            log.warning("%s: aborted-transaction index damaged; rebuilding it from the whole log", tp)
+            snapshot_ok = False
+        if not snapshot_ok:
             producers.reset(plog.log_start_offset)
+            aborted.reset()
         elif producers.map_end_offset < plog.log_start_offset:
             # The log start moved past the snapshot (retention, DeleteRecords). As Kafka since
             # KIP-360, a producer's state outlives its data (until producer.id.expiration.ms):
             # keep it, and replay from the log start.
             producers.map_end_offset = plog.log_start_offset
-        aborted = AbortedTxnIndex.open(path, plog.log_start_offset, end)
         replayed = 0
         for h in plog.iter_headers(producers.map_end_offset):
             if h.is_control:
@@ -131,7 +139,7 @@ class Partition:
         base, last = self.log.append(batch, header, now_ms)
         self.producers.update(header, base, now_ms)
         if len(self.log.segments) != segments:
-            self.producers.write_snapshot()
+            self._snapshot()
         self._wake()
         return base, last
 
@@ -213,7 +221,12 @@ class Partition:
         """Flush and close the log and snapshot the producer state (a clean shutdown)."""
         self._wake()
         self.log.close()
-        self.producers.write_snapshot()
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        # The newest aborted-index entry is recorded so that a later open can tell when index
+        # entries were lost (see AbortedTxnIndex).
+        self.producers.write_snapshot(extra={"aborted_last": self.aborted.last_offset})
 
 
 def _index_marker(plog: PartitionLog, producers: ProducerStateManager, aborted: AbortedTxnIndex, h: records.BatchHeader) -> None:

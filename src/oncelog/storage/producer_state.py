@@ -118,6 +118,8 @@ class ProducerStateManager:
         self.map_end_offset = 0
         #: producer id -> first offset of its open transaction on this partition (for the LSO)
         self.ongoing: dict[int, int] = {}
+        #: what the loaded snapshot carried besides the producers (see write_snapshot)
+        self.snapshot_extra: dict = {}
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction on this partition, or None (R15)."""
@@ -215,14 +217,16 @@ class ProducerStateManager:
                 out.append(int(stem))
         return sorted(out)
 
-    def write_snapshot(self, keep: int = 2) -> Path:
+    def write_snapshot(self, keep: int = 2, *, extra: dict | None = None) -> Path:
         """Persist the state as of ``map_end_offset``; keeps the newest ``keep`` snapshots.
 
+        ``extra`` is stored alongside and comes back as ``snapshot_extra`` on load (the
+        partition records there what it needs to check its other derived files).
         Written to a temporary file, fsynced and renamed: a crash leaves the old snapshot or the
         new one, and a torn file is detected by its checksum.
         """
         payload = json.dumps(
-            {"end": self.map_end_offset, "producers": [e.to_json() for e in self.entries.values()]},
+            {"end": self.map_end_offset, "producers": [e.to_json() for e in self.entries.values()], "extra": extra or {}},
             separators=(",", ":"),
         ).encode()
         data = _SNAPSHOT_MAGIC + struct.pack(">HI", _SNAPSHOT_VERSION, crc32c.crc32c(payload)) + payload
@@ -277,6 +281,7 @@ class ProducerStateManager:
             entries[e.producer_id] = e
         self.entries = entries
         self.map_end_offset = int(doc["end"])
+        self.snapshot_extra = dict(doc.get("extra", {}))
         self.ongoing = {pid: e.current_txn_first_offset for pid, e in entries.items() if e.current_txn_first_offset is not None}
 
     def reset(self, offset: int) -> None:

@@ -15,7 +15,9 @@ One file per partition (Kafka keeps one per segment; a single file is simpler an
 small): fixed 34-byte records (version int16, pid int64, first int64, last int64, lso int64),
 appended with one write, never fsynced — like the offset indexes it is derived data, and
 ``Partition.open`` re-derives the entries of the log it replays. On open, entries at or beyond the
-log end (a torn tail was cut) are dropped, and a torn last entry is ignored. ``trim_below``
+log end (a torn tail was cut) are dropped; a missing, torn or inconsistent file sets ``damaged``
+and the partition rebuilds the index from the whole log (so does a file whose newest entry is
+older than the one the last producer snapshot recorded: entries were lost). ``trim_below``
 forgets entries wholly below the log start offset (retention) and compacts the file.
 
 Not thread-safe; used from the broker's event loop only.
@@ -48,6 +50,8 @@ class AbortedTxnIndex:
         self.path = Path(directory) / FILE_NAME
         self.entries: list[AbortedTxn] = []
         self._lasts: list[int] = []
+        #: set by ``open`` when the file was missing, torn or inconsistent: the caller rebuilds
+        self.damaged = False
 
     @classmethod
     def open(cls, directory: Path, log_start: int, log_end: int) -> "AbortedTxnIndex":
@@ -56,21 +60,30 @@ class AbortedTxnIndex:
             data = self.path.read_bytes()
         except FileNotFoundError:
             data = b""
+            self.damaged = log_end > log_start  # a log with data always has its index file
         whole = len(data) - len(data) % _ENTRY.size
+        if whole != len(data):
+            self.damaged = True
         kept = []
         for off in range(0, whole, _ENTRY.size):
             version, pid, first, last, lso = _ENTRY.unpack_from(data, off)
-            if version != _VERSION or last < first:
-                break  # damaged from here on: the replay in Partition.open re-derives entries
+            if version != _VERSION or last < first or (kept and last <= kept[-1].last_offset):
+                self.damaged = True
+                break
             if last >= log_end:
                 break
             if last >= log_start:
                 kept.append(AbortedTxn(pid, first, last, lso))
         self.entries = kept
         self._lasts = [e.last_offset for e in kept]
-        if whole != len(data) or len(kept) * _ENTRY.size != len(data):
+        if not self.path.exists() or whole != len(data) or len(kept) * _ENTRY.size != len(data):
             self._rewrite()
         return self
+
+    def reset(self) -> None:
+        """Forget every entry (before a rebuild from the log)."""
+        self.entries, self._lasts = [], []
+        self._rewrite()
 
     @property
     def last_offset(self) -> int:
