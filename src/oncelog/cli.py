@@ -26,10 +26,12 @@ from rich.table import Table
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.verify.cli import verify_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="oncelog: a Kafka-compatible, exactly-once broker")
 topics_app = typer.Typer(no_args_is_help=True, help="Create, list, describe and delete topics.")
 app.add_typer(topics_app, name="topics")
+app.add_typer(verify_app, name="verify")
 console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
