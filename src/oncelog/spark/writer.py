@@ -34,6 +34,8 @@ from oncelog.spark.schema import check_sink_schema
 
 log = logging.getLogger(__name__)
 
+#: At-least-once producers kept per worker process (one per distinct configuration).
+MAX_CACHED_PRODUCERS = 4
 _producers: dict[tuple[tuple[str, str], ...], "_AloProducer"] = {}
 
 
@@ -65,6 +67,8 @@ def write_at_least_once(batches: Iterator[Any], options: SinkOptions, partition_
     key = tuple(sorted(conf.items()))
     p = _producers.get(key)
     if p is None:
+        while len(_producers) >= MAX_CACHED_PRODUCERS:
+            _producers.pop(next(iter(_producers)))
         p = _producers[key] = _AloProducer(conf)
     p.errors.clear()
     try:
