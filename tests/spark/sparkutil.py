@@ -120,3 +120,47 @@ def run_available_now(
 
 def batches_with_data(query: Any) -> int:
     return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+
+
+def txn_producer(bootstrap: str, transactional_id: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5})
+    p.init_transactions(30)
+    return p
+
+
+def produce_in_txn(p: Producer, topic: str, items: Iterable[tuple[int, bytes | None, bytes]], *, end: str | None) -> None:
+    """One transaction of ``items``; ``end`` is 'commit', 'abort' or None (left open, flushed)."""
+    p.begin_transaction()
+    for part, key, value in items:
+        p.produce(topic, partition=part, key=key, value=value)
+    p.flush(30)
+    if end == "commit":
+        p.commit_transaction(30)
+    elif end == "abort":
+        p.abort_transaction(30)
+
+
+def group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """Committed offsets of ``group`` (stable: pending transactional offsets are waited for)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=10)
+    got = res[group].result(timeout=20)
+    return {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions or [] if tp.offset >= 0}
+
+
+def run_expect_failure(df: Any, checkpoint: str, *, fmt: str, timeout: float = 180.0, **options: str) -> str:
+    """Run a query that must fail; returns the failure's text."""
+    w = df.writeStream.format(fmt).option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    for k, v in options.items():
+        w = w.option(k, v)
+    q = w.start()
+    try:
+        q.awaitTermination(timeout)
+    except Exception as exc:  # StreamingQueryException
+        return str(exc)
+    if q.isActive:
+        q.stop()
+        raise AssertionError(f"query on {checkpoint} neither failed nor finished in {timeout}s")
+    raise AssertionError(f"query on {checkpoint} finished without the expected failure")

@@ -1,0 +1,106 @@
+"""Pure parts of the connector: offsets (canonical JSON, admission control) and options.
+No Spark, no broker: milliseconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oncelog.spark import offsets as off
+from oncelog.spark.options import SinkOptions, SourceOptions
+
+BS = {"kafka.bootstrap.servers": "127.0.0.1:9"}
+
+
+def test_canonical_json_orders_topics_and_partitions_numerically() -> None:
+    a = {("b", 10): 5, ("a", 2): 1, ("b", 9): 3, ("a", 10): 0}
+    b = dict(reversed(list(a.items())))
+    assert off.dumps(a) == off.dumps(b) == '{"a": {"2": 1, "10": 0}, "b": {"9": 3, "10": 5}}'
+    assert off.from_json_dict(json.loads(off.dumps(a))) == a
+
+
+@given(st.dictionaries(st.tuples(st.sampled_from("xyz"), st.integers(0, 20)), st.integers(0, 10**6), max_size=12))
+def test_json_round_trip_is_stable(offsets) -> None:
+    text = off.dumps(offsets)
+    assert off.dumps(off.from_json_dict(json.loads(text))) == text
+
+
+def test_starting_offsets_option() -> None:
+    assert off.parse_offsets_option("Earliest", name="s") == "earliest"
+    assert off.parse_offsets_option('{"t": {"0": -2, "1": 7}}', name="s") == {("t", 0): -2, ("t", 1): 7}
+    with pytest.raises(ValueError, match="startingOffsets"):
+        off.parse_offsets_option("{bad", name="startingOffsets")
+    with pytest.raises(ValueError, match="-5"):
+        off.parse_offsets_option('{"t": {"0": -5}}', name="s")
+
+
+def test_resolve_uses_earliest_and_latest_and_defaults_missing_partitions() -> None:
+    tps = [("t", 0), ("t", 1), ("t", 2)]
+    earliest = {tp: 10 for tp in tps}
+    latest = {tp: 100 for tp in tps}
+    spec = {("t", 0): off.LATEST, ("t", 1): 42}
+    assert off.resolve(spec, tps, earliest, latest, default="earliest") == {("t", 0): 100, ("t", 1): 42, ("t", 2): 10}
+    assert off.resolve("latest", tps, earliest, latest, default="earliest") == latest
+
+
+def test_rate_limit_shares_in_proportion_and_never_starves_a_partition() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 100}
+    latest = {("t", 0): 900, ("t", 1): 2, ("t", 2): 100}
+    end = off.rate_limit(start, latest, 100)
+    assert end[("t", 2)] == 100  # no backlog: stays
+    assert end[("t", 1)] == 1  # share 0.22 rounds up to 1
+    assert end[("t", 0)] == 99  # share 99.7 rounds down
+    assert off.rate_limit(start, latest, 10_000) == {("t", 0): 900, ("t", 1): 2, ("t", 2): 100}
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=8),
+    st.integers(1, 3000),
+)
+def test_rate_limit_bounds(pairs, limit) -> None:
+    start = {("t", i): min(a, b) for i, (a, b) in enumerate(pairs)}
+    latest = {("t", i): max(a, b) for i, (a, b) in enumerate(pairs)}
+    end = off.rate_limit(start, latest, limit)
+    for tp in latest:
+        assert start[tp] <= end[tp] <= latest[tp]
+    # Rounding a share below one up may exceed the limit by at most one offset per partition.
+    assert off.total_offsets(start, end) <= limit + len(latest)
+    if off.total_offsets(start, latest) > 0:
+        assert off.total_offsets(start, end) > 0, "a batch with backlog made no progress"
+
+
+def test_source_options_like_sparks_kafka_connector() -> None:
+    o = SourceOptions.parse({**BS, "subscribe": "b, a", "maxOffsetsPerTrigger": "5", "kafka.fetch.max.bytes": "1000"}, streaming=True)
+    assert o.subscribe == ("a", "b") and o.starting == "latest" and o.max_offsets_per_trigger == 5
+    conf = o.consumer_config()
+    assert conf["isolation.level"] == "read_committed"  # the default: never read aborted data
+    assert conf["fetch.max.bytes"] == "1000" and conf["enable.auto.commit"] == "false"
+    assert conf["auto.offset.reset"] == "error"  # failOnDataLoss=true
+    assert "fetch.max.bytes" not in o.admin_config()
+
+    b = SourceOptions.parse({**BS, "assign": '{"t": [1, 0]}', "endingOffsets": '{"t": {"0": 5, "1": -1}}'}, streaming=False)
+    assert b.assign == (("t", 0), ("t", 1)) and b.starting == "earliest"
+
+    for bad, match in [
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "exactly one"),
+        ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "enable.auto.commit"),
+        ({"subscribe": "a", "kafka.isolation.level": "dirty"}, "isolation"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "endingOffsets": "latest"}, "batch queries only"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            SourceOptions.parse({**BS, **bad}, streaming=True)
+    with pytest.raises(ValueError, match="bootstrap"):
+        SourceOptions.parse({"subscribe": "a"}, streaming=True)
+
+
+def test_sink_options() -> None:
+    s = SinkOptions.parse({**BS, "topic": "o", "delivery.guarantee": "exactly-once"})
+    assert s.guarantee == "exactly_once" and s.producer_config()["enable.idempotence"] == "true"
+    with pytest.raises(ValueError, match="transactional.id"):
+        SinkOptions.parse({**BS, "kafka.transactional.id": "x"})
+    with pytest.raises(ValueError, match="delivery.guarantee"):
+        SinkOptions.parse({**BS, "delivery.guarantee": "maybe"})
