@@ -27,7 +27,7 @@ escaping this module is a bug. The module is pure: no I/O, no asyncio.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import cramjam
@@ -47,6 +47,7 @@ __all__ = [
     "Record",
     "build_batch",
     "build_control_batch",
+    "filter_batch",
     "iter_batches",
     "iter_records",
     "offset_prefix",
@@ -472,7 +473,7 @@ def _encode_records(records: Sequence[tuple], base_ts: int) -> bytes:
         body.clear()
         body.append(0)
         _encode_varint(ts - base_ts, body)
-        _encode_varint(i, body)
+        _encode_varint(rec[4] if len(rec) > 4 else i, body)  # 5th element: offset delta (compaction)
         for field in (key, value):
             if field is None:
                 _encode_varint(-1, body)
@@ -597,3 +598,42 @@ def read_control_marker(buf: bytes | bytearray | memoryview) -> ControlMarker:
         _vversion, epoch = _CONTROL_VALUE.unpack_from(rec.value)
         return ControlMarker(ctype == CONTROL_COMMIT, epoch)
     raise InvalidRecord(f"control batch at offset {h.base_offset} has no record")
+
+
+def filter_batch(buf: bytes | bytearray | memoryview, keep: Callable[[Record], bool]) -> bytes | None:
+    """Compaction: the batch at the start of ``buf`` with only the records ``keep`` accepts.
+
+    Everything else stays as written: base offset and lastOffsetDelta (so the batch still spans
+    its original offsets and the producer's sequence range, as Kafka's cleaner keeps them), base
+    and max timestamps, producer id, epoch and base sequence, attributes (compression codec,
+    transactional flag); each kept record keeps its offset and timestamp. Returns the batch's own
+    bytes when every record is kept, None when none is. Raises CorruptMessage if the batch does
+    not decode. Not for control batches (ValueError).
+    """
+    h = parse_header(buf)
+    if h.is_control:
+        raise ValueError(f"control batch at offset {h.base_offset} cannot be filtered")
+    recs = list(iter_records(buf))
+    kept = [r for r in recs if keep(r)]
+    if len(kept) == len(recs):
+        return bytes(buf[: h.size])
+    if not kept:
+        return None
+    payload = _encode_records(
+        [(r.key, r.value, r.headers, r.timestamp, r.offset - h.base_offset) for r in kept], h.base_timestamp
+    )
+    if h.compression != COMPRESSION_NONE:
+        payload = _compress(h.compression, payload)
+    return _assemble(
+        payload,
+        base_offset=h.base_offset,
+        attributes=h.attributes,
+        last_offset_delta=h.last_offset_delta,
+        base_timestamp=h.base_timestamp,
+        max_timestamp=h.max_timestamp,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        records_count=len(kept),
+        partition_leader_epoch=h.partition_leader_epoch,
+    )

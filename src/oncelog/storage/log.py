@@ -431,8 +431,12 @@ class PartitionLog:
         """Delete the oldest segments breaching retention.ms (age measured from the segment's
         largest timestamp, or its mtime if it has none) or retention.bytes, never the active
         segment; advance log_start_offset. Returns the number of segments deleted. Their files
-        become ``*.deleted`` and are removed by ``cleanup_deleted`` after file.delete.delay.ms."""
+        become ``*.deleted`` and are removed by ``cleanup_deleted`` after file.delete.delay.ms.
+        Only for cleanup.policy ``delete`` (or ``compact,delete``): a compacted-only log, such as
+        ``__consumer_offsets``, keeps every segment (the cleaner bounds it), as in Kafka."""
         c = self.config
+        if "delete" not in c.cleanup_policy.split(","):
+            return 0
         doomed = 0
         excess = self.size_bytes - c.retention_bytes if c.retention_bytes >= 0 else 0
         for seg in self._segments[:-1]:
@@ -475,6 +479,24 @@ class PartitionLog:
         if self._segments[0].base_offset > self._log_start:
             self._log_start = self._segments[0].base_offset
             self._write_log_start()
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment, now_ms: int) -> None:
+        """Compaction (storage/cleaner.py): put ``new`` in the place of ``old``, consecutive live
+        segments other than the active one, whose files the cleaner has already moved away.
+        ``new`` starts at ``old[0].base_offset`` and holds a subset of their batches. The old
+        segments are retired like deleted ones (their open slices stay readable for
+        file.delete.delay.ms). Raises ValueError (a caller bug) if ``old`` is not such a run."""
+        try:
+            i = next(k for k, s in enumerate(self._segments) if s is old[0])
+        except StopIteration:
+            raise ValueError(f"{self.path}: segment {old[0].base_offset} is not live") from None
+        if (self._segments[i : i + len(old)] != old or i + len(old) >= len(self._segments)
+                or new.base_offset != old[0].base_offset):
+            raise ValueError(f"{self.path}: {old} is not a run of inactive live segments starting at {new.base_offset}")
+        for seg in old:
+            self._retire(seg, now_ms)
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
 
     def _retire(self, seg: LogSegment, now_ms: int | None) -> None:
         seg.rename_to_deleted()
