@@ -17,6 +17,7 @@ from typing import Callable
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
 from oncelog.broker.server import Server
 from oncelog.clock import Clock, SystemClock
@@ -50,6 +51,7 @@ class Broker:
         self.groups: GroupCoordinator | None = None  # set by start()
         self.server = Server(self, config.host, config.port)
         self._housekeeping: list[asyncio.Task[None]] = []
+        self.cleaner = cleaner.Cleaner()
 
     @property
     def advertised_host(self) -> str:
@@ -64,6 +66,7 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _load_or_create_cluster_id(data_dir)
         self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
+        cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self.replicas.open()
         self.groups = GroupCoordinator(self.replicas, self.config, self.clock)
         self.groups.start()  # creates __consumer_offsets, loads it in the background
@@ -71,6 +74,8 @@ class Broker:
         bound = await self.server.start()
         self._housekeeping.append(asyncio.create_task(self._retention_loop()))
         self._housekeeping.append(asyncio.create_task(self._producer_expiry_loop()))
+        if self.config.log_cleaner_enable:
+            self._housekeeping.append(asyncio.create_task(self._cleaner_loop()))
         return bound
 
     def _start_transaction_coordinator(self, data_dir: Path) -> None:
@@ -136,6 +141,7 @@ class Broker:
         self._housekeeping.append(asyncio.get_running_loop().create_task(loop()))
 
     async def stop(self) -> None:
+        self.cleaner.stop.set()
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
@@ -155,6 +161,32 @@ class Broker:
                     log.info("expired %d idle producer id(s)", gone)
             except Exception:
                 log.exception("bug: producer id expiry failed")
+
+    async def _cleaner_loop(self) -> None:
+        """Compact the partitions of compacted topics (R4), one after the other, every
+        log.cleaner.backoff.ms. A partition's new segments are built in a thread; the swap and
+        everything else happen on the event loop (storage/cleaner.py)."""
+        while True:
+            await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000)
+            for tp, part in list(self.replicas.partitions.items()):
+                try:
+                    plan = self.cleaner.plan(part.log, part.last_stable_offset, self.clock.now_ms())
+                    if plan is None:
+                        continue
+                    await asyncio.to_thread(self.cleaner.build, plan)  # discards the plan if it fails
+                    if self.replicas.partitions.get(tp) is not part:
+                        self.cleaner.abort(plan)  # the topic was deleted meanwhile
+                        continue
+                    res = self.cleaner.commit(plan)
+                    if res.bytes_after != res.bytes_before:
+                        log.info("compacted %s: %d segment(s), %d bytes -> %d segment(s), %d bytes", tp,
+                                 res.segments_before, res.bytes_before, res.segments_after, res.bytes_after)
+                except asyncio.CancelledError:
+                    raise
+                except InterruptedError:
+                    return
+                except Exception:
+                    log.exception("compaction of %s failed; it is retried in the next pass", tp)
 
     async def _retention_loop(self) -> None:
         interval = self.config.log_retention_check_interval_ms / 1000

@@ -1,0 +1,450 @@
+"""Log compaction for topics with ``cleanup.policy`` containing ``compact`` (R4); the internal
+topics (``__consumer_offsets``, ``__transaction_state``) are compacted.
+
+What a pass keeps, over the *cleanable* range — every segment but the active one, up to the last
+stable offset (an open transaction's data is never touched) and older than
+min.compaction.lag.ms:
+
+* the last value of every key (a later record with the same key supersedes an earlier one;
+  records without a key are kept);
+* a tombstone (null value) that is the last record of its key, until its timestamp is
+  delete.retention.ms old — long enough for a consumer that is reading to see the deletion;
+* no record of an aborted transaction, and an aborted or committed transaction's records never
+  supersede anything until its marker is in the cleanable range;
+* a control batch (transaction marker) as long as any record of its transaction remains, and then
+  until it is delete.retention.ms old (so a read_committed consumer still sees the end of a
+  transaction it has read into); a transaction's data never outlives its marker, so the LSO of a
+  rebuilt partition is right;
+* every producer's last batch in the range whole, so the producer state a restart rebuilds from
+  the log (without a snapshot) still knows the producer's epoch and last sequence.
+
+A rewritten batch keeps its base offset, lastOffsetDelta, producer fields and codec, and each
+record its offset (records.filter_batch). Cleaning is per record in Python: never on the produce
+or fetch path.
+
+Crash safety. A pass rewrites groups of consecutive segments (at most segment.bytes together)
+into one new segment each, based at the group's first offset X, built in
+``<partition>/cleaner.tmp/`` (fsynced). The swap of a group then is: rename the new files'
+directory to ``<X>-<Y>.swap`` (Y: base offset of the segment after the group) — the commit point
+— then rename the old segments to ``*.deleted`` and move the new files in (the ``.log`` last).
+``recover`` (run before the logs are opened) deletes ``cleaner.tmp`` and completes every
+``.swap`` it finds: segment files with a base in [X, Y) go, the new ones move in. A crash thus
+leaves the old segments or the new one, never a mix.
+
+Planning and swapping run on the event loop; building (reading the old segments through
+duplicated descriptors, writing the new files) may run in a thread: the swap checks that the
+planned segments are still the live ones and gives up otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from oncelog.protocol import records
+from oncelog.protocol.errors import KafkaError
+from oncelog.storage.log import PartitionLog
+from oncelog.storage.segment import LogSegment, segment_stem
+
+__all__ = ["Cleaner", "CleanResult", "recover"]
+
+log = logging.getLogger(__name__)
+
+TMP_DIR = "cleaner.tmp"
+SWAP_SUFFIX = ".swap"
+MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
+_SEGMENT_EXTS = (".log", ".index", ".timeindex")
+_CHUNK = 1 << 20
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+
+def is_compacted(cleanup_policy: str) -> bool:
+    return "compact" in cleanup_policy.split(",")
+
+
+# -- recovery -------------------------------------------------------------------------------------
+
+
+def recover(data_dir: Path) -> int:
+    """Finish or undo interrupted cleanings in every partition directory of ``data_dir`` (call
+    before opening the logs). Returns the number of swaps completed."""
+    done = 0
+    if not data_dir.is_dir():
+        return 0
+    for part in data_dir.iterdir():
+        if not part.is_dir():
+            continue
+        shutil.rmtree(part / TMP_DIR, ignore_errors=True)
+        for swap in sorted(part.glob(f"*{SWAP_SUFFIX}")):
+            if swap.is_dir() and _finish_swap(part, swap):
+                log.warning("%s: completed an interrupted compaction swap %s", part, swap.name)
+                done += 1
+    return done
+
+
+def _parse_swap(name: str) -> tuple[int, int] | None:
+    stem = name[: -len(SWAP_SUFFIX)]
+    x, sep, y = stem.partition("-")
+    if not sep or not (x.isdigit() and y.isdigit()):
+        return None
+    return int(x), int(y)
+
+
+def _finish_swap(part: Path, swap: Path) -> bool:
+    """Make the new segment of ``swap`` live: remove every segment file based in [X, Y) still
+    in ``part`` (unless the new ``.log`` was already moved in), move the new files in, ``.log``
+    last. Idempotent."""
+    span = _parse_swap(swap.name)
+    if span is None:
+        log.error("%s: unknown swap directory %s left alone", part, swap.name)
+        return False
+    x, y = span
+    if (swap / f"{segment_stem(x)}.log").exists():
+        for f in part.iterdir():
+            stem, dot, ext = f.name.partition(".")
+            if (dot and f".{ext}" in _SEGMENT_EXTS and len(stem) == 20 and stem.isdigit()
+                    and x <= int(stem) < y and f.is_file()):
+                f.unlink()
+    for f in sorted(swap.iterdir(), key=lambda p: p.suffix == ".log"):
+        os.replace(f, part / f.name)
+    swap.rmdir()
+    _fsync_dir(part)
+    return True
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- a pass -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """Consecutive old segments and the one new segment that replaces them."""
+
+    segments: list[LogSegment] = field(default_factory=list)
+    end: int = -1  # base offset of the segment after the group (Y)
+    built: Path | None = None  # directory holding the new segment's files
+    changed: bool = False
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+@dataclass
+class _Plan:
+    plog: PartitionLog
+    segments: list[LogSegment]  # the cleanable segments
+    fds: list[tuple[int, int]]  # a duplicated descriptor and the size of each
+    after: int  # base offset of the first segment after them
+    delete_retention_ms: int
+    now_ms: int
+    groups: list[_Group] = field(default_factory=list)  # formed by build()
+    next_deadline: int | None = None
+
+
+@dataclass
+class CleanResult:
+    segments_before: int = 0
+    segments_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+@dataclass
+class _State:
+    clean_end: int = -1  # offsets below it were cleaned by the last pass
+    next_deadline: int | None = None  # when a kept tombstone or marker becomes removable
+
+
+@dataclass
+class _Scan:
+    """What pass 1 learns over the cleanable range."""
+
+    latest: dict[bytes, int] = field(default_factory=dict)  # key -> offset of its last decided record
+    aborted: set[int] = field(default_factory=set)  # base offsets of aborted transactional batches
+    decided: set[int] = field(default_factory=set)  # base offsets of transactional batches with a marker
+    last_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset of its last batch
+
+
+class Cleaner:
+    """Compacts partition logs; remembers per log how far it cleaned (in memory: after a restart
+    the first pass cleans everything once more, which is harmless)."""
+
+    def __init__(self) -> None:
+        self._state: dict[Path, _State] = {}
+        self.stop = threading.Event()
+
+    # -- on the event loop ----------------------------------------------------------------------
+
+    def plan(self, plog: PartitionLog, upper: int, now_ms: int, *, force: bool = False) -> _Plan | None:
+        """The groups of segments to clean now, or None when the log does not need it.
+        ``upper``: nothing at or above this offset is touched (the partition's LSO)."""
+        c = plog.config
+        if not is_compacted(c.cleanup_policy):
+            return None
+        cleanable: list[LogSegment] = []
+        for seg in plog.segments[:-1]:
+            if seg.next_offset > upper:
+                break
+            if c.min_compaction_lag_ms > 0 and seg.max_timestamp > now_ms - c.min_compaction_lag_ms:
+                break
+            cleanable.append(seg)
+        if not cleanable:
+            return None
+        state = self._state.setdefault(plog.path, _State())
+        total = sum(s.size for s in cleanable)
+        dirty = sum(s.size for s in cleanable if s.base_offset >= state.clean_end)
+        due = state.next_deadline is not None and now_ms >= state.next_deadline
+        if not force and not due and (dirty == 0 or dirty < MIN_CLEANABLE_DIRTY_RATIO * total):
+            return None
+        after = plog.segments[len(cleanable)].base_offset
+        fds = [(os.dup(s.fd), s.size) for s in cleanable]
+        return _Plan(plog, cleanable, fds, after, c.delete_retention_ms, now_ms)
+
+    def commit(self, plan: _Plan) -> CleanResult:
+        """Swap in the groups that changed (see the module docstring); close the duplicated
+        descriptors. A group whose segments are no longer the live ones is dropped."""
+        plog, result = plan.plog, CleanResult()
+        try:
+            for g in plan.groups:
+                result.segments_before += len(g.segments)
+                result.bytes_before += g.bytes_before or sum(s.size for s in g.segments)
+                if not g.changed or g.built is None:
+                    result.segments_after += len(g.segments)
+                    result.bytes_after += sum(s.size for s in g.segments)
+                    continue
+                if not self._still_live(plog, g):
+                    log.info("%s: segments changed while cleaning; skipping group at %d", plog.path, g.segments[0].base_offset)
+                    result.segments_after += len(g.segments)
+                    result.bytes_after += sum(s.size for s in g.segments)
+                    continue
+                new = self._swap(plog, g, plan.now_ms)
+                result.segments_after += 1
+                result.bytes_after += new.size
+            state = self._state.setdefault(plog.path, _State())
+            state.clean_end = plan.after
+            state.next_deadline = plan.next_deadline
+        finally:
+            self._discard(plan)
+        return result
+
+    def abort(self, plan: _Plan) -> None:
+        self._discard(plan)
+
+    def _discard(self, plan: _Plan) -> None:
+        for fd, _ in plan.fds:
+            os.close(fd)
+        plan.fds = []
+        shutil.rmtree(plan.plog.path / TMP_DIR, ignore_errors=True)
+
+    @staticmethod
+    def _still_live(plog: PartitionLog, g: _Group) -> bool:
+        live = list(plog.segments)
+        for i, seg in enumerate(live):
+            if seg is g.segments[0]:
+                run = live[i : i + len(g.segments)]
+                return (
+                    len(run) == len(g.segments)
+                    and all(a is b for a, b in zip(run, g.segments))
+                    and i + len(g.segments) < len(live)
+                    and live[i + len(g.segments)].base_offset == g.end
+                )
+        return False
+
+    @staticmethod
+    def _swap(plog: PartitionLog, g: _Group, now_ms: int) -> LogSegment:
+        assert g.built is not None
+        x = g.segments[0].base_offset
+        swap = plog.path / f"{segment_stem(x)}-{segment_stem(g.end)}{SWAP_SUFFIX}"
+        os.rename(g.built, swap)  # the commit point
+        _fsync_dir(plog.path)
+        for seg in g.segments:
+            seg.rename_to_deleted()
+        _finish_swap(plog.path, swap)
+        new = LogSegment.open(plog.path, x, index_interval_bytes=plog.config.index_interval_bytes, now_ms=now_ms)
+        new.mark_inactive()
+        plog.replace_segments(g.segments, new, now_ms)
+        return new
+
+    def clean(self, plog: PartitionLog, upper: int, now_ms: int, *, force: bool = False) -> CleanResult | None:
+        """Plan, build and commit one pass synchronously (tests, tools). None if not needed."""
+        plan = self.plan(plog, upper, now_ms, force=force)
+        if plan is None:
+            return None
+        self.build(plan)
+        return self.commit(plan)
+
+    # -- may run in a thread ----------------------------------------------------------------------
+
+    def build(self, plan: _Plan) -> None:
+        """Pass 1 (what is the latest record of each key, which transactions aborted), pass 2
+        (write each group's kept batches into a new segment under ``cleaner.tmp``). Reads only
+        the duplicated descriptors. On any failure (OSError, KafkaError, ``stop`` set) the plan is
+        discarded — descriptors closed, temporary files removed — and the error raised, so a
+        caller that runs this in a thread never has to touch the plan's descriptors itself."""
+        try:
+            self._build(plan)
+        except BaseException:
+            self._discard(plan)
+            raise
+
+    def _build(self, plan: _Plan) -> None:
+        scan = _Scan()
+        open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]] = {}
+        for fd, size in plan.fds:
+            for h, data in _batches(fd, size):
+                self._scan_batch(h, data, scan, open_txns)
+        tmp = plan.plog.path / TMP_DIR
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        limit = plan.plog.config.segment_bytes
+        retained: dict[int, bool] = {}  # producer id -> its current transaction kept a record
+        group: _Group | None = None
+        out: LogSegment | None = None
+        try:
+            for seg, (fd, size) in zip(plan.segments, plan.fds):
+                kept: list[bytes] = []
+                changed = False
+                for h, data in _batches(fd, size):
+                    if self.stop.is_set():
+                        raise InterruptedError("cleaner stopping")
+                    new = self._rewrite(h, data, scan, retained, plan)
+                    if new is None:
+                        changed = True
+                    else:
+                        changed = changed or (new is not data and new != data)
+                        kept.append(new)
+                kept_size = sum(len(b) for b in kept)
+                if group is None or out is None or (out.size and out.size + kept_size > limit) or (
+                    seg.next_offset - group.segments[0].base_offset > _MAX_RELATIVE_OFFSET
+                ):
+                    if group is not None and out is not None:
+                        self._seal(group, out, seg.base_offset)
+                    group = _Group()
+                    plan.groups.append(group)
+                    out_dir = tmp / segment_stem(seg.base_offset)
+                    out_dir.mkdir()
+                    group.built = out_dir
+                    out = LogSegment.create(out_dir, seg.base_offset, index_interval_bytes=plan.plog.config.index_interval_bytes,
+                                            now_ms=plan.now_ms)
+                group.segments.append(seg)
+                group.changed = group.changed or changed or len(group.segments) > 1
+                group.bytes_before += size
+                for b in kept:
+                    out.append(b, records.parse_header(b))
+            if group is not None and out is not None:
+                self._seal(group, out, plan.after)
+                out = None
+        finally:
+            if out is not None:
+                out.close()
+        _fsync_dir(tmp)
+
+    @staticmethod
+    def _seal(group: _Group, out: LogSegment, end: int) -> None:
+        group.end = end
+        group.bytes_after = out.size
+        out.mark_inactive()
+        out.flush()
+        out.close()
+        assert group.built is not None
+        _fsync_dir(group.built)
+
+    @staticmethod
+    def _scan_batch(h: records.BatchHeader, data: bytes, scan: _Scan,
+                    open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]]) -> None:
+        if h.producer_id >= 0:
+            scan.last_batch[h.producer_id] = h.base_offset
+        if h.is_control:
+            marker = records.read_control_marker(data)
+            for base, recs in open_txns.pop(h.producer_id, []):
+                scan.decided.add(base)
+                if marker.commit:
+                    for key, offset in recs:
+                        if offset > scan.latest.get(key, -1):
+                            scan.latest[key] = offset
+                else:
+                    scan.aborted.add(base)
+            return
+        keyed = [(r.key, r.offset) for r in records.iter_records(data) if r.key is not None]
+        if h.is_transactional:
+            open_txns.setdefault(h.producer_id, []).append((h.base_offset, keyed))
+            return
+        for key, offset in keyed:
+            if offset > scan.latest.get(key, -1):
+                scan.latest[key] = offset
+
+    @staticmethod
+    def _rewrite(h: records.BatchHeader, data: bytes, scan: _Scan, retained: dict[int, bool], plan: _Plan) -> bytes | None:
+        """The batch to write for ``data`` (``data`` itself when unchanged), or None to drop it."""
+        now, keep_for = plan.now_ms, plan.delete_retention_ms
+        last_of_producer = h.producer_id >= 0 and scan.last_batch.get(h.producer_id) == h.base_offset
+
+        def deadline(ts: int) -> None:
+            d = ts + keep_for
+            plan.next_deadline = d if plan.next_deadline is None else min(plan.next_deadline, d)
+
+        if h.is_control:
+            had_data = retained.pop(h.producer_id, False)
+            if had_data or last_of_producer:
+                return data
+            if h.max_timestamp + keep_for > now:
+                deadline(h.max_timestamp)
+                return data
+            return None
+        if h.is_transactional:
+            if last_of_producer:
+                retained[h.producer_id] = True
+                return data
+            if h.base_offset in scan.aborted:
+                return None
+        decided = not h.is_transactional or h.base_offset in scan.decided
+
+        def keep(r: records.Record) -> bool:
+            if r.key is None:
+                return True
+            latest = scan.latest.get(r.key, -1)
+            if latest > r.offset:
+                return False  # superseded
+            if r.value is None and decided and latest == r.offset:
+                if r.timestamp + keep_for <= now:
+                    return False  # an old tombstone
+                deadline(r.timestamp)
+            return True
+
+        if last_of_producer:
+            for r in records.iter_records(data):
+                keep(r)  # still schedule its tombstones
+            return data
+        kept = records.filter_batch(data, keep)
+        if kept is not None and h.is_transactional:
+            retained[h.producer_id] = True
+        return kept
+
+
+def _batches(fd: int, size: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
+    """Every batch of a segment file (read through ``fd``), with its bytes."""
+    pos = 0
+    while pos < size:
+        buf = os.pread(fd, min(_CHUNK, size - pos), pos)
+        consumed = 0
+        for p, h in records.iter_batches(buf):
+            yield h, buf[p : p + h.size]
+            consumed = p + h.size
+        if consumed == 0:  # a batch larger than the chunk
+            h = records.parse_header(buf)
+            if h.size <= len(buf):
+                raise KafkaError(f"unreadable batch at position {pos}")
+            yield h, os.pread(fd, h.size, pos)
+            consumed = h.size
+        pos += consumed
