@@ -6,6 +6,7 @@ output (tools wait for it); logs go to standard error. SIGTERM or SIGINT stops i
 connections, open ones closed, every log flushed and closed, exit status 0.
 
 ``oncelog topics create|list|describe|delete`` administer topics over the wire, like any client.
+``oncelog groups list|describe|reset-offsets`` do the same for consumer groups.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="oncelog: a K
 topics_app = typer.Typer(no_args_is_help=True, help="Create, list, describe and delete topics.")
 app.add_typer(topics_app, name="topics")
 app.add_typer(verify_app, name="verify")
+groups_app = typer.Typer(no_args_is_help=True, help="List and describe consumer groups; reset their offsets.")
+app.add_typer(groups_app, name="groups")
 console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
@@ -213,6 +216,167 @@ def topics_delete(name: str, bootstrap: str = BOOTSTRAP) -> None:
         res = c.request(apis.DELETE_TOPICS, req, version=v).responses[0]
         _check(res.error_code, f"cannot delete {name}", getattr(res, "error_message", None))
         console.print(f"deleted topic [bold]{name}[/bold]")
+
+
+# -- consumer groups ----------------------------------------------------------------------------
+
+
+def _group_request(c: ProtocolClient, api_key: int, cls: str, **fields: object) -> object:
+    from oncelog.broker.messages import make
+
+    v = c.version_for(api_key)
+    return c.request(api_key, make(c.classes(api_key, v)[cls], **fields), version=v)
+
+
+def _describe_group(c: ProtocolClient, group: str) -> object:
+    res = _group_request(c, apis.DESCRIBE_GROUPS, "DescribeGroupsRequest", groups=(group,),
+                         include_authorized_operations=False)
+    return res.groups[0]  # type: ignore[attr-defined]
+
+
+def _committed(c: ProtocolClient, group: str) -> dict[tuple[str, int], int]:
+    """Every committed offset of ``group``."""
+    v = c.version_for(apis.OFFSET_FETCH)
+    m = c.classes(apis.OFFSET_FETCH, v)
+    from oncelog.broker.messages import make
+
+    if "OffsetFetchRequestGroup" in m:
+        req = make(m["OffsetFetchRequest"], groups=(make(m["OffsetFetchRequestGroup"], group_id=group, topics=None),),
+                   require_stable=False)
+        res = c.request(apis.OFFSET_FETCH, req, version=v).groups[0]
+    else:
+        res = c.request(apis.OFFSET_FETCH, make(m["OffsetFetchRequest"], group_id=group, topics=None,
+                                                 require_stable=False), version=v)
+    _check(res.error_code, f"cannot fetch the offsets of {group}")
+    return {(t.name, p.partition_index): p.committed_offset for t in res.topics for p in t.partitions
+            if p.committed_offset >= 0}
+
+
+def _partition_count(c: ProtocolClient, topic: str) -> int:
+    t = _metadata(c, [topic]).topics[0]  # type: ignore[attr-defined]
+    _check(t.error_code, f"unknown topic {topic}")
+    return len(t.partitions)
+
+
+@groups_app.command("list")
+def groups_list(bootstrap: str = BOOTSTRAP) -> None:
+    """Every consumer group, with its protocol type and state."""
+    with ProtocolClient(bootstrap) as c:
+        res = _group_request(c, apis.LIST_GROUPS, "ListGroupsRequest", states_filter=())
+        if res.error_code:  # type: ignore[attr-defined]
+            console.print(f"[yellow]partial list: {ErrorCode(res.error_code).name}[/yellow]")  # type: ignore[attr-defined]
+        table = Table()
+        for col in ("group", "protocol type", "state"):
+            table.add_column(col)
+        for g in sorted(res.groups, key=lambda g: g.group_id):  # type: ignore[attr-defined]
+            table.add_row(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+        console.print(table)
+
+
+@groups_app.command("describe")
+def groups_describe(group: str, bootstrap: str = BOOTSTRAP) -> None:
+    """Members and their assignments, committed offsets, log end offsets and lag."""
+    from oncelog.coordinator.group.consumer_protocol import assigned_partitions
+
+    with ProtocolClient(bootstrap) as c:
+        d = _describe_group(c, group)
+        _check(d.error_code, f"cannot describe {group}")  # type: ignore[attr-defined]
+        console.print(f"group [bold]{group}[/bold]: state {d.group_state}, protocol "  # type: ignore[attr-defined]
+                      f"{d.protocol_type or '-'}/{d.protocol_data or '-'}, {len(d.members)} member(s)",  # type: ignore[attr-defined]
+                      highlight=False)
+        owner: dict[tuple[str, int], str] = {}
+        members = Table(title="members")
+        for col in ("member id", "instance id", "client id", "host", "assignment"):
+            members.add_column(col)
+        for mb in d.members:  # type: ignore[attr-defined]
+            parts = assigned_partitions(mb.member_assignment) if d.protocol_type == "consumer" else None  # type: ignore[attr-defined]
+            for topic, ps in (parts or {}).items():
+                for p in ps:
+                    owner[(topic, p)] = mb.member_id
+            shown = ", ".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted((parts or {}).items()))
+            members.add_row(mb.member_id, mb.group_instance_id or "-", mb.client_id, mb.client_host, shown or "-")
+        if d.members:  # type: ignore[attr-defined]
+            console.print(members)
+        committed = _committed(c, group)
+        offsets = Table(title="offsets")
+        for col in ("topic", "partition", "committed", "log end", "lag", "member"):
+            offsets.add_column(col, justify="right" if col in ("partition", "committed", "log end", "lag") else "left")
+        for topic in sorted({t for t, _ in committed} | {t for t, _ in owner}):
+            ends = _offsets(c, topic, _partition_count(c, topic), -1)
+            for p in sorted(ends):
+                if (topic, p) not in committed and (topic, p) not in owner:
+                    continue
+                done = committed.get((topic, p))
+                lag = str(max(ends[p] - done, 0)) if done is not None else "-"
+                offsets.add_row(topic, str(p), "-" if done is None else str(done), str(ends[p]), lag,
+                                owner.get((topic, p), "-"))
+        console.print(offsets)
+
+
+@groups_app.command("reset-offsets")
+def groups_reset_offsets(
+    group: str,
+    topic: list[str] = typer.Option(..., "--topic", "-t", help="TOPIC or TOPIC:P1,P2 (repeatable)"),
+    to_earliest: bool = typer.Option(False, "--to-earliest"),
+    to_latest: bool = typer.Option(False, "--to-latest"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset"),
+    shift_by: Optional[int] = typer.Option(None, "--shift-by", help="move the committed offsets by N (may be negative)"),
+    execute: bool = typer.Option(False, "--execute", help="commit the new offsets (default: only show them)"),
+    bootstrap: str = BOOTSTRAP,
+) -> None:
+    """Set a group's committed offsets (like kafka-consumer-groups --reset-offsets); the group must have no active members. Without --execute the plan is only printed."""
+    if sum((to_earliest, to_latest, to_offset is not None, shift_by is not None)) != 1:
+        raise typer.BadParameter("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by")
+    with ProtocolClient(bootstrap) as c:
+        committed = _committed(c, group)
+        plan: list[tuple[str, int, int | None, int]] = []
+        for spec in topic:
+            name, _, parts = spec.partition(":")
+            n = _partition_count(c, name)
+            wanted = [int(p) for p in parts.split(",")] if parts else list(range(n))
+            lo, hi = _offsets(c, name, n, -2), _offsets(c, name, n, -1)
+            for p in wanted:
+                if p not in hi:
+                    raise typer.BadParameter(f"{name} has no partition {p}")
+                current = committed.get((name, p))
+                if to_earliest:
+                    new = lo[p]
+                elif to_latest:
+                    new = hi[p]
+                elif to_offset is not None:
+                    new = to_offset
+                else:
+                    new = (current if current is not None else lo[p]) + (shift_by or 0)
+                plan.append((name, p, current, min(max(new, lo[p]), hi[p])))
+        table = Table(title=f"new offsets of {group}" + ("" if execute else " (dry run: add --execute)"))
+        for col in ("topic", "partition", "current", "new"):
+            table.add_column(col, justify="left" if col == "topic" else "right")
+        for name, p, current, new in plan:
+            table.add_row(name, str(p), "-" if current is None else str(current), str(new))
+        console.print(table)
+        if not execute:
+            return
+        d = _describe_group(c, group)
+        if d.members:  # type: ignore[attr-defined]
+            console.print(f"[red]group {group} has {len(d.members)} active member(s); stop them first[/red]")  # type: ignore[attr-defined]
+            raise typer.Exit(1)
+        m = c.classes(apis.OFFSET_COMMIT)
+        from oncelog.broker.messages import make
+
+        by_topic: dict[str, list[object]] = {}
+        for name, p, _, new in plan:
+            by_topic.setdefault(name, []).append(make(m["OffsetCommitRequestPartition"], partition_index=p,
+                                                      committed_offset=new, committed_leader_epoch=-1,
+                                                      committed_metadata=""))
+        res = _group_request(
+            c, apis.OFFSET_COMMIT, "OffsetCommitRequest", group_id=group, generation_id_or_member_epoch=-1,
+            member_id="", group_instance_id=None, retention_time=datetime.timedelta(milliseconds=-1),
+            topics=tuple(make(m["OffsetCommitRequestTopic"], name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+        for t in res.topics:  # type: ignore[attr-defined]
+            for p in t.partitions:
+                _check(p.error_code, f"cannot commit {t.name}-{p.partition_index}")
+        console.print(f"committed {len(plan)} offset(s) for group [bold]{group}[/bold]")
 
 
 def main() -> None:
