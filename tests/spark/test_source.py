@@ -110,3 +110,18 @@ def test_invalid_options_fail_the_query_with_the_option_named(spark, broker) -> 
             spark.read.format("oncelog").option("kafka.bootstrap.servers", broker.bootstrap)
             .option("subscribe", "t").option("startingOffsets", "latest").load().collect()
         )
+
+
+def test_subscribe_pattern_reads_every_matching_topic(spark, broker) -> None:
+    """subscribePattern lists all topics (a Metadata request with null topics) and reads those
+    whose whole name matches; internal topics never match."""
+    bs = broker.bootstrap
+    create_topics(bs, {"evt-a": 1, "evt-b": 2, "other": 1})
+    produce(bs, "evt-a", items(10, 1, "a"))
+    produce(bs, "evt-b", items(20, 2, "b"))
+    produce(bs, "other", items(5, 1, "o"))
+    rows = (
+        spark.read.format("oncelog").option("kafka.bootstrap.servers", bs).option("subscribePattern", "evt-.*")
+        .option("fetchOffset.numRetries", "0").load().select("topic").collect()
+    )
+    assert Counter(r["topic"] for r in rows) == {"evt-a": 10, "evt-b": 20}

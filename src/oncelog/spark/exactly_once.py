@@ -3,32 +3,44 @@
 Every write task of micro-batch ``b`` of query ``q`` with task partition ``p`` does, in its
 executor:
 
-1. create a transactional producer with ``transactional.id = <prefix>-<q>-<p>`` — stable across
-   task attempts, executor losses and driver restarts, never derived from the attempt number —
-   and ``init_transactions()``. The coordinator bumps the epoch, which fences every earlier
-   attempt of the same (q, p) (a zombie's next produce, AddPartitions or EndTxn fails with
-   PRODUCER_FENCED), and finishes that attempt's transaction: completes it if its commit was
-   already decided (PrepareCommit), aborts it otherwise. Nothing relies on Spark calling
-   ``abort()``.
+1. obtain a transactional producer with ``transactional.id = <prefix>-<q>-<p>`` — stable across
+   task attempts, executor losses and driver restarts, never derived from the attempt number.
+   A new producer runs ``init_transactions()``: the coordinator bumps the epoch, which fences
+   every earlier attempt of the same (q, p) (a zombie's next produce, AddPartitions or EndTxn
+   fails with PRODUCER_FENCED), and finishes that attempt's transaction: completes it if its
+   commit was already decided (PrepareCommit), aborts it otherwise. Nothing relies on Spark
+   calling ``abort()``.
 2. read the *marker* of (q, p): the committed offset of the consumer group named like the
    transactional id, with ``require_stable`` (pending transactional offsets are waited for).
    The marker holds ``last committed batch id + 1``. If it is ``> b``, batch ``b`` of this task
    partition is already committed — this is a re-execution — so the task writes nothing and
-   returns ``skipped``. Because step 1 finished every earlier transaction, the answer is final.
-3. otherwise ``begin_transaction()``, produce every row, and add to the same transaction, with
-   ``send_offsets_to_transaction``: the marker ``b + 1`` (group = transactional id), and — when
-   the task itself read ranges of the ``oncelog`` source (``handoff``) — the input offsets
-   (group ``inputOffsetsGroup``, default ``<prefix>-<q>``); then ``commit_transaction()``.
+   returns ``skipped``.
+3. otherwise ``begin_transaction()`` and add the marker ``b + 1`` to the transaction first
+   (``send_offsets_to_transaction``, group = transactional id); then produce every row; then —
+   when the task itself read ranges of the ``oncelog`` source (``handoff``) — add the input
+   offsets (group ``inputOffsetsGroup``, default ``<prefix>-<q>``); then
+   ``commit_transaction()``.
 
 So each (q, b, p) is committed at most once, and exactly once once the query gets past batch b.
+
+Producers are cached per worker process and reused for the task partition's next batches
+(InitProducerId costs 50-500 ms). Reuse keeps the argument intact: a cached producer is either
+still the newest epoch of its id — then every earlier transaction of the id is its own and
+finished, and the marker is final — or it was fenced by a newer attempt; then a "committed"
+marker is still final (commits are never undone), and a "not committed" one is checked by the
+marker's AddOffsetsToTxn in step 3, which fails on a fenced producer *before any input is
+consumed*, and the task starts over from step 1 with a new producer. A producer is dropped on
+any failure.
+
 The output of a task becomes visible to read_committed consumers when its transaction commits:
 a batch's output appears task by task, never twice. Spark's driver-side ``commit(messages,
 batchId)`` has nothing left to do; calling it again for the same batch (Spark does after a
 driver failure) is harmless.
 
-The marker offset is stored on partition 0 of the first topic the task wrote to (or of its
-first input topic): group offsets can only be committed for partitions that exist. The marker's
-metadata names the query, batch and partition for people reading ``groups describe``.
+The marker offset is stored on partition 0 of the task's first output topic (or of its first
+input topic when it wrote nothing): group offsets can only be committed for partitions that
+exist. The marker's metadata names the query, batch and partition for people reading
+``groups describe``. A task that neither read nor wrote anything opens no transaction.
 """
 
 from __future__ import annotations
@@ -171,6 +183,52 @@ def _retrying(what: str, fn: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
+def _marker_topic(first: Any, options: SinkOptions) -> str | None:
+    if options.topic:
+        return options.topic
+    idx = first.schema.get_field_index("topic")
+    return None if idx < 0 else first.column(idx)[0].as_py()
+
+
+class _Producers:
+    """Transactional producers kept per worker process, one per transactional id, so that a
+    task partition's next micro-batch skips InitProducerId. A producer is dropped on any
+    failure. A cached producer may have been fenced meanwhile (another attempt of the same
+    task partition, e.g. on another worker, initialised the id since): ``write_task`` detects
+    that before it consumes any input and starts over with a fresh producer."""
+
+    MAX = 16
+
+    def __init__(self) -> None:
+        self._cache: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
+
+    def get(self, options: SinkOptions, tid: str) -> tuple[Any, bool]:
+        key = (tid, tuple(sorted(options.producer_config().items())))
+        p = self._cache.get(key)
+        if p is not None:
+            self._cache.move_to_end(key)
+            return p, False
+        return self.fresh(options, tid), True
+
+    def fresh(self, options: SinkOptions, tid: str) -> Any:
+        from confluent_kafka import Producer
+
+        self.drop(options, tid)
+        p = Producer({**options.producer_config(), "transactional.id": tid})
+        _retrying("init_transactions", lambda: p.init_transactions(INIT_TIMEOUT_S))
+        key = (tid, tuple(sorted(options.producer_config().items())))
+        self._cache[key] = p
+        while len(self._cache) > self.MAX:
+            self._cache.popitem(last=False)
+        return p
+
+    def drop(self, options: SinkOptions, tid: str) -> None:
+        self._cache.pop((tid, tuple(sorted(options.producer_config().items()))), None)
+
+
+_producers = _Producers()
+
+
 def write_task(
     batches: Iterable[Any],
     ident: TaskIdent,
@@ -180,33 +238,53 @@ def write_task(
 ) -> EosCommitMessage:
     """Run the protocol above for one task. Raises on any failure, leaving an open transaction
     to be aborted by the next attempt's ``init_transactions`` (or the transaction timeout)."""
-    from confluent_kafka import KafkaException, Producer, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     tid = ident.transactional_id(options.transactional_id_prefix)
-    producer = Producer({**options.producer_config(), "transactional.id": tid})
-    _retrying("init_transactions", lambda: producer.init_transactions(INIT_TIMEOUT_S))
-
-    done = last_committed_batch(options, tid)
-    if done is not None and done >= ident.batch_id:
-        for _ in batches:  # re-execution of a committed batch: consume the input, write nothing
-            pass
-        collect_inputs()
-        log.info("oncelog sink: %s batch %d already committed (marker %d); writing nothing", tid, ident.batch_id, done)
-        return EosCommitMessage(ident.batch_id, ident.partition_id, tid, skipped=True)
-
-    producer.begin_transaction()
-    produced = produce_batches(producer, batches, options.topic)
-    inputs = collect_inputs()
-    if produced.first_topic is not None:
-        marker_tp = (produced.first_topic, 0)
-    elif inputs:
-        marker_tp = min(inputs)
+    rows = iter(batches)
+    first = next((b for b in rows if b.num_rows > 0), None)
+    inputs: dict[tuple[str, int], int] | None = None
+    if first is None:
+        inputs = collect_inputs()  # the input is exhausted: every range this task read is known
+        if not inputs:
+            # Nothing written, nothing read: no transaction needed, nothing to remember.
+            return EosCommitMessage(ident.batch_id, ident.partition_id, tid)
+        marker_topic, marker_partition = min(inputs)
     else:
-        producer.abort_transaction(REQUEST_TIMEOUT_S)  # nothing written, nothing to remember
-        return EosCommitMessage(ident.batch_id, ident.partition_id, tid)
+        marker_topic, marker_partition = _marker_topic(first, options), 0
+        if marker_topic is None:
+            raise ExactlyOnceError("oncelog sink: a row has a null topic and no 'topic' option is set")
+    marker = TopicPartition(marker_topic, marker_partition, ident.batch_id + 1, metadata=ident.marker_metadata())
+
+    producer, fresh = _producers.get(options, tid)
     try:
-        marker = TopicPartition(marker_tp[0], marker_tp[1], ident.batch_id + 1, metadata=ident.marker_metadata())
-        producer.send_offsets_to_transaction([marker], group_metadata(options, tid), REQUEST_TIMEOUT_S)
+        while True:
+            # With a fresh producer, init_transactions has fenced every earlier attempt and
+            # finished its transaction, so the marker read here is final. With a cached one, a
+            # "committed" answer is final too; "not committed" is confirmed by the first
+            # transactional request below, which fails if another attempt fenced this producer.
+            done = last_committed_batch(options, tid)
+            if done is not None and done >= ident.batch_id:
+                for _ in rows:  # re-execution of a committed batch: consume the input, write nothing
+                    pass
+                if inputs is None:
+                    collect_inputs()
+                log.info("oncelog sink: %s batch %d already committed; writing nothing", tid, ident.batch_id)
+                return EosCommitMessage(ident.batch_id, ident.partition_id, tid, skipped=True)
+            try:
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction([marker], group_metadata(options, tid), REQUEST_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                if fresh:
+                    raise
+                log.info("oncelog sink: cached producer of %s is stale (%s); initialising a new one", tid, exc.args[0])
+                producer, fresh = _producers.fresh(options, tid), True
+
+        produced = produce_batches(producer, ([first] if first is not None else []), options.topic)
+        more = produce_batches(producer, rows, options.topic)
+        if inputs is None:
+            inputs = collect_inputs()
         if inputs:
             tps = [TopicPartition(t, p, end) for (t, p), end in sorted(inputs.items())]
             group = input_offsets_group(options, ident.query_id)
@@ -217,6 +295,7 @@ def write_task(
         )
         _retrying("commit_transaction", lambda: producer.commit_transaction(options.flush_timeout_ms / 1000))
     except KafkaException as exc:
+        _producers.drop(options, tid)
         err = exc.args[0] if exc.args else None
         if err is not None and err.txn_requires_abort():
             try:
@@ -224,6 +303,9 @@ def write_task(
             except KafkaException as abort_exc:
                 log.warning("oncelog sink: %s abort after failure failed: %s", tid, abort_exc)
         raise ExactlyOnceError(f"{tid} batch {ident.batch_id}: transaction failed: {err}") from exc
+    except BaseException:
+        _producers.drop(options, tid)  # its transaction is left open: the next attempt aborts it
+        raise
     faults.maybe_fail(
         "after_commit", configured_point=options.fault_point, marker=options.fault_marker,
         batch_id=ident.batch_id, only_batch=options.fault_batch,
@@ -231,4 +313,5 @@ def write_task(
     in_json: dict[str, dict[str, int]] = {}
     for (t, p), end in sorted(inputs.items()):
         in_json.setdefault(t, {})[str(p)] = end
-    return EosCommitMessage(ident.batch_id, ident.partition_id, tid, records=produced.records, input_offsets=in_json)
+    records = produced.records + more.records
+    return EosCommitMessage(ident.batch_id, ident.partition_id, tid, records=records, input_offsets=in_json)
