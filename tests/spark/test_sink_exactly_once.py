@@ -109,7 +109,7 @@ def _rows(tag: str, n: int) -> list:
     return [pa.RecordBatch.from_pydict({"key": [f"k{i}".encode() for i in range(n)], "value": [f"{tag}-{i}".encode() for i in range(n)]})]
 
 
-def test_zombie_attempt_is_fenced_and_re_execution_writes_nothing(broker) -> None:
+def test_zombie_attempt_is_fenced_and_re_execution_writes_nothing(broker, caplog) -> None:
     """Two attempts of the same (query, batch, task partition) outside Spark: the later attempt's
     InitProducerId fences the earlier one, whose commit then fails; running the task again after
     it committed writes nothing. The driver-side commit may be called any number of times."""
@@ -128,9 +128,19 @@ def test_zombie_attempt_is_fenced_and_re_execution_writes_nothing(broker) -> Non
 
     again = exactly_once.write_task(_rows("again", 50), ident, opts)
     assert again.skipped and again.records == 0
-    # A later batch of the same task partition is written normally.
-    nxt = exactly_once.write_task(_rows("next", 5), TaskIdent("q-zombie", 8, 0), opts)
-    assert nxt.records == 5
+
+    # Another attempt of the same task partition (say on another worker) initialises the id and
+    # leaves a transaction open: the producer this process cached is now fenced. The next batch
+    # notices before consuming its input, starts over with a new producer (whose
+    # init_transactions aborts the other attempt's transaction) and writes every row.
+    other = txn_producer(bs, ident.transactional_id(opts.transactional_id_prefix))
+    produce_in_txn(other, "out", [(1, b"o", b"other-attempt")], end=None)
+    with caplog.at_level("INFO", logger="oncelog.spark.exactly_once"):
+        nxt = exactly_once.write_task(_rows("next", 5), TaskIdent("q-zombie", 8, 0), opts)
+    assert nxt.records == 5 and not nxt.skipped
+    assert "is stale" in caplog.text, "the cached producer was not found fenced"
+    with pytest.raises(KafkaException):
+        other.commit_transaction(10)
 
     writer = OncelogStreamWriter(opts, _sink_schema())
     writer.commit([msg], 7)
