@@ -83,7 +83,9 @@ def _collect(broker: Any, req: Any, m: Builder, read_committed: bool) -> tuple[l
                         log_start_offset=start,
                         aborted_transactions=None,
                         preferred_read_replica=-1,
-                        records=None,
+                        # Empty, never null: librdkafka rejects a null record set ("invalid
+                        # MessageSetSize -1") and would never see the error; Kafka sends empty.
+                        records=b"",
                     )
                 )
         topics.append(m.FetchableTopicResponse(topic=t.topic, partitions=tuple(results)))
