@@ -30,6 +30,7 @@ arrays are built per batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -89,6 +90,7 @@ def _close_quietly(c: Any) -> None:
         log.debug("closing a cached consumer failed: %s", exc)
 
 
+@functools.cache
 def arrow_schema(include_headers: bool) -> Any:
     """The Arrow schema Spark expects for the source's rows (exactly; Spark compares it)."""
     from pyspark.sql.pandas.types import to_arrow_schema
