@@ -1,0 +1,69 @@
+"""R17: consume-transform-produce with sendOffsetsToTransaction, exactly once, while the copier is
+SIGKILLed and restarted several times and a third of its transactions abort."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kafka_clients import CLIENTS, consume, create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+COPIER = Path(__file__).resolve().parent.parent / "copier.py"
+PARTITIONS = 4
+RECORDS = {"confluent": 50_000, "kafka-python": 30_000, "aiokafka": 60_000}
+
+
+def _start(client: str, bootstrap: str, seed: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(COPIER), client, bootstrap, "input", "output", str(PARTITIONS), f"copier-{client}",
+         f"copy-{client}", str(seed)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", CLIENTS)
+def test_copier_killed_repeatedly_copies_exactly_once(broker, client: str) -> None:
+    n = RECORDS[client]
+    create_topic("confluent", broker.bootstrap, "input", PARTITIONS)
+    create_topic("confluent", broker.bootstrap, "output", PARTITIONS)
+    items = [(i % PARTITIONS, f"k{i}".encode(), f"rec-{i:06d}".encode()) for i in range(n)]
+    produce("confluent", broker.bootstrap, "input", items)
+    rng = random.Random(42)
+    kills = 0
+    deadline = time.monotonic() + 240
+    seed = 0
+    while kills < 4 and time.monotonic() < deadline:
+        proc = _start(client, broker.bootstrap, seed)
+        seed += 1
+        time.sleep(rng.uniform(0.8, 2.0))
+        if proc.poll() is not None:
+            break  # finished before we could kill it
+        proc.kill()
+        proc.wait(10)
+        kills += 1
+    proc = _start(client, broker.bootstrap, seed)
+    out, _ = proc.communicate(timeout=max(30.0, deadline - time.monotonic()))
+    assert proc.returncode == 0, out
+    assert kills >= 2, "the copier finished before it could be killed twice; copy more records"
+    got = consume("confluent", broker.bootstrap, "output", list(range(PARTITIONS)), expected=n,
+                  isolation="read_committed", timeout=120, settle=2.0)
+    values = Counter(v for *_, v in got)
+    dups = [v for v, c in values.items() if c > 1]
+    assert not dups, f"{len(dups)} records copied twice, e.g. {dups[:3]}"
+    assert set(values) == {b"copied:" + v for _, _, v in items}
+    # per partition, the output keeps the input's order
+    by_part: dict[int, list[bytes]] = {}
+    for p, _off, _k, v in sorted(got, key=lambda r: (r[0], r[1])):
+        by_part.setdefault(p, []).append(v)
+    for p, vs in by_part.items():
+        expected = [b"copied:" + v for q, _, v in items if q == p]
+        assert vs == expected, f"partition {p} out of order"
