@@ -323,7 +323,16 @@ class GroupShard:
         pending offsets it settled. Idempotent."""
         if producer_epoch >= 0:
             self.offsets.note_epoch(producer_id, producer_epoch)
-        return self.offsets.complete(producer_id, commit)
+        touched = self.offsets.complete(producer_id, commit)
+        for group_id in touched:
+            # a group that only existed for the aborted offsets goes with them (as it would
+            # after compaction dropped the aborted records)
+            group = self.groups.get(group_id)
+            if (group is not None and group.is_(E) and group.generation == 0 and not group.members
+                    and not group.pending_members and not self.offsets.has_offsets(group_id)
+                    and not self.offsets.has_pending(group_id)):
+                del self.groups[group_id]
+        return touched
 
     def _ensure_group(self, group_id: str) -> None:
         if group_id not in self.groups:

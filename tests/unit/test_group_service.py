@@ -1,0 +1,152 @@
+"""The group coordinator service in-process, on a real ReplicaManager (R3, R4, R13):
+COORDINATOR_LOAD_IN_PROGRESS until a partition is loaded, parked JoinGroup/SyncGroup answered
+through futures, transactional offsets completed by a real marker, and the state a restarted
+coordinator loads — also after ``__consumer_offsets`` was compacted — equals the live state."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.clock import ManualClock
+from oncelog.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
+from oncelog.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.coordinator.group.types import JoinRequest, OffsetCommitData
+from oncelog.protocol.errors import CoordinatorLoadInProgress, MemberIdRequired
+from oncelog.storage.cleaner import Cleaner
+from oncelog.types import TopicPartition
+
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def _config(tmp: Path) -> BrokerConfig:
+    return dataclasses.replace(BrokerConfig(), data_dir=tmp, offsets_topic_num_partitions=3,
+                               group_initial_rebalance_delay_ms=0)
+
+
+def _replicas(tmp: Path, clock: ManualClock, small_segments: bool = False) -> ReplicaManager:
+    rm = ReplicaManager(_config(tmp), clock)
+    rm.open()
+    if OFFSETS_TOPIC not in rm.topics:
+        configs = {"cleanup.policy": "compact"}
+        if small_segments:
+            configs["segment.bytes"] = "1024"
+        rm.create_topic(OFFSETS_TOPIC, 3, 1, configs, internal=True)
+        rm.create_topic("t", 2)
+    return rm
+
+
+def _join(group: str, member_id: str = "", client: str = "c") -> JoinRequest:
+    return JoinRequest(group, member_id, None, "consumer", (("range", encode_subscription(["t"])),), 10_000, 10_000,
+                       client, "/127.0.0.1", require_known_member_id=True)
+
+
+async def _member(gc: GroupCoordinator, group: str) -> tuple[str, int]:
+    try:
+        await gc.join_group(_join(group))
+    except MemberIdRequired as exc:
+        res = await gc.join_group(_join(group, exc.member_id))  # type: ignore[attr-defined]
+    sync = await gc.sync_group(group, res.generation, res.member_id, None, "consumer", "range",
+                               {res.member_id: encode_assignment({"t": [0, 1]})})
+    assert sync.assignment
+    return res.member_id, res.generation
+
+
+def test_requests_wait_for_loading_then_parked_joins_are_answered(tmp_path: Path) -> None:
+    async def go() -> None:
+        clock = ManualClock()
+        rm = _replicas(tmp_path, clock)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc.start()
+        with pytest.raises(CoordinatorLoadInProgress):
+            await gc.join_group(_join("g"))
+        with pytest.raises(CoordinatorLoadInProgress):
+            gc.fetch_offsets("g", [T0], False)
+        await asyncio.wait_for(gc.loaded.wait(), 10)
+        member, generation = await _member(gc, "g")
+        assert gc.commit_offsets("g", generation, member, None, {T0: OffsetCommitData(3)}) == {T0: None}
+        # a second member: its JoinGroup is parked until the first rejoins
+        try:
+            await gc.join_group(_join("g", client="b"))
+        except MemberIdRequired as exc:
+            second = asyncio.ensure_future(gc.join_group(_join("g", exc.member_id, client="b")))  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+        assert not second.done()
+        first = await gc.join_group(_join("g", member))
+        assert (await second).generation == first.generation == generation + 1
+        await gc.stop()
+        rm.close()
+
+    asyncio.run(go())
+
+
+def _state(gc: GroupCoordinator) -> tuple[dict, dict, dict]:
+    committed, groups, pending = {}, {}, {}
+    for p, shard in gc.shards.items():
+        committed.update({(g, tp): (o.offset, o.metadata) for g, offs in shard.offsets.committed.items() for tp, o in offs.items()})
+        pending.update({(p, pid): {g: sorted(o) for g, o in gs.items()} for pid, gs in shard.offsets.pending.items()})
+        groups.update({g: (x.state.value, x.generation, sorted(x.members)) for g, x in shard.groups.items()})
+    return committed, groups, pending
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, compact: bool) -> None:
+    async def live() -> tuple:
+        clock = ManualClock()
+        rm = _replicas(tmp_path, clock, small_segments=True)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc.start()
+        await asyncio.wait_for(gc.loaded.wait(), 10)
+        member, generation = await _member(gc, "stable")
+        for i in range(60):  # many commits: many segments of superseded records
+            gc.commit_offsets("stable", generation, member, None, {T0: OffsetCommitData(i), T1: OffsetCommitData(2 * i)})
+            gc.commit_offsets(f"simple-{i % 5}", -1, "", None, {T0: OffsetCommitData(i, metadata="x" * 20)})
+        gone_member, gone_gen = await _member(gc, "gone")
+        gc.commit_offsets("gone", gone_gen, gone_member, None, {T0: OffsetCommitData(1)})
+        gc.leave_group("gone", [(gone_member, None)])
+        gc.delete_group("gone")
+        for pid, commit in ((1000, True), (1001, False), (1002, None)):  # None: still open
+            group = f"txn-{pid}"
+            gc.txn_commit_offsets(group, pid, 0, -1, "", None, {T1: OffsetCommitData(pid)})
+            if commit is not None:
+                p = gc.partition_for(group)
+                rm.partition(OFFSETS_TOPIC, p).append_marker(pid, 0, commit, 0, clock.now_ms())
+                gc.complete_transaction(p, pid, commit)
+        state = _state(gc)
+        await gc.stop()
+        before = sum(rm.partition(OFFSETS_TOPIC, p).log.size_bytes for p in range(3))
+        if compact:
+            cleaner = Cleaner()
+            for p in range(3):
+                part = rm.partition(OFFSETS_TOPIC, p)
+                part.log.maybe_roll(clock.now_ms() + 10**9)  # make everything cleanable
+                cleaner.clean(part.log, part.last_stable_offset, clock.now_ms() + 2 * 86_400_000, force=True)
+        after = sum(rm.partition(OFFSETS_TOPIC, p).log.size_bytes for p in range(3))
+        rm.close()
+        return state, (before, after)
+
+    async def reloaded() -> tuple:
+        clock = ManualClock()
+        rm = _replicas(tmp_path, clock)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc.start()
+        await asyncio.wait_for(gc.loaded.wait(), 10)
+        state = _state(gc)
+        await gc.stop()
+        rm.close()
+        return state
+
+    (committed, groups, pending), (before, after) = asyncio.run(live())
+    if compact:
+        assert after < before / 3, f"__consumer_offsets compacted from {before} to {after} bytes"
+    assert committed[("txn-1000", T1)] == (1000, "") and ("txn-1001", T1) not in committed
+    assert "gone" not in groups and groups["stable"][0] == "Stable"
+    again = asyncio.run(reloaded())
+    assert again[0] == committed
+    assert again[2] == pending, "the open transaction's offsets are pending again"
+    assert {g: v for g, v in again[1].items()} == groups
