@@ -172,24 +172,37 @@ def test_hanging_transaction_is_aborted_by_the_timeout_scan(broker_factory) -> N
 
 
 @pytest.mark.parametrize(
-    "crash_point",
-    ["end_txn.before_prepare", "end_txn.after_prepare", "end_txn.after_markers", "end_txn.after_complete"],
+    ("crash_point", "commit"),
+    [
+        ("end_txn.before_prepare", True),
+        ("end_txn.after_prepare", True),
+        ("end_txn.after_markers", True),
+        ("end_txn.after_complete", True),
+        ("end_txn.after_prepare", False),
+        ("end_txn.after_markers", False),
+    ],
 )
-def test_broker_killed_at_each_step_of_commit(broker_factory, crash_point: str) -> None:
-    """R19: the broker dies (SIGKILL) at each point of EndTxn; restarted, it finishes the commit
-    and the producer's retried commit succeeds; every marker is in (LSO = high watermark)."""
+def test_broker_killed_at_each_step_of_end_txn(broker_factory, crash_point: str, commit: bool) -> None:
+    """R19: the broker dies (SIGKILL) at each point of EndTxn; restarted, it finishes the
+    transaction and the producer's retried EndTxn succeeds; every marker is in (LSO = high
+    watermark) and the transaction's consumer offsets materialise (commit) or vanish (abort)."""
+    from confluent_kafka import Consumer, TopicPartition
+
     broker = broker_factory(env={"ONCELOG_CRASH_POINT": crash_point})
     create_topic("confluent", broker.bootstrap, "orders", 2)
     create_topic("confluent", broker.bootstrap, "inventory", 2)
+    create_topic("confluent", broker.bootstrap, "source", 1)
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "crash-group"})
     p = TxnProducer("confluent", broker.bootstrap, "crashy", extra={"message.timeout.ms": 60_000})
     p.init()
     p.begin()
     for i in range(20):
         p.send("orders", f"order-{i}".encode(), partition=i % 2)
         p.send("inventory", f"reserve-{i}".encode(), partition=i % 2)
+    p.send_offsets({("source", 0): 17}, "crash-group", consumer=group)
     p.flush()
     outcome: list[object] = []
-    t = threading.Thread(target=lambda: outcome.append(_try(p.commit)))
+    t = threading.Thread(target=lambda: outcome.append(_try(p.commit if commit else p.abort)))
     t.start()
     assert broker.proc is not None
     broker.proc.wait(30)  # the broker kills itself at the crash point
@@ -197,15 +210,21 @@ def test_broker_killed_at_each_step_of_commit(broker_factory, crash_point: str) 
     broker.env = None
     broker.start()
     t.join(90)
-    assert outcome == [None], f"commit failed: {outcome}"
+    assert outcome == [None], f"EndTxn failed: {outcome}"
     p.close()
     for topic in ("orders", "inventory"):
         for part in (0, 1):
             assert _list_offset(broker.bootstrap, topic, part, True) == _list_offset(broker.bootstrap, topic, part, False)
-    got = consume("aiokafka", broker.bootstrap, "orders", [0, 1], expected=20, isolation="read_committed", timeout=30, settle=1)
-    assert _values(got) == sorted(f"order-{i}".encode() for i in range(20))
-    got = consume("confluent", broker.bootstrap, "inventory", [0, 1], expected=20, isolation="read_committed", timeout=30, settle=1)
-    assert _values(got) == sorted(f"reserve-{i}".encode() for i in range(20))
+    want = 20 if commit else 0
+    got = consume("aiokafka", broker.bootstrap, "orders", [0, 1], expected=want, isolation="read_committed", timeout=10, settle=1)
+    assert _values(got) == sorted(f"order-{i}".encode() for i in range(want))
+    got = consume("confluent", broker.bootstrap, "inventory", [0, 1], expected=want, isolation="read_committed", timeout=10, settle=1)
+    assert _values(got) == sorted(f"reserve-{i}".encode() for i in range(want))
+    checker = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "crash-group", "isolation.level": "read_committed"})
+    [committed] = checker.committed([TopicPartition("source", 0)], timeout=30)
+    checker.close()
+    group.close()
+    assert committed.offset == (17 if commit else -1001)  # -1001: no committed offset
 
 
 def _try(fn) -> object:  # type: ignore[no-untyped-def]
