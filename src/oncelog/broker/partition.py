@@ -110,7 +110,11 @@ class Partition:
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, or the high watermark (R15)."""
         first = self.producers.first_unstable_offset()
-        return self.log.log_end_offset if first is None else first
+        if first is None:
+            return self.log.log_end_offset
+        # An open transaction whose first records were deleted (retention, DeleteRecords) holds
+        # the LSO at the log start, never below it (as Kafka clamps it).
+        return max(first, self.log.log_start_offset)
 
     @property
     def log_start_offset(self) -> int:
@@ -135,10 +139,10 @@ class Partition:
         return AppendResult(base, last, self.log.log_start_offset)
 
     def _append(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[int, int]:
-        segments = len(self.log.segments)
+        active = self.log.active_base_offset
         base, last = self.log.append(batch, header, now_ms)
         self.producers.update(header, base, now_ms)
-        if len(self.log.segments) != segments:
+        if self.log.active_base_offset != active:
             self._snapshot()
         self._wake()
         return base, last

@@ -212,6 +212,11 @@ class PartitionLog:
         return sum(s.size for s in self._segments)
 
     @property
+    def active_base_offset(self) -> int:
+        """Base offset of the active (last) segment; it changes exactly when the log rolls."""
+        return self._segments[-1].base_offset
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         """The live segments, oldest first (read-only view for tests and tooling)."""
         return tuple(self._segments)
