@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -16,14 +15,13 @@ from kafka_clients import CLIENTS, consume, create_topic, produce
 
 pytestmark = pytest.mark.integration
 
-COPIER = Path(__file__).resolve().parent.parent / "copier.py"
 PARTITIONS = 4
 RECORDS = {"confluent": 50_000, "kafka-python": 30_000, "aiokafka": 60_000}
 
 
 def _start(client: str, bootstrap: str, seed: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, str(COPIER), client, bootstrap, "input", "output", str(PARTITIONS), f"copier-{client}",
+        [sys.executable, "-m", "oncelog.verify.copier", client, bootstrap, "input", "output", str(PARTITIONS), f"copier-{client}",
          f"copy-{client}", str(seed)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )

@@ -57,10 +57,17 @@ def test_truncated_request_is_a_frame_error() -> None:
             framing.decode_request(raw[:cut])
 
 
-def test_trailing_bytes_are_a_frame_error() -> None:
+def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
     raw = framing.encode_request(apis.PRODUCE, 9, 1, "c", produce_request())[4:]
-    with pytest.raises(framing.FrameError, match="trailing"):
-        framing.decode_request(raw + b"\x00")
+    assert framing.decode_request(raw + b"\x00").body == framing.decode_request(raw).body
+
+
+def test_librdkafka_all_topics_metadata_v12_request() -> None:
+    """librdkafka 2.16's all-topics Metadata v12 request carries 3 bytes after its body."""
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    req = framing.decode_request(frame)
+    assert (req.api_key, req.api_version, req.client_id) == (3, 12, "rdkafka")
+    assert req.body.topics is None
 
 
 def test_unknown_api_version_is_unsupported() -> None:

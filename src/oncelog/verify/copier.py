@@ -1,12 +1,17 @@
-"""A transactional copier (consume-transform-produce, R17) as a separate process, for tests that
-SIGKILL it: ``python tests/copier.py CLIENT BOOTSTRAP INPUT OUTPUT PARTITIONS TXN_ID GROUP SEED``.
+"""A transactional copier (consume-transform-produce, R17) as a separate process, for tests and
+fault scenarios that SIGKILL it:
+``python -m oncelog.verify.copier CLIENT BOOTSTRAP INPUT OUTPUT PARTITIONS TXN_ID GROUP SEED``.
+PARTITIONS is a count (partitions 0..N-1) or a comma-separated list of partitions (``3,`` for
+partition 3 alone).
 
 It reads its input partitions (assign, not subscribe: one copier, one transactional.id, as in
 Kafka's own transactions_test.py) from the group's committed offsets, and for each poll writes
 ``copied:<value>`` to the output and commits the input offsets in the same transaction
 (sendOffsetsToTransaction). A third of the transactions are aborted at random; after an abort it
 rewinds to the committed offsets. It exits 0 once it has copied everything up to the input's end
-offsets, as measured at its start (the input is written before the copier starts).
+offsets, as measured at its start (the input is written before the copier starts). Any client
+error ends it with status 3, like a crash: whoever runs it starts it again, and the new instance
+fences the old one's transaction.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
-import time
 
 ABORT_FRACTION = 1 / 3
 MAX_POLL = 500
@@ -22,7 +26,7 @@ MAX_POLL = 500
 
 def main() -> int:
     client, bootstrap, src, dst, nparts, tid, group, seed = sys.argv[1:9]
-    parts = list(range(int(nparts)))
+    parts = [int(p) for p in nparts.split(",") if p] if "," in nparts else list(range(int(nparts)))
     rng = random.Random(int(seed))
     if client == "confluent":
         return confluent(bootstrap, src, dst, parts, tid, group, rng)
@@ -170,5 +174,9 @@ async def aiokafka_copier(bootstrap, src, dst, parts, tid, group, rng) -> int:  
 
 
 if __name__ == "__main__":
-    started = time.monotonic()
-    sys.exit(main())
+    try:
+        code = main()
+    except Exception as exc:  # noqa: BLE001 - a crash, as far as the runner is concerned
+        print(f"copier failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        code = 3
+    sys.exit(code)
