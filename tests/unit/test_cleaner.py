@@ -162,14 +162,24 @@ def test_open_transaction_and_records_above_the_lso_are_not_touched(tmp_path: Pa
     plog.close()
 
 
-def test_a_producers_last_batch_is_kept_whole(tmp_path: Path) -> None:
+def test_a_producers_last_batch_stays_as_an_empty_header(tmp_path: Path) -> None:
+    """As Kafka: the producer state rebuilt from the log still knows producer 5's epoch and last
+    sequence; producer 6's transactional batch (its marker is not in the range) keeps its header
+    too, so a rebuilt producer state still sees where its transaction started."""
     plog = _open(tmp_path / "t-0")
-    _append(plog, [(b"a", b"1"), (b"b", b"1")], producer_id=5, producer_epoch=2, base_sequence=0)
-    _append(plog, [(b"a", b"2"), (b"b", b"2")])
+    _append(plog, [(b"a", b"1"), (b"b", b"1")], producer_id=5, producer_epoch=2, base_sequence=0,
+            compression=R.COMPRESSION_GZIP)
+    _append(plog, [(b"c", b"1")], producer_id=6, producer_epoch=0, base_sequence=0, transactional=True)
+    _append(plog, [(b"a", b"2"), (b"b", b"2"), (b"c", b"2")])
     _roll(plog)
-    C.Cleaner().clean(plog, plog.log_end_offset, NOW)
+    C.Cleaner().clean(plog, plog.log_end_offset, NOW + 2 * DAY)
     batches = [h for h, _ in plog.iter_batches()]
-    assert batches[0].producer_id == 5 and batches[0].records_count == 2 and batches[0].base_sequence == 0
+    h = batches[0]
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.records_count) == (5, 2, 0, 1, 0)
+    assert h.compression == R.COMPRESSION_NONE, "an empty batch is written uncompressed"
+    assert (batches[1].producer_id, batches[1].is_transactional, batches[1].records_count) == (6, True, 0)
+    assert [r.key for _, data in plog.iter_batches() for r in ([] if _.is_control else R.iter_records(data))][:3] == [
+        b"a", b"b", b"c"]
     plog.close()
 
 

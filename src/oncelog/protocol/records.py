@@ -600,15 +600,19 @@ def read_control_marker(buf: bytes | bytearray | memoryview) -> ControlMarker:
     raise InvalidRecord(f"control batch at offset {h.base_offset} has no record")
 
 
-def filter_batch(buf: bytes | bytearray | memoryview, keep: Callable[[Record], bool]) -> bytes | None:
+def filter_batch(
+    buf: bytes | bytearray | memoryview, keep: Callable[[Record], bool], *, keep_empty: bool = False
+) -> bytes | None:
     """Compaction: the batch at the start of ``buf`` with only the records ``keep`` accepts.
 
     Everything else stays as written: base offset and lastOffsetDelta (so the batch still spans
     its original offsets and the producer's sequence range, as Kafka's cleaner keeps them), base
     and max timestamps, producer id, epoch and base sequence, attributes (compression codec,
     transactional flag); each kept record keeps its offset and timestamp. Returns the batch's own
-    bytes when every record is kept, None when none is. Raises CorruptMessage if the batch does
-    not decode. Not for control batches (ValueError).
+    bytes when every record is kept; when none is, None — or, with ``keep_empty``, the header
+    alone (0 records, uncompressed), which Kafka's cleaner keeps for a producer's last batch so
+    the producer's state survives. Raises CorruptMessage if the batch does not decode. Not for
+    control batches (ValueError).
     """
     h = parse_header(buf)
     if h.is_control:
@@ -617,17 +621,18 @@ def filter_batch(buf: bytes | bytearray | memoryview, keep: Callable[[Record], b
     kept = [r for r in recs if keep(r)]
     if len(kept) == len(recs):
         return bytes(buf[: h.size])
-    if not kept:
+    if not kept and not keep_empty:
         return None
+    attributes = h.attributes if kept else h.attributes & ~COMPRESSION_MASK
     payload = _encode_records(
         [(r.key, r.value, r.headers, r.timestamp, r.offset - h.base_offset) for r in kept], h.base_timestamp
     )
-    if h.compression != COMPRESSION_NONE:
+    if kept and h.compression != COMPRESSION_NONE:
         payload = _compress(h.compression, payload)
     return _assemble(
         payload,
         base_offset=h.base_offset,
-        attributes=h.attributes,
+        attributes=attributes,
         last_offset_delta=h.last_offset_delta,
         base_timestamp=h.base_timestamp,
         max_timestamp=h.max_timestamp,

@@ -15,8 +15,9 @@ min.compaction.lag.ms:
   until it is delete.retention.ms old (so a read_committed consumer still sees the end of a
   transaction it has read into); a transaction's data never outlives its marker, so the LSO of a
   rebuilt partition is right;
-* every producer's last batch in the range whole, so the producer state a restart rebuilds from
-  the log (without a snapshot) still knows the producer's epoch and last sequence.
+* every producer's last batch in the range, if need be as an empty batch (its header alone, as
+  Kafka's cleaner does), so the producer state a restart rebuilds from the log (without a
+  snapshot) still knows the producer's epoch and last sequence.
 
 A rewritten batch keeps its base offset, lastOffsetDelta, producer fields and codec, and each
 record its offset (records.filter_batch). Cleaning is per record in Python: never on the produce
@@ -402,12 +403,9 @@ class Cleaner:
                 deadline(h.max_timestamp)
                 return data
             return None
-        if h.is_transactional:
-            if last_of_producer:
-                retained[h.producer_id] = True
-                return data
-            if h.base_offset in scan.aborted:
-                return None
+        aborted = h.is_transactional and h.base_offset in scan.aborted
+        if aborted and not last_of_producer:
+            return None
         decided = not h.is_transactional or h.base_offset in scan.decided
 
         def keep(r: records.Record) -> bool:
@@ -422,11 +420,9 @@ class Cleaner:
                 deadline(r.timestamp)
             return True
 
-        if last_of_producer:
-            for r in records.iter_records(data):
-                keep(r)  # still schedule its tombstones
-            return data
-        kept = records.filter_batch(data, keep)
+        # a producer's last batch stays, if need be as an empty header, so that the producer state
+        # rebuilt from the log keeps its epoch and sequence (and an open transaction its start)
+        kept = records.filter_batch(data, (lambda r: False) if aborted else keep, keep_empty=last_of_producer)
         if kept is not None and h.is_transactional:
             retained[h.producer_id] = True
         return kept
