@@ -210,9 +210,8 @@ class Membership:
             group.new_member_added = True  # lets the initial delay extend
         group.pending_members.pop(member_id, None)
         group.add(member)
-        records: list[Record] = []
         self.maybe_prepare_rebalance(group, now)
-        return Result(records, Parked(reply))
+        return Result([], Parked(reply))
 
     def _update_member_and_rebalance(self, group: ClassicGroup, member: Member, req: JoinRequest, now: int) -> Result:
         self._answer_join(member, RebalanceInProgress(f"member {member.member_id} sent another JoinGroup"))

@@ -8,14 +8,14 @@ dispatcher logs it and answers UNKNOWN_SERVER_ERROR.
 
 ::
 
-               join (delayed initial rebalance)             all members joined / rebalance timeout
-      Empty ─────────────────────────────────▶ PreparingRebalance ─────────────────────▶ CompletingRebalance
-        ▲  ▲                                       ▲   │  ▲                                   │  │
-        │  └──────── last member left / expired ───┘   │  └── join / leave / expiry ──────────┘  │ leader's
-        │                                              │                                         │ SyncGroup
-        │                                              └── join / leave / expiry ── Stable ◀─────┘ stored
-        │                                                                              │
-      Dead ◀── DeleteGroups / offsets expired (from any state) ◀───────────────────────┘
+    Empty ──────────────▶ PreparingRebalance ──────────────▶ CompletingRebalance ──────────▶ Stable
+      ▲   a JoinGroup       │  ▲  ▲   every member rejoined,     │   the leader's SyncGroup      │
+      │   (then waits the   │  │  │   or the rebalance timeout   │   assignment is stored        │
+      │   initial delay)    │  │  └──── JoinGroup / LeaveGroup / expiry ─────┘                   │
+      │                     │  └──────────── JoinGroup (leader, new metadata) / LeaveGroup / ────┘
+      └── no member left ───┘                expiry (session or sync timeout)
+
+    any state ──DeleteGroups, or offsets expired from an Empty group──▶ Dead (the group is removed)
 
 A group with no members that only stores offsets (a "simple" consumer's) stays Empty.
 """
