@@ -8,15 +8,19 @@ Not a test: a measurement. For each record size (100 B and 1 KiB by default) it
    confluent-kafka producer, no compression), timing from the first ``produce()`` to the end of
    ``flush()``;
 3. consumes them all back (assign from the beginning), timing from ``assign`` to the last record;
-4. samples the broker's resident set size (psutil) every 100 ms during each phase and once more
-   after a second of idleness, and the broker's startup time once more on the now non-empty data
-   directory (restart after SIGTERM).
+4. reads everything again ``--raw-fetch-rounds`` times with a minimal fetch client that never
+   looks inside record batches: the broker's own cost of serving large fetches (real clients
+   spend far more per record than the broker does, so they hide it);
+5. samples the broker's resident set size (psutil) every 100 ms during each phase and once more
+   after a second of idleness, and its CPU time (user + system) per phase; and measures the
+   broker's startup time once more on the now non-empty data directory (restart after SIGTERM).
 
 It prints a table and, with ``--markdown FILE``, writes the same table as Markdown. With
 ``--event-loop asyncio,uvloop`` each configuration runs once per event loop, which is how the
 broker's default loop was chosen (docs/PERFORMANCE.md).
 
-    .venv/bin/python bench/produce_consume.py --records 300000 --event-loop uvloop,asyncio
+    .venv/bin/python bench/produce_consume.py --records 500000 --event-loop asyncio,uvloop \
+        --markdown /tmp/bench.md
 
 Every wait is bounded; the broker process is stopped (SIGTERM, then SIGKILL) on any exit.
 """
@@ -376,12 +380,14 @@ def _md_table(headers: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str
             *("| " + " | ".join(row) + " |" for row in body)]
 
 
-def markdown(results: list[Result], n: int, partitions: int, startups: dict[str, list[float]]) -> str:
+def markdown(results: list[Result], n: int, partitions: int, startups: dict[str, list[float]],
+             load_before: tuple[float, ...]) -> str:
     lines = [
         f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}. "
         f"{n:,} records per run into {partitions} partitions, acks=all, no compression; "
-        f"load average before the run: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}.",
+        f"load average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}.",
         "",
         *_md_table(THROUGHPUT, throughput_rows(results)),
         "",
@@ -410,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=300_000, help="records per run (default 300000)")
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes (default 100,1024)")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--event-loop", default="uvloop", help="comma-separated: uvloop, asyncio (default uvloop)")
+    ap.add_argument("--event-loop", default="asyncio",
+                    help="comma-separated ONCELOG_EVENT_LOOP values: asyncio (the broker's default), uvloop")
     ap.add_argument("--startup-runs", type=int, default=5)
     ap.add_argument("--raw-fetch-rounds", type=int, default=3, help="passes of the raw fetch client over the data")
     ap.add_argument("--timeout", type=float, default=600.0, help="bound on each produce/consume phase (s)")
@@ -423,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     startups: dict[str, list[float]] = {}
+    load_before = psutil.getloadavg()
     try:
         for loop in loops:
             startups[loop] = startup_times(work, loop, args.startup_runs)
@@ -436,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(RESOURCES, resource_rows(results))
     print()
-    text = markdown(results, args.records, args.partitions, startups)
+    text = markdown(results, args.records, args.partitions, startups, load_before)
     print(text.rsplit("\n\n", 1)[-1].strip())
     if args.markdown:
         args.markdown.write_text(text)
