@@ -122,7 +122,8 @@ if client == "confluent":
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "session.timeout.ms": SESSION, "heartbeat.interval.ms": HEARTBEAT,
-                  "enable.partition.eof": False})
+                  "enable.partition.eof": False,
+                  "partition.assignment.strategy": os.environ.get("ASSIGNOR", "range,roundrobin")})
     c.subscribe([topic])
     while not stop and not idle():
         msgs = [m for m in c.consume(num_messages=10, timeout=0.2) if not m.error()]
@@ -177,7 +178,7 @@ class Worker:
     """One consumer process of a group; its JSON events are collected by a thread."""
 
     def __init__(self, tmp: Path, client: str, bootstrap: str, topic: str, group: str, *, mode: str = "observe",
-                 crash_after: int = 0, idle_exit: float = 0.0, out: Path | None = None) -> None:
+                 crash_after: int = 0, idle_exit: float = 0.0, out: Path | None = None, assignor: str | None = None) -> None:
         script = tmp / "group_worker.py"
         if not script.exists():
             script.write_text(WORKER)
@@ -187,6 +188,7 @@ class Worker:
             [sys.executable, str(script), client, bootstrap, topic, group, mode, str(crash_after), str(self.out),
              str(idle_exit)],
             stdout=subprocess.PIPE, stderr=open(tmp / f"worker-{id(self)}.log", "wb"), start_new_session=True,
+            env={**os.environ, **({"ASSIGNOR": assignor} if assignor else {})},
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -259,6 +261,24 @@ def test_consumers_split_partitions_and_take_over_from_a_leaving_and_a_killed_me
         assert took < 2 * SESSION_MS / 1000 + 10, f"takeover took {took:.1f}s"
         # every record was consumed by someone (committed as it went, so none is skipped)
         _wait_for(lambda: len(_seen(tmp_path)) == 300, 30, "all 300 records to be consumed")
+    finally:
+        for w in workers:
+            w.stop()
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
+def test_client_side_assignors_work_because_the_broker_is_protocol_agnostic(broker, tmp_path: Path,
+                                                                            assignor: str) -> None:
+    """Eager and incremental cooperative rebalancing both run over the classic protocol (R3)."""
+    topic, group, partitions = f"assignor-{assignor}", f"g-{assignor}", 6
+    create_topic("confluent", broker.bootstrap, topic, partitions)
+    workers = [Worker(tmp_path, "confluent", broker.bootstrap, topic, group, assignor=assignor) for _ in range(2)]
+    try:
+        _wait_for(lambda: _split(workers, partitions), 60, f"two {assignor} consumers to split the partitions")
+        workers.append(Worker(tmp_path, "confluent", broker.bootstrap, topic, group, assignor=assignor))
+        _wait_for(lambda: _split(workers, partitions), 60, f"three {assignor} consumers to split the partitions")
+        workers.pop(0).stop()
+        _wait_for(lambda: _split(workers, partitions), 60, f"two {assignor} consumers to take over")
     finally:
         for w in workers:
             w.stop()
