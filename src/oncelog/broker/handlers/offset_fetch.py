@@ -57,6 +57,8 @@ async def handle(broker: Any, request: Any) -> Any:
         out = []
         for g in req.groups:
             rows, code = _fetch(broker, g.group_id, g.topics, require_stable)
+            if code != ErrorCode.none:
+                rows = []  # a group-level error carries no partitions (as Kafka)
             out.append(
                 m.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=code,
