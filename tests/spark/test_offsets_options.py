@@ -104,3 +104,21 @@ def test_sink_options() -> None:
         SinkOptions.parse({**BS, "kafka.transactional.id": "x"})
     with pytest.raises(ValueError, match="delivery.guarantee"):
         SinkOptions.parse({**BS, "delivery.guarantee": "maybe"})
+
+
+def test_fault_injection_fires_once_per_point_and_batch(tmp_path) -> None:
+    from oncelog.spark import faults
+
+    s = SinkOptions.parse({**BS, "faultInjection": "before_commit:fail@1, driver_commit:hang", "faultInjection.dir": str(tmp_path)})
+    assert s.faults == (faults.Fault("before_commit", "fail", 1), faults.Fault("driver_commit", "hang", None))
+    faults.maybe_fire(s.faults, s.fault_dir, "before_commit", 0)  # another batch: nothing
+    faults.maybe_fire(s.faults, s.fault_dir, "after_commit", 1)  # another point: nothing
+    with pytest.raises(faults.InjectedFault, match="before_commit in batch 1"):
+        faults.maybe_fire(s.faults, s.fault_dir, "before_commit", 1)
+    faults.maybe_fire(s.faults, s.fault_dir, "before_commit", 1)  # fired already (the file says so)
+    assert (tmp_path / "before_commit@1").read_text().startswith("before_commit fail batch 1 pid ")
+    for bad, match in [("later:fail", "not <point>"), ("before_commit:explode", "not <point>"), ("after_commit@x", "batch id")]:
+        with pytest.raises(ValueError, match=match):
+            SinkOptions.parse({**BS, "faultInjection": bad, "faultInjection.dir": str(tmp_path)})
+    with pytest.raises(ValueError, match="faultInjection.dir"):
+        SinkOptions.parse({**BS, "faultInjection": "after_commit"})

@@ -93,8 +93,7 @@ def test_task_failure_then_restart_writes_every_record_once(spark, broker, tmp_p
     bs = broker.bootstrap
     want = _setup(bs)
     ckpt = str(tmp_path / "ckpt")
-    marker = str(tmp_path / "fault.marker")
-    faulty = _eos(bs, **{"faultInjection.point": point, "faultInjection.marker": marker, "faultInjection.batchId": "1"})
+    faulty = _eos(bs, **{"faultInjection": f"{point}:fail@1", "faultInjection.dir": str(tmp_path)})
     err = run_expect_failure(_pipeline(spark, bs), ckpt, fmt="oncelog", **faulty)
     assert "injected fault" in err
     if point == "before_commit":

@@ -11,7 +11,26 @@ Importing this package does not import PySpark; ``register`` and ``OncelogDataSo
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
+
+
+def _worker_logging() -> None:
+    """Spark's Python workers configure no logging. With ``ONCELOG_SPARK_LOG=<level>`` in the
+    environment (inherited by the JVM and its workers), the connector logs to stderr, which
+    Spark passes on to the driver's console (local mode) or the executors' logs."""
+    level = os.environ.get("ONCELOG_SPARK_LOG")
+    logger = logging.getLogger("oncelog.spark")
+    if not level or logger.handlers:
+        return
+    h = logging.StreamHandler()
+    h.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+    logger.addHandler(h)
+    logger.setLevel(level.upper())
+
+
+_worker_logging()
 
 
 def register(spark: Any) -> None:

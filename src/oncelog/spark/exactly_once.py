@@ -241,8 +241,10 @@ def write_task(
     from confluent_kafka import KafkaException, TopicPartition
 
     tid = ident.transactional_id(options.transactional_id_prefix)
+    t0 = time.monotonic()
     rows = iter(batches)
     first = next((b for b in rows if b.num_rows > 0), None)
+    t_input = time.monotonic()
     inputs: dict[tuple[str, int], int] | None = None
     if first is None:
         inputs = collect_inputs()  # the input is exhausted: every range this task read is known
@@ -257,6 +259,7 @@ def write_task(
     marker = TopicPartition(marker_topic, marker_partition, ident.batch_id + 1, metadata=ident.marker_metadata())
 
     producer, fresh = _producers.get(options, tid)
+    t_producer = time.monotonic()
     try:
         while True:
             # With a fresh producer, init_transactions has fenced every earlier attempt and
@@ -281,6 +284,7 @@ def write_task(
                 log.info("oncelog sink: cached producer of %s is stale (%s); initialising a new one", tid, exc.args[0])
                 producer, fresh = _producers.fresh(options, tid), True
 
+        t_begun = time.monotonic()
         produced = produce_batches(producer, ([first] if first is not None else []), options.topic)
         more = produce_batches(producer, rows, options.topic)
         if inputs is None:
@@ -289,10 +293,8 @@ def write_task(
             tps = [TopicPartition(t, p, end) for (t, p), end in sorted(inputs.items())]
             group = input_offsets_group(options, ident.query_id)
             producer.send_offsets_to_transaction(tps, group_metadata(options, group), REQUEST_TIMEOUT_S)
-        faults.maybe_fail(
-            "before_commit", configured_point=options.fault_point, marker=options.fault_marker,
-            batch_id=ident.batch_id, only_batch=options.fault_batch,
-        )
+        t_produced = time.monotonic()
+        faults.maybe_fire(options.faults, options.fault_dir, "before_commit", ident.batch_id)
         _retrying("commit_transaction", lambda: producer.commit_transaction(options.flush_timeout_ms / 1000))
     except KafkaException as exc:
         _producers.drop(options, tid)
@@ -306,12 +308,17 @@ def write_task(
     except BaseException:
         _producers.drop(options, tid)  # its transaction is left open: the next attempt aborts it
         raise
-    faults.maybe_fail(
-        "after_commit", configured_point=options.fault_point, marker=options.fault_marker,
-        batch_id=ident.batch_id, only_batch=options.fault_batch,
-    )
+    faults.maybe_fire(options.faults, options.fault_dir, "after_commit", ident.batch_id)
     in_json: dict[str, dict[str, int]] = {}
     for (t, p), end in sorted(inputs.items()):
         in_json.setdefault(t, {})[str(p)] = end
     records = produced.records + more.records
+    if log.isEnabledFor(logging.DEBUG):
+        t_end = time.monotonic()
+        log.debug(
+            "oncelog sink: %s batch %d: %d records; first input %.0f ms, producer %.0f ms%s, marker %.0f ms, "
+            "produce %.0f ms, commit %.0f ms", tid, ident.batch_id, produced.records + more.records,
+            1000 * (t_input - t0), 1000 * (t_producer - t_input), " (new)" if fresh else "",
+            1000 * (t_begun - t_producer), 1000 * (t_produced - t_begun), 1000 * (t_end - t_produced),
+        )
     return EosCommitMessage(ident.batch_id, ident.partition_id, tid, records=records, input_offsets=in_json)

@@ -163,12 +163,14 @@ def read_range(options: SourceOptions, topic: str, partition: int, start: int, e
         handoff.record(topic, partition, end)
         return
     conf = options.consumer_config()
+    t0 = time.monotonic()
     try:
         yield from _read(_consumer(conf), options, topic, partition, start, end)
     except BaseException:
         # A consumer in an unknown state (mid-fetch, errored) is not reused.
         _drop_consumer(conf)
         raise
+    log.debug("oncelog source: read %s-%d [%d, %d) in %.0f ms", topic, partition, start, end, 1000 * (time.monotonic() - t0))
     # The whole range was delivered: an exactly-once sink in this same task may commit it.
     handoff.record(topic, partition, end)
 

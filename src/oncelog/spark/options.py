@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from oncelog.spark import faults as faults_mod
 from oncelog.spark import offsets as off
 
 KAFKA_PREFIX = "kafka."
@@ -187,9 +188,8 @@ class SinkOptions:
     input_offsets_group: str | None = None
     write_id: str | None = None
     flush_timeout_ms: int = 120_000
-    fault_point: str | None = None
-    fault_marker: str | None = None
-    fault_batch: int | None = None
+    faults: tuple[faults_mod.Fault, ...] = ()
+    fault_dir: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -207,9 +207,10 @@ class SinkOptions:
         prefix = opts.get("transactionalidprefix", "oncelog-spark")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
             raise ValueError(f"option transactionalIdPrefix: use letters, digits, '.', '_' and '-', got {prefix!r}")
-        fault_point = opts.get("faultinjection.point") or None
-        if fault_point is not None and fault_point not in FAULT_POINTS:
-            raise ValueError(f"option faultInjection.point: one of {sorted(FAULT_POINTS)}, got {fault_point!r}")
+        injected = faults_mod.parse(opts.get("faultinjection"))
+        fault_dir = opts.get("faultinjection.dir") or None
+        if injected and not fault_dir:
+            raise ValueError("option faultInjection needs faultInjection.dir (where fired faults are recorded)")
         return cls(
             client=client,
             topic=opts.get("topic") or None,
@@ -218,17 +219,11 @@ class SinkOptions:
             input_offsets_group=opts.get("inputoffsetsgroup") or None,
             write_id=opts.get("writeid") or None,
             flush_timeout_ms=_int(opts, "flushTimeoutMs", 120_000, minimum=1) or 120_000,
-            fault_point=fault_point,
-            fault_marker=opts.get("faultinjection.marker") or None,
-            fault_batch=_int(opts, "faultInjection.batchId", None, minimum=0),
+            faults=injected,
+            fault_dir=fault_dir,
         )
 
     def producer_config(self) -> dict[str, str]:
         conf = dict(self.client)
         conf.setdefault("linger.ms", "5")
         return conf
-
-
-#: Where a test may make a write task fail once (see ``faults.maybe_fail``): after the rows were
-#: produced but before the transaction commits, and after it committed but before the task ends.
-FAULT_POINTS = frozenset({"before_commit", "after_commit"})

@@ -27,7 +27,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from oncelog.spark import exactly_once, handoff
+from oncelog.spark import exactly_once, faults, handoff
 from oncelog.spark.options import EXACTLY_ONCE, SinkOptions
 from oncelog.spark.produce import SinkWriteError, produce_batches
 from oncelog.spark.schema import check_sink_schema
@@ -124,6 +124,7 @@ class OncelogStreamWriter(_Writing, DataSourceStreamArrowWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         # Every task committed its own transaction; a repeated call for the same batch (after a
         # driver failure) is as harmless as the first.
+        faults.maybe_fire(self.options.faults, self.options.fault_dir, "driver_commit", batchId)
         self._summarise(messages, f"batch {batchId} committed")
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
