@@ -47,7 +47,7 @@ class Cluster:
             transaction_max_timeout_ms=60_000, transactional_id_expiration_ms=3_600_000,
         )
         self.start(first=True)
-        self.seq: dict[tuple[int, TopicPartition], int] = {}
+        self.seq: dict[tuple[int, int, TopicPartition], int] = {}
 
     def start(self, first: bool = False) -> None:
         self.rm = ReplicaManager(self.config, self.clock)
@@ -86,11 +86,11 @@ class Cluster:
 
     def produce(self, pid: int, epoch: int, tp: TopicPartition, value: bytes, tid: str = "tx") -> int:
         self.coord.verify_produce(tid, pid, epoch, tp)
-        seq = self.seq.get((pid, tp), 0)
+        seq = self.seq.get((pid, epoch, tp), 0)
         batch = records.build_batch([(None, value, [])], timestamp_ms=self.clock.now_ms(), producer_id=pid,
                                     producer_epoch=epoch, base_sequence=seq, transactional=True)
         res = self.rm.partition(*tp).append(batch, self.clock.now_ms())
-        self.seq[(pid, tp)] = seq + 1
+        self.seq[(pid, epoch, tp)] = seq + 1
         return res.base_offset
 
     def committed_values(self, tp: TopicPartition) -> list[bytes]:

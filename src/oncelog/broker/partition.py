@@ -126,8 +126,9 @@ class Partition:
         ``from_client``: a producer's batch (Produce API): fully validated and checked against
         the producer state. Batches written by the broker's own coordinators (offset commits,
         transactional offset commits carrying a producer id without sequence numbers, group
-        metadata) pass ``from_client=False``: header and CRC are still checked, sequence numbers
-        are not (as Kafka's ``AppendOrigin.COORDINATOR``)."""
+        metadata) pass ``from_client=False``: the header is parsed and the producer epoch is
+        checked (a fenced epoch is refused), sequence numbers are not (as Kafka's
+        ``AppendOrigin.COORDINATOR``)."""
         if from_client:
             header = records.validate_produce_batch(batch, self.config.max_message_bytes)
             dup = self.producers.check(header)
@@ -135,6 +136,7 @@ class Partition:
                 return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
         else:
             header = records.parse_header(batch)
+            self.producers.check_epoch(header)
         base, last = self._append(batch, header, now_ms)
         return AppendResult(base, last, self.log.log_start_offset)
 

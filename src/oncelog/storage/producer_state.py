@@ -171,6 +171,16 @@ class ProducerStateManager:
             f"{expected} expected"
         )
 
+    def check_epoch(self, h: BatchHeader) -> None:
+        """The epoch rule alone, for batches the broker's coordinators write on a producer's
+        behalf (transactional offset commits): no sequence numbers, but a fenced epoch is still
+        refused. Raises InvalidProducerEpoch."""
+        entry = self.entries.get(h.producer_id) if h.producer_id >= 0 else None
+        if entry is not None and h.producer_epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"{self.tp}: producer {h.producer_id} epoch {h.producer_epoch} is older than the current epoch {entry.epoch}"
+            )
+
     def update(self, h: BatchHeader, base_offset: int, now_ms: int | None = None) -> None:
         """Apply a batch that is now in the log at ``base_offset`` (live append or replay)."""
         last_offset = base_offset + h.last_offset_delta

@@ -3,8 +3,10 @@ R17).
 
 The group coordinator writes them as a transactional batch of the producer into the group's
 ``__consumer_offsets`` partition; they stay pending — invisible to OffsetFetch and to the group —
-until the transaction's COMMIT marker lands there, and vanish on ABORT. A producer epoch older
-than one already seen there is fenced (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH before v3). v3
+until the transaction's COMMIT marker lands there, and vanish on ABORT. The transaction
+coordinator checks first that the producer id and epoch are current and that the transaction is
+Ongoing with this group's partition added (AddOffsetsToTxn); a zombie is fenced
+(PRODUCER_FENCED; INVALID_PRODUCER_EPOCH before v3) and never leaves pending offsets behind. v3
 carries the consumer's group metadata (KIP-447), checked like OffsetCommit's.
 """
 
@@ -42,6 +44,9 @@ async def handle(broker: Any, request: Any) -> Any:
         groups = coordinator(broker)
         validate_group_id(req.group_id)
         if offsets:
+            # Only the current producer of an Ongoing transaction that added this group's
+            # offsets partition may commit offsets in it (as it may produce, R9, R12).
+            broker.transactions.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
             errors = groups.txn_commit_offsets(
                 req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
                 getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), offsets,

@@ -266,6 +266,25 @@ class TransactionCoordinator:
                 f"(state {meta.state.kafka_name}); call AddPartitionsToTxn first"
             )
 
+    def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
+        """TxnOffsetCommit may write pending offsets only for the current producer of an Ongoing
+        transaction that added the group's offsets partition (R9, R13). Raises ProducerFenced for
+        an older epoch (a zombie), InvalidTxnState otherwise."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMapping(f"producer {producer_id} is not the producer of {transactional_id!r}")
+        if epoch != meta.producer_epoch:
+            raise ProducerFenced(
+                f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is fenced, "
+                f"the current epoch is {meta.producer_epoch}"
+            )
+        tp = self.offsets_partition(group_id)
+        if meta.state is not TxnState.ONGOING or tp not in meta.partitions:
+            raise InvalidTxnState(
+                f"offsets of group {group_id!r} are not part of an ongoing transaction of {transactional_id!r} "
+                f"(state {meta.state.kafka_name}); call AddOffsetsToTxn first"
+            )
+
     # -- EndTxn --------------------------------------------------------------------------------
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
