@@ -64,3 +64,39 @@ def torn_cmd(
     rows += [(f"fault: {k}", str(v)) for k, v in sorted(r.faults.items())]
     rows.append(("wall time", f"{r.seconds:.1f} s"))
     raise typer.Exit(report("torn writes", s, rows, r.anomalies))
+
+
+@verify_app.command("copy")
+def copy_cmd(
+    records: int = typer.Option(100_000, help="input records"),
+    partitions: int = typer.Option(4, help="input/output partitions (one copier each)"),
+    broker_kills: int = typer.Option(10, help="SIGKILLs of the broker"),
+    copier_kills: int = typer.Option(10, help="SIGKILLs of copiers"),
+    seed: Optional[int] = typer.Option(None, help="replay a run"),
+    time_limit: float = typer.Option(900.0, help="seconds before unfinished copiers count as a failure"),
+    work_dir: Optional[Path] = typer.Option(None, help="keep the broker's and copiers' files here"),
+) -> None:
+    """Scenario 1: transactional copy while the broker and the copiers are SIGKILLed (Kafka's
+    transactions_test.py), with a concurrent read_committed reader."""
+    from oncelog.verify import copy
+
+    s = _seed(seed)
+    work = work_dir or Path(tempfile.mkdtemp(prefix="oncelog-verify-copy-"))
+    work.mkdir(parents=True, exist_ok=True)
+    console.print(f"transactional copy: {records} records, {partitions} copiers, seed {s}, files in {work}")
+    with console.status("copying") as status:
+        def progress(done: int, total: int, r: "copy.CopyResult") -> None:
+            status.update(f"copiers done {done}/{total}; broker kills {r.broker_kills}, copier kills {r.copier_kills}, "
+                          f"restarts {r.copier_restarts}, watchdog {r.watchdog_kills}")
+
+        r = copy.run(work, records=records, partitions=partitions, broker_kills=broker_kills,
+                     copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress)
+    rows = [
+        ("input records", str(r.records)), ("output records (read_committed)", str(r.copied)),
+        ("records seen by the concurrent reader", str(r.reader_records)),
+        ("fault: broker SIGKILL", str(r.broker_kills)), ("fault: copier SIGKILL", str(r.copier_kills)),
+        ("copier restarts after a client error", str(r.copier_restarts)),
+        ("copiers killed by the watchdog (client hang, librdkafka #5456)", str(r.watchdog_kills)),
+        ("wall time", f"{r.seconds:.1f} s"),
+    ]
+    raise typer.Exit(report("transactional copy", s, rows, r.anomalies))

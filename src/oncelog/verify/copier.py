@@ -17,11 +17,24 @@ fences the old one's transaction.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
+from pathlib import Path
 
 ABORT_FRACTION = 1 / 3
 MAX_POLL = 500
+HEARTBEAT_ENV = "ONCELOG_COPIER_HEARTBEAT"
+
+
+def heartbeat() -> None:
+    """Touch the file named by $ONCELOG_COPIER_HEARTBEAT after every finished transaction, so a
+    supervisor can tell a copier that is making progress from one whose client hangs
+    (librdkafka's send_offsets_to_transaction can block past its timeout when the broker
+    restarts under it: librdkafka issue #5456)."""
+    path = os.environ.get(HEARTBEAT_ENV)
+    if path:
+        Path(path).touch()
 
 
 def main() -> int:
@@ -56,6 +69,7 @@ def confluent(bootstrap, src, dst, parts, tid, group, rng) -> int:  # type: igno
 
     pos = rewind()
     print("started", pos, flush=True)
+    heartbeat()
     while any(pos[p] < ends[p] for p in parts):
         msgs = [m for m in consumer.consume(MAX_POLL, 1.0) if not m.error()]
         if not msgs:
@@ -74,6 +88,7 @@ def confluent(bootstrap, src, dst, parts, tid, group, rng) -> int:  # type: igno
         else:
             producer.commit_transaction(30)
             pos = nxt
+        heartbeat()
     consumer.close()
     print("done", flush=True)
     return 0
@@ -101,6 +116,7 @@ def kafka_python(bootstrap, src, dst, parts, tid, group, rng) -> int:  # type: i
 
     pos = rewind()
     print("started", pos, flush=True)
+    heartbeat()
     while any(pos[p] < ends[p] for p in parts):
         batch = consumer.poll(timeout_ms=1000, max_records=MAX_POLL)
         msgs = [m for ms in batch.values() for m in ms]
@@ -121,6 +137,7 @@ def kafka_python(bootstrap, src, dst, parts, tid, group, rng) -> int:  # type: i
         else:
             producer.commit_transaction()
             pos = nxt
+        heartbeat()
     consumer.close()
     print("done", flush=True)
     return 0
@@ -149,6 +166,7 @@ async def aiokafka_copier(bootstrap, src, dst, parts, tid, group, rng) -> int:  
 
     pos = await rewind()
     print("started", pos, flush=True)
+    heartbeat()
     while any(pos[p] < ends[p] for p in parts):
         batch = await consumer.getmany(timeout_ms=1000, max_records=MAX_POLL)
         msgs = [m for ms in batch.values() for m in ms]
@@ -167,6 +185,7 @@ async def aiokafka_copier(bootstrap, src, dst, parts, tid, group, rng) -> int:  
         else:
             await producer.commit_transaction()
             pos = nxt
+        heartbeat()
     await consumer.stop()
     await producer.stop()
     print("done", flush=True)

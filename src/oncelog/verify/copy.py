@@ -1,0 +1,230 @@
+"""Scenario 1 of ``oncelog verify``: transactional copy under broker and copier kills, in the
+style of Kafka's own ``transactions_test.py``.
+
+An input topic is seeded with unique records. One transactional copier per input partition
+(``oncelog.verify.copier``: confluent-kafka, sendOffsetsToTransaction, a third of its
+transactions aborted at random) copies them to the same partition of an output topic. Meanwhile
+the broker and the copiers are killed with SIGKILL at random moments and restarted, and a
+read_committed consumer reads the output the whole time.
+
+Checks: the output equals the input, each record once, in the input's order per partition; the
+concurrent reader saw, per partition, exactly a prefix of the final output at the same offsets —
+so it never saw an aborted or uncommitted record, a duplicate, or a gap.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oncelog.process import BrokerProcess
+from oncelog.verify.checker import Anomaly
+from oncelog.verify.copier import HEARTBEAT_ENV
+
+INPUT, OUTPUT = "input", "output"
+#: a copier that finishes no transaction for this long is hung (librdkafka #5456) and is killed
+WATCHDOG_S = 30.0
+
+
+@dataclass
+class CopyResult:
+    records: int = 0
+    copied: int = 0
+    broker_kills: int = 0
+    copier_kills: int = 0
+    copier_restarts: int = 0
+    #: copiers whose client hung (no transaction finished for WATCHDOG_S) and were killed
+    watchdog_kills: int = 0
+    reader_records: int = 0
+    anomalies: list[Anomaly] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class _Reader(threading.Thread):
+    """The concurrent read_committed consumer: never seeks, never restarts."""
+
+    def __init__(self, bootstrap: str, partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.seen: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        self.stop_at: float | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "verify-reader", "enable.auto.commit": False,
+                      "isolation.level": "read_committed", "reconnect.backoff.max.ms": 500})
+        c.assign([TopicPartition(OUTPUT, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+        try:
+            while self.stop_at is None or time.monotonic() < self.stop_at:
+                for m in c.consume(5000, 0.2):
+                    if m.error():
+                        continue
+                    self.seen[m.partition()].append((m.offset(), m.value()))
+        except Exception as exc:  # noqa: BLE001 - reported as an anomaly
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            c.close()
+
+
+def _seed_input(bootstrap: str, records: int, partitions: int) -> dict[int, list[bytes]]:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(INPUT, partitions, 1), NewTopic(OUTPUT, partitions, 1)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    by_part: dict[int, list[bytes]] = {q: [] for q in range(partitions)}
+    for i in range(records):
+        q = i % partitions
+        v = f"in-{q}-{i:08d}".encode()
+        by_part[q].append(v)
+        while True:
+            try:
+                p.produce(INPUT, v, partition=q)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+    return by_part
+
+
+def _final_read(bootstrap: str, partitions: int, expected: int) -> dict[int, list[tuple[int, bytes]]]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-final", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(OUTPUT, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    got = 0
+    deadline = time.monotonic() + 120
+    idle_since = time.monotonic()
+    while time.monotonic() < deadline and (got < expected or time.monotonic() - idle_since < 2):
+        msgs = [m for m in c.consume(10_000, 0.3) if not m.error()]
+        if msgs:
+            idle_since = time.monotonic()
+        for m in msgs:
+            out[m.partition()].append((m.offset(), m.value()))
+            got += 1
+    c.close()
+    return out
+
+
+def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_kills: int, seed: int,
+        time_limit: float = 900.0, progress=None) -> CopyResult:  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    result = CopyResult(records=records)
+    start = time.monotonic()
+    broker = BrokerProcess(work / "data", log_path=work / "broker.log",
+                           overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
+    broker.start()
+    copiers: dict[int, subprocess.Popen[bytes]] = {}
+    done: set[int] = set()
+    reader = _Reader(broker.bootstrap, partitions)
+    try:
+        inputs = _seed_input(broker.bootstrap, records, partitions)
+        reader.start()
+
+        def launch(p: int) -> None:
+            beat = work / f"copier-{p}.heartbeat"
+            beat.touch()
+            copiers[p] = subprocess.Popen(
+                [sys.executable, "-m", "oncelog.verify.copier", "confluent", broker.bootstrap, INPUT, OUTPUT, f"{p},",
+                 f"verify-copier-{p}", "verify-copy", str(rng.randrange(1 << 30))],
+                stdout=subprocess.DEVNULL, stderr=open(work / f"copier-{p}.log", "ab"),
+                env={**os.environ, HEARTBEAT_ENV: str(beat)},
+            )
+
+        for p in range(partitions):
+            launch(p)
+        faults = ["broker"] * broker_kills + ["copier"] * copier_kills
+        rng.shuffle(faults)
+        deadline = start + time_limit
+        next_fault = time.monotonic() + rng.uniform(0.5, 2.0)
+        while len(done) < partitions and time.monotonic() < deadline:
+            time.sleep(0.1)
+            for p, proc in list(copiers.items()):
+                code = proc.poll()
+                if code is None:
+                    if time.time() - (work / f"copier-{p}.heartbeat").stat().st_mtime > WATCHDOG_S:
+                        proc.kill()
+                        proc.wait(10)
+                        del copiers[p]
+                        result.watchdog_kills += 1
+                        launch(p)
+                    continue
+                del copiers[p]
+                if code == 0:
+                    done.add(p)
+                else:
+                    result.copier_restarts += 1
+                    launch(p)
+            if faults and time.monotonic() >= next_fault:
+                fault = faults.pop()
+                if fault == "broker":
+                    broker.kill()
+                    result.broker_kills += 1
+                    time.sleep(rng.uniform(0.0, 1.5))
+                    broker.start(timeout=60)
+                elif copiers:
+                    p = rng.choice(sorted(copiers))
+                    copiers[p].kill()
+                    copiers[p].wait(10)
+                    del copiers[p]
+                    result.copier_kills += 1
+                    launch(p)
+                next_fault = time.monotonic() + rng.uniform(0.5, 2.0)
+            if progress is not None:
+                progress(len(done), partitions, result)
+        if len(done) < partitions:
+            result.anomalies.append(Anomaly("lost", f"copiers {sorted(set(range(partitions)) - done)} did not finish in {time_limit:.0f}s"))
+        final = _final_read(broker.bootstrap, partitions, records)
+        reader.stop_at = time.monotonic() + 3
+        reader.join(30)
+        result.anomalies += _check(inputs, final, reader)
+        result.copied = sum(len(v) for v in final.values())
+        result.reader_records = sum(len(v) for v in reader.seen.values())
+    finally:
+        for proc in copiers.values():
+            proc.kill()
+        reader.stop_at = time.monotonic()
+        broker.stop()
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _check(inputs: dict[int, list[bytes]], final: dict[int, list[tuple[int, bytes]]], reader: _Reader) -> list[Anomaly]:
+    out: list[Anomaly] = []
+    if reader.error:
+        out.append(Anomaly("lost", f"the concurrent reader failed: {reader.error}"))
+    for p, values in inputs.items():
+        want = [b"copied:" + v for v in values]
+        got = [v for _o, v in final[p]]
+        counts: dict[bytes, int] = {}
+        for v in got:
+            counts[v] = counts.get(v, 0) + 1
+        out += [Anomaly("duplicate", f"output-{p}: {v!r} copied {n} times") for v, n in counts.items() if n > 1]
+        missing = set(want) - set(got)
+        out += [Anomaly("lost", f"output-{p}: {v!r} never copied") for v in sorted(missing)[:20]]
+        extra = set(got) - set(want)
+        out += [Anomaly("uncommitted-read", f"output-{p}: {v!r} is not a copy of any input") for v in sorted(extra)[:20]]
+        if not missing and not extra and got != want:
+            out.append(Anomaly("nonmonotonic-send", f"output-{p}: records out of the input's order"))
+        seen = reader.seen.get(p, [])
+        prefix = final[p][: len(seen)]
+        if seen != prefix:
+            first = next(i for i, (a, b) in enumerate(zip(seen, prefix + [(-1, b"")] * len(seen))) if a != b)
+            s_off, s_val = seen[first]
+            kind = "aborted-read" if s_val not in set(got) else "inconsistent-offset"
+            out.append(Anomaly(kind, f"output-{p}: the concurrent reader saw {s_val!r} at {s_off}, "
+                                     f"the final read has {prefix[first] if first < len(prefix) else 'nothing'} there"))
+    return out
