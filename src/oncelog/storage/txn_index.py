@@ -31,7 +31,6 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from oncelog.storage.atomic import write_atomically
 
 FILE_NAME = "aborted.txnindex"
 _ENTRY = struct.Struct(">hqqqq")
@@ -128,4 +127,8 @@ class AbortedTxnIndex:
             self._rewrite()
 
     def _rewrite(self) -> None:
-        write_atomically(self.path, b"".join(_ENTRY.pack(_VERSION, *e) for e in self.entries))
+        # Derived data: replaced atomically (rename) but not fsynced; a loss is detected on open
+        # (see the module docstring) and repaired by a rebuild.
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(b"".join(_ENTRY.pack(_VERSION, *e) for e in self.entries))
+        os.replace(tmp, self.path)
