@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_transactional_copy_under_kills(tmp_path: Path) -> None:
-    result = copy.run(tmp_path, records=8_000, partitions=2, broker_kills=2, copier_kills=2, seed=11, time_limit=240)
+    result = copy.run(tmp_path, records=8_000, partitions=2, broker_kills=2, copier_kills=2, seed=11, time_limit=240,
+                      txn_records=100, txn_pause_ms=100)
     assert result.broker_kills == 2 and result.copier_kills == 2
     assert result.copied == 8_000
     assert result.anomalies == []

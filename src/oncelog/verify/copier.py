@@ -23,7 +23,10 @@ import sys
 from pathlib import Path
 
 ABORT_FRACTION = 1 / 3
-MAX_POLL = 500
+#: records per transaction at most, and a pause after each transaction: a supervisor that wants
+#: its faults to land while copying is still going on slows the copier down with these
+MAX_POLL = int(os.environ.get("ONCELOG_COPIER_MAX_POLL", "500"))
+PAUSE_S = float(os.environ.get("ONCELOG_COPIER_PAUSE_MS", "0")) / 1000
 HEARTBEAT_ENV = "ONCELOG_COPIER_HEARTBEAT"
 
 
@@ -35,6 +38,10 @@ def heartbeat() -> None:
     path = os.environ.get(HEARTBEAT_ENV)
     if path:
         Path(path).touch()
+    if PAUSE_S:
+        import time
+
+        time.sleep(PAUSE_S)
 
 
 def main() -> int:

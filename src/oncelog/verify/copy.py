@@ -120,7 +120,10 @@ def _final_read(bootstrap: str, partitions: int, expected: int) -> dict[int, lis
 
 
 def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_kills: int, seed: int,
-        time_limit: float = 900.0, progress=None) -> CopyResult:  # type: ignore[no-untyped-def]
+        time_limit: float = 900.0, progress=None, txn_records: int = 500,
+        txn_pause_ms: int = 0) -> CopyResult:  # type: ignore[no-untyped-def]
+    """``txn_records`` caps the records per transaction and ``txn_pause_ms`` pauses each copier
+    after every transaction: small runs use them so that the faults land while copying."""
     rng = random.Random(seed)
     result = CopyResult(records=records)
     start = time.monotonic()
@@ -141,7 +144,8 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
                 [sys.executable, "-m", "oncelog.verify.copier", "confluent", broker.bootstrap, INPUT, OUTPUT, f"{p},",
                  f"verify-copier-{p}", "verify-copy", str(rng.randrange(1 << 30))],
                 stdout=subprocess.DEVNULL, stderr=open(work / f"copier-{p}.log", "ab"),
-                env={**os.environ, HEARTBEAT_ENV: str(beat)},
+                env={**os.environ, HEARTBEAT_ENV: str(beat), "ONCELOG_COPIER_MAX_POLL": str(txn_records),
+                     "ONCELOG_COPIER_PAUSE_MS": str(txn_pause_ms)},
             )
 
         for p in range(partitions):
