@@ -49,8 +49,9 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NoReturn
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -190,6 +191,23 @@ def _marker_topic(first: Any, options: SinkOptions) -> str | None:
     return None if idx < 0 else first.column(idx)[0].as_py()
 
 
+class _ExpectedFencing(logging.Filter):
+    """librdkafka reports a fenced producer as a fatal error (levels 0-3). Here fencing is part
+    of the protocol — a cached producer found stale is replaced — so those lines go to DEBUG;
+    everything else the client says keeps its level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "fenced by a newer instance" in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+#: Where the transactional producers' own log lines go (served when the producer is polled).
+_client_log = logging.getLogger("oncelog.spark.librdkafka")
+_client_log.addFilter(_ExpectedFencing())
+
+
 class _Producers:
     """Transactional producers kept per worker process, one per transactional id, so that a
     task partition's next micro-batch skips InitProducerId. A producer is dropped on any
@@ -214,7 +232,7 @@ class _Producers:
         from confluent_kafka import Producer
 
         self.drop(options, tid)
-        p = Producer({**options.producer_config(), "transactional.id": tid})
+        p = Producer({**options.producer_config(), "transactional.id": tid, "logger": _client_log})
         _retrying("init_transactions", lambda: p.init_transactions(INIT_TIMEOUT_S))
         key = (tid, tuple(sorted(options.producer_config().items())))
         self._cache[key] = p
@@ -229,6 +247,80 @@ class _Producers:
 _producers = _Producers()
 
 
+class _Begun:
+    """The outcome of the preamble: the producer, and whether the batch was already committed."""
+
+    def __init__(self, producer: Any, skipped: bool) -> None:
+        self.producer = producer
+        self.skipped = skipped
+
+
+def _begin(options: SinkOptions, tid: str, ident: TaskIdent, marker: Any) -> _Begun:
+    """Steps 1-3 up to the marker: a producer, the marker check, and — unless the batch is
+    already committed — a transaction holding the marker ``b + 1``."""
+    from confluent_kafka import KafkaException
+
+    producer, fresh = None, False
+    try:
+        producer, fresh = _producers.get(options, tid)
+        while True:
+            # With a fresh producer, init_transactions has fenced every earlier attempt and
+            # finished its transaction, so the marker read here is final. With a cached one, a
+            # "committed" answer is final too; "not committed" is confirmed by the first
+            # transactional request below, which fails if another attempt fenced this producer.
+            done = last_committed_batch(options, tid)
+            if done is not None and done >= ident.batch_id:
+                return _Begun(producer, True)
+            try:
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction([marker], group_metadata(options, tid), REQUEST_TIMEOUT_S)
+                return _Begun(producer, False)
+            except KafkaException as exc:
+                if fresh:
+                    raise
+                log.info("oncelog sink: cached producer of %s is stale (%s); initialising a new one", tid, exc.args[0])
+                producer, fresh = None, False
+                producer, fresh = _producers.fresh(options, tid), True
+    except BaseException as exc:
+        _failed(options, tid, producer, exc, ident)
+
+
+def _failed(options: SinkOptions, tid: str, producer: Any, exc: BaseException, ident: TaskIdent) -> NoReturn:
+    """Forget the producer (its transaction, if open, is aborted by the next attempt's
+    init_transactions or the transaction timeout; or here, when the client says it must be)
+    and raise: ExactlyOnceError for client errors, anything else as it is."""
+    from confluent_kafka import KafkaException
+
+    _producers.drop(options, tid)
+    if not isinstance(exc, KafkaException):
+        raise exc
+    err = exc.args[0] if exc.args else None
+    if producer is not None and err is not None and err.txn_requires_abort():
+        try:
+            producer.abort_transaction(REQUEST_TIMEOUT_S)
+        except KafkaException as abort_exc:
+            log.warning("oncelog sink: %s abort after failure failed: %s", tid, abort_exc)
+    raise ExactlyOnceError(f"{tid} batch {ident.batch_id}: transaction failed: {err}") from exc
+
+
+def _marker(topic: str, partition: int, ident: TaskIdent) -> Any:
+    from confluent_kafka import TopicPartition
+
+    return TopicPartition(topic, partition, ident.batch_id + 1, metadata=ident.marker_metadata())
+
+
+_background: ThreadPoolExecutor | None = None
+
+
+def _in_background(fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+    """Run ``fn`` on this worker process's one helper thread (created on first use, after
+    Spark forked the worker)."""
+    global _background
+    if _background is None:
+        _background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-sink")
+    return _background.submit(fn, *args)
+
+
 def write_task(
     batches: Iterable[Any],
     ident: TaskIdent,
@@ -237,54 +329,57 @@ def write_task(
     collect_inputs: Callable[[], dict[tuple[str, int], int]] = dict,
 ) -> EosCommitMessage:
     """Run the protocol above for one task. Raises on any failure, leaving an open transaction
-    to be aborted by the next attempt's ``init_transactions`` (or the transaction timeout)."""
-    from confluent_kafka import KafkaException, TopicPartition
+    to be aborted by the next attempt's ``init_transactions`` (or the transaction timeout).
+
+    With the ``topic`` option the marker's place (partition 0 of that topic) is known before
+    any input arrives, so the preamble (producer, marker check, begin, marker) runs on a helper
+    thread while the task's first rows are computed: InitProducerId and the marker's round
+    trips overlap with reading the input instead of adding to it. The preamble consumes no
+    input, so the protocol is unchanged. Without the option the marker goes where the first
+    row is written, and the preamble waits for it."""
+    from confluent_kafka import TopicPartition
 
     tid = ident.transactional_id(options.transactional_id_prefix)
     t0 = time.monotonic()
     rows = iter(batches)
-    first = next((b for b in rows if b.num_rows > 0), None)
+    early = _in_background(_begin, options, tid, ident, _marker(options.topic, 0, ident)) if options.topic else None
+    try:
+        first = next((b for b in rows if b.num_rows > 0), None)
+    except BaseException:
+        if early is not None:
+            try:
+                early.result()
+            except BaseException as exc:  # the input's failure is the one to report
+                log.warning("oncelog sink: %s preamble also failed: %s", tid, exc)
+            _producers.drop(options, tid)  # it may hold an open transaction
+        raise
     t_input = time.monotonic()
     inputs: dict[tuple[str, int], int] | None = None
-    if first is None:
-        inputs = collect_inputs()  # the input is exhausted: every range this task read is known
-        if not inputs:
-            # Nothing written, nothing read: no transaction needed, nothing to remember.
-            return EosCommitMessage(ident.batch_id, ident.partition_id, tid)
-        marker_topic, marker_partition = min(inputs)
+    if early is not None:
+        begun = early.result()
     else:
-        marker_topic, marker_partition = _marker_topic(first, options), 0
-        if marker_topic is None:
-            raise ExactlyOnceError("oncelog sink: a row has a null topic and no 'topic' option is set")
-    marker = TopicPartition(marker_topic, marker_partition, ident.batch_id + 1, metadata=ident.marker_metadata())
+        if first is None:
+            inputs = collect_inputs()  # the input is exhausted: every range this task read is known
+            if not inputs:
+                # Nothing written, nothing read: no transaction needed, nothing to remember.
+                return EosCommitMessage(ident.batch_id, ident.partition_id, tid)
+            marker_topic, marker_partition = min(inputs)
+        else:
+            marker_topic, marker_partition = _marker_topic(first, options), 0
+            if marker_topic is None:
+                raise ExactlyOnceError("oncelog sink: a row has a null topic and no 'topic' option is set")
+        begun = _begin(options, tid, ident, _marker(marker_topic, marker_partition, ident))
+    t_begun = time.monotonic()
+    producer = begun.producer
+    if begun.skipped:
+        for _ in rows:  # re-execution of a committed batch: consume the input, write nothing
+            pass
+        if inputs is None:
+            collect_inputs()
+        log.info("oncelog sink: %s batch %d already committed; writing nothing", tid, ident.batch_id)
+        return EosCommitMessage(ident.batch_id, ident.partition_id, tid, skipped=True)
 
-    producer, fresh = _producers.get(options, tid)
-    t_producer = time.monotonic()
     try:
-        while True:
-            # With a fresh producer, init_transactions has fenced every earlier attempt and
-            # finished its transaction, so the marker read here is final. With a cached one, a
-            # "committed" answer is final too; "not committed" is confirmed by the first
-            # transactional request below, which fails if another attempt fenced this producer.
-            done = last_committed_batch(options, tid)
-            if done is not None and done >= ident.batch_id:
-                for _ in rows:  # re-execution of a committed batch: consume the input, write nothing
-                    pass
-                if inputs is None:
-                    collect_inputs()
-                log.info("oncelog sink: %s batch %d already committed; writing nothing", tid, ident.batch_id)
-                return EosCommitMessage(ident.batch_id, ident.partition_id, tid, skipped=True)
-            try:
-                producer.begin_transaction()
-                producer.send_offsets_to_transaction([marker], group_metadata(options, tid), REQUEST_TIMEOUT_S)
-                break
-            except KafkaException as exc:
-                if fresh:
-                    raise
-                log.info("oncelog sink: cached producer of %s is stale (%s); initialising a new one", tid, exc.args[0])
-                producer, fresh = _producers.fresh(options, tid), True
-
-        t_begun = time.monotonic()
         produced = produce_batches(producer, ([first] if first is not None else []), options.topic)
         more = produce_batches(producer, rows, options.topic)
         if inputs is None:
@@ -296,18 +391,8 @@ def write_task(
         t_produced = time.monotonic()
         faults.maybe_fire(options.faults, options.fault_dir, "before_commit", ident.batch_id)
         _retrying("commit_transaction", lambda: producer.commit_transaction(options.flush_timeout_ms / 1000))
-    except KafkaException as exc:
-        _producers.drop(options, tid)
-        err = exc.args[0] if exc.args else None
-        if err is not None and err.txn_requires_abort():
-            try:
-                producer.abort_transaction(REQUEST_TIMEOUT_S)
-            except KafkaException as abort_exc:
-                log.warning("oncelog sink: %s abort after failure failed: %s", tid, abort_exc)
-        raise ExactlyOnceError(f"{tid} batch {ident.batch_id}: transaction failed: {err}") from exc
-    except BaseException:
-        _producers.drop(options, tid)  # its transaction is left open: the next attempt aborts it
-        raise
+    except BaseException as exc:
+        _failed(options, tid, producer, exc, ident)
     faults.maybe_fire(options.faults, options.fault_dir, "after_commit", ident.batch_id)
     in_json: dict[str, dict[str, int]] = {}
     for (t, p), end in sorted(inputs.items()):
@@ -316,9 +401,9 @@ def write_task(
     if log.isEnabledFor(logging.DEBUG):
         t_end = time.monotonic()
         log.debug(
-            "oncelog sink: %s batch %d: %d records; first input %.0f ms, producer %.0f ms%s, marker %.0f ms, "
-            "produce %.0f ms, commit %.0f ms", tid, ident.batch_id, produced.records + more.records,
-            1000 * (t_input - t0), 1000 * (t_producer - t_input), " (new)" if fresh else "",
-            1000 * (t_begun - t_producer), 1000 * (t_produced - t_begun), 1000 * (t_end - t_produced),
+            "oncelog sink: %s batch %d: %d records; first input %.0f ms, then preamble %.0f ms%s, "
+            "produce %.0f ms, commit %.0f ms", tid, ident.batch_id, records, 1000 * (t_input - t0),
+            1000 * (t_begun - t_input), " (overlapped)" if early is not None else "",
+            1000 * (t_produced - t_begun), 1000 * (t_end - t_produced),
         )
     return EosCommitMessage(ident.batch_id, ident.partition_id, tid, records=records, input_offsets=in_json)

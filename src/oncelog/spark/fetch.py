@@ -30,6 +30,7 @@ arrays are built per batch.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import time
@@ -42,7 +43,7 @@ from oncelog.spark.options import SourceOptions
 log = logging.getLogger(__name__)
 
 #: Records per Arrow batch handed to Spark (Spark's own default for Arrow batches is 10,000).
-ROWS_PER_BATCH = 8192
+ROWS_PER_BATCH = 16384
 #: Upper bound of records taken from the client in one call.
 CONSUME_BATCH = 4096
 #: How long one blocking poll waits when nothing is queued.
@@ -101,7 +102,11 @@ def arrow_schema(include_headers: bool) -> Any:
 
 
 class _BatchBuilder:
-    """Column lists for one Arrow batch; ``flush`` turns them into a ``pyarrow.RecordBatch``."""
+    """Column lists for one Arrow batch; ``flush`` turns them into a ``pyarrow.RecordBatch``.
+
+    ``extend`` takes a run of data messages of the range's partition, in offset order, with
+    their offsets already extracted; each field is read with one list comprehension per run
+    (a C-level loop per field), not with Python statements per message."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic = topic
@@ -114,37 +119,41 @@ class _BatchBuilder:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.ts: list[int | None] = []
-        self.ts_types: list[int] = []
+        self.stamps: list[tuple[int, int]] = []
         self.headers: list[Any] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, msg: Any) -> None:
-        self.keys.append(msg.key())
-        self.values.append(msg.value())
-        self.offsets.append(msg.offset())
-        ts_type, ts = msg.timestamp()
-        # librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime; Spark/Kafka: -1, 0, 1.
-        self.ts_types.append(ts_type - 1)
-        self.ts.append(ts if ts_type != 0 else None)
+    def extend(self, msgs: list[Any], offsets: list[int]) -> None:
+        self.keys += [m.key() for m in msgs]
+        self.values += [m.value() for m in msgs]
+        self.offsets += offsets
+        self.stamps += [m.timestamp() for m in msgs]
         if self.include_headers:
-            self.headers.append(msg.headers())
+            self.headers += [m.headers() for m in msgs]
 
     def flush(self) -> Any:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         n = len(self.offsets)
-        ts = pa.array(self.ts, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        # librdkafka's timestamp types: 0 not available, 1 CreateTime, 2 LogAppendTime;
+        # Spark's (Kafka's ids): -1, 0, 1.
+        types = [k for k, _ in self.stamps]
+        ts = pa.array([t for _, t in self.stamps], type=pa.int64())
+        ts_types = pa.array(types, type=pa.int32())
+        if 0 in types:
+            ts = pc.if_else(pc.equal(ts_types, 0), pa.scalar(None, pa.int64()), ts)
+        ts = ts.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
         arrays = [
             pa.array(self.keys, type=pa.binary()),
             pa.array(self.values, type=pa.binary()),
-            pa.array([self.topic] * n, type=pa.string()),
-            pa.array([self.partition] * n, type=pa.int32()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array(self.offsets, type=pa.int64()),
             ts,
-            pa.array(self.ts_types, type=pa.int32()),
+            pc.subtract(ts_types, pa.scalar(1, pa.int32())),
         ]
         if self.include_headers:
             arrays.append(pa.array(self.headers, type=self.schema.field("headers").type))
@@ -192,43 +201,40 @@ def _read(consumer: Any, options: SourceOptions, topic: str, partition: int, sta
             if not msgs:
                 m = consumer.poll(IDLE_POLL_S)
                 msgs = [m] if m is not None else []
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.topic() == topic and m.partition() == partition and m.offset() >= end:
-                            done = True
-                            break
-                        continue
-                    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        _data_loss(options, consumer, topic, partition, start, f"offset {start} is out of range: {err}")
-                        continue
-                    if err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
-                        log.warning("oncelog source %s-%d: transient consumer error: %s", topic, partition, err)
-                        continue
+            # Error events (end of partition, ...) split the messages into runs of data messages.
+            # (Never compare a KafkaError with ==: its comparison with None leaves a TypeError
+            # pending in the interpreter.)
+            errors = [m.error() for m in msgs]
+            cuts = [k for k, e in enumerate(errors) if e is not None] + [len(msgs)]
+            i = 0
+            for cut in cuts:
+                if cut > i:  # a run of data messages
+                    taken, done = _take(builder, msgs[i:cut], topic, partition, next_offset, end)
+                    if taken:
+                        if first and taken[0] > start:
+                            _check_gap_at_start(options, consumer, topic, partition, start, taken[0])
+                        first = False
+                        next_offset = taken[-1] + 1
+                        done = done or next_offset >= end
+                    while len(builder) >= ROWS_PER_BATCH:
+                        yield builder.flush()
+                if done or cut == len(msgs):
+                    break
+                m, err = msgs[cut], errors[cut]
+                i = cut + 1
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if m.topic() == topic and m.partition() == partition and m.offset() >= end:
+                        done = True
+                        break
+                elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    _data_loss(options, consumer, topic, partition, start, f"offset {start} is out of range: {err}")
+                elif err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                    log.warning("oncelog source %s-%d: transient consumer error: %s", topic, partition, err)
+                else:
                     raise RangeReadError(f"{topic}-{partition} [{start}, {end}): consumer error {err}")
-                if m.topic() != topic or m.partition() != partition:
-                    continue  # left over from another assignment
-                o = m.offset()
-                if o < next_offset:
-                    continue  # already seen (a re-fetch after a reconnect)
-                if o >= end:
-                    done = True
-                    break
-                if first and o > start:
-                    _check_gap_at_start(options, consumer, topic, partition, start, o)
-                first = False
-                builder.add(m)
-                next_offset = o + 1
+            if msgs:
                 last_progress = time.monotonic()
-                if len(builder) >= ROWS_PER_BATCH:
-                    yield builder.flush()
-                if next_offset >= end:
-                    done = True
-                    break
             if done or msgs:
-                if msgs:
-                    last_progress = time.monotonic()
                 continue
             # Nothing arrived: has the position moved past the range's trailing gap?
             pos = consumer.position([TopicPartition(topic, partition)])[0].offset
@@ -243,6 +249,27 @@ def _read(consumer: Any, options: SourceOptions, topic: str, partition: int, sta
             yield builder.flush()
     finally:
         consumer.unassign()
+
+
+def _take(builder: _BatchBuilder, run: list[Any], topic: str, partition: int, next_offset: int, end: int) -> tuple[list[int], bool]:
+    """Add the messages of ``run`` (data messages, no errors) with offsets in
+    ``[next_offset, end)`` to ``builder``; returns their offsets and whether an offset ``>= end``
+    was seen (the range is complete). One consumer is assigned one partition, and librdkafka
+    delivers a partition's messages in offset order, so the run is sorted and the bounds are
+    found by bisection; messages of another partition (never expected) are filtered out."""
+    if run[0].partition() != partition or run[-1].partition() != partition or run[0].topic() != topic:
+        run = [m for m in run if m.partition() == partition and m.topic() == topic]
+        if not run:
+            return [], False
+    offsets = [m.offset() for m in run]
+    lo = bisect.bisect_left(offsets, next_offset) if offsets[0] < next_offset else 0
+    hi = bisect.bisect_left(offsets, end) if offsets[-1] >= end else len(offsets)
+    complete = hi < len(offsets)
+    if lo or complete:
+        run, offsets = run[lo:hi], offsets[lo:hi]
+    if run:
+        builder.extend(run, offsets)
+    return offsets, complete
 
 
 def _check_gap_at_start(options: SourceOptions, consumer: Any, topic: str, partition: int, start: int, first: int) -> None:

@@ -28,6 +28,17 @@ KAFKA_PREFIX = "kafka."
 #: Consumer properties the reader needs: it tracks positions itself (no auto commit) and relies
 #: on end-of-partition events to finish a range that ends in a gap.
 FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.partition.eof": "true"}
+#: Consumer defaults for reading bounded ranges fast (a ``kafka.*`` option overrides them).
+#: librdkafka postpones the next fetch by ``fetch.queue.backoff.ms`` (1 s by default) whenever
+#: its local queue holds ``queued.min.messages``, and a range reader drains that queue in bursts:
+#: with the defaults a task reads ~115,000 records/s, with these ~450,000 (measured here with
+#: 100-byte records). A short ``fetch.wait.max.ms`` also lets a range that ends at the log end
+#: or LSO finish without waiting half a second for the end-of-partition event. The consumer is
+#: assigned only while a range is read, so the short wait costs no idle polling.
+CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "0", "fetch.wait.max.ms": "10"}
+#: Producer defaults: room for a whole task's rows in the client queue (a full queue makes the
+#: writer wait), and batches bounded by bytes (``batch.size``) rather than by count.
+PRODUCER_DEFAULTS = {"linger.ms": "5", "queue.buffering.max.messages": "1000000", "batch.num.messages": "100000"}
 #: The at-least-once writer still never writes a record twice on a retried *request*.
 FORCED_PRODUCER = {"enable.idempotence": "true"}
 
@@ -161,7 +172,7 @@ class SourceOptions:
 
     def consumer_config(self) -> dict[str, str]:
         """Configuration of the executors' range consumers (assign only, never subscribe)."""
-        conf = dict(self.client)
+        conf = {**CONSUMER_DEFAULTS, **self.client}
         conf.setdefault("group.id", f"{self.group_id_prefix}-executor")
         return conf
 
@@ -172,7 +183,7 @@ class SourceOptions:
             "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
             "queued.min.messages", "queued.max.messages.kbytes", "session.timeout.ms", "heartbeat.interval.ms",
             "max.poll.interval.ms", "auto.commit.interval.ms", "check.crcs", "group.instance.id",
-            "partition.assignment.strategy", "enable.auto.offset.store",
+            "partition.assignment.strategy", "enable.auto.offset.store", "fetch.queue.backoff.ms",
         }
         return {k: v for k, v in self.client.items() if k not in consumer_only}
 
@@ -224,6 +235,4 @@ class SinkOptions:
         )
 
     def producer_config(self) -> dict[str, str]:
-        conf = dict(self.client)
-        conf.setdefault("linger.ms", "5")
-        return conf
+        return {**PRODUCER_DEFAULTS, **self.client}

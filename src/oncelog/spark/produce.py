@@ -67,13 +67,15 @@ def produce_batches(producer: Any, batches: Iterable[Any], topic_option: str | N
             out.first_topic = topics[0]
         produce = producer.produce
         if partitions is None and headers is None and topic_option:
-            for i in range(n):
-                try:
-                    produce(topic_option, values[i], keys[i])
-                except BufferError:
-                    _wait_for_room(producer, lambda: produce(topic_option, values[i], keys[i]))
-                if i % POLL_EVERY == 0:
-                    producer.poll(0)
+            # The common case, one call per row and nothing else per row: rows go in slices of
+            # POLL_EVERY, with the client's events served between slices.
+            for lo in range(0, n, POLL_EVERY):
+                for value, key in zip(values[lo : lo + POLL_EVERY], keys[lo : lo + POLL_EVERY]):
+                    try:
+                        produce(topic_option, value, key)
+                    except BufferError:
+                        _wait_for_room(producer, lambda: produce(topic_option, value, key))
+                producer.poll(0)
         else:
             for i in range(n):
                 t = topics[i]
@@ -97,7 +99,7 @@ def produce_batches(producer: Any, batches: Iterable[Any], topic_option: str | N
 def _wait_for_room(producer: Any, retry: Any) -> None:
     deadline = time.monotonic() + QUEUE_FULL_TIMEOUT_S
     while True:
-        producer.poll(0.05)
+        producer.poll(0.005)
         try:
             retry()
             return
