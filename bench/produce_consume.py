@@ -19,7 +19,7 @@ It prints a table and, with ``--markdown FILE``, writes the same table as Markdo
 ``--event-loop asyncio,uvloop`` each configuration runs once per event loop, which is how the
 broker's default loop was chosen (docs/PERFORMANCE.md).
 
-    .venv/bin/python bench/produce_consume.py --records 500000 --event-loop asyncio,uvloop \
+    .venv/bin/python -m bench.produce_consume --records 500000 --event-loop asyncio,uvloop \
         --markdown /tmp/bench.md
 
 Every wait is bounded; the broker process is stopped (SIGTERM, then SIGKILL) on any exit.
@@ -34,14 +34,17 @@ import statistics
 import struct
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from oncelog.process import BrokerProcess
+if not __package__:  # run as a script (bench/produce_consume.py): make the bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import RssSampler, md_table  # noqa: E402
+from oncelog.process import BrokerProcess  # noqa: E402
 
 MB = 1_000_000
 
@@ -76,54 +79,6 @@ class Result:
     rss_idle: int = 0
     rss_start: int = 0
     disk_bytes: int = 0
-
-
-class RssSampler:
-    """Samples a process's RSS every ``interval`` seconds in a daemon thread; ``peak()`` gives
-    the maximum since the last ``reset()``."""
-
-    def __init__(self, pid: int, interval: float = 0.1) -> None:
-        self.proc = psutil.Process(pid)
-        self.interval = interval
-        self._peak = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def sample(self) -> int:
-        try:
-            rss = self.proc.memory_info().rss
-        except psutil.Error:
-            return 0
-        with self._lock:
-            self._peak = max(self._peak, rss)
-        return rss
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def reset(self) -> None:
-        with self._lock:
-            self._peak = 0
-        self.sample()
-
-    def cpu(self) -> float:
-        try:
-            t = self.proc.cpu_times()
-        except psutil.Error:
-            return 0.0
-        return t.user + t.system
-
-    def peak(self) -> int:
-        self.sample()
-        with self._lock:
-            return self._peak
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 def _start_timed(broker: BrokerProcess) -> float:
@@ -375,11 +330,6 @@ def resource_rows(results: list[Result]) -> list[tuple[str, ...]]:
     ]
 
 
-def _md_table(headers: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
-    return ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|",
-            *("| " + " | ".join(row) + " |" for row in body)]
-
-
 def markdown(results: list[Result], n: int, partitions: int, startups: dict[str, list[float]],
              load_before: tuple[float, ...]) -> str:
     lines = [
@@ -389,9 +339,9 @@ def markdown(results: list[Result], n: int, partitions: int, startups: dict[str,
         f"load average (1, 5, 15 min) before: {' '.join(f'{x:.2f}' for x in load_before)}, "
         f"after: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}.",
         "",
-        *_md_table(THROUGHPUT, throughput_rows(results)),
+        *md_table(THROUGHPUT, throughput_rows(results)),
         "",
-        *_md_table(RESOURCES, resource_rows(results)),
+        *md_table(RESOURCES, resource_rows(results)),
         "",
     ]
     for loop, times in startups.items():

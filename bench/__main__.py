@@ -1,0 +1,114 @@
+"""``python -m bench [scenario ...] [--peers] [--repeat N] [--markdown FILE] [--docs] [--plots DIR]``
+
+Runs the named scenarios (default: all of ``bench.scenarios.DEFAULT``) against oncelog and,
+with ``--peers``, against Tansu (in memory) and librdkafka's mock cluster in the same run. Each
+system is started once; within each repetition every case runs on every system in turn (the
+first system rotates with the repetition). Reported: the median over repetitions and the spread
+(min–max), the broker's peak RSS and its CPU time per scenario (psutil). A failed measurement is
+reported as such (its error in the log) and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+
+from bench import report
+from bench.common import RssSampler
+from bench.scenarios import DEFAULT, SCENARIOS, Options
+from bench.systems import SYSTEMS, make_work_dir, remove_work_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenarios", nargs="*", default=DEFAULT, help=f"of {', '.join(SCENARIOS)}")
+    ap.add_argument("--peers", action="store_true", help="also run Tansu and librdkafka's mock cluster")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--records", type=int, default=Options.records)
+    ap.add_argument("--seconds", type=float, default=Options.seconds)
+    ap.add_argument("--markdown", type=Path, help="write the results as Markdown here")
+    ap.add_argument("--docs", action="store_true",
+                    help="replace the '## Side by side with peers' results in docs/PERFORMANCE.md")
+    ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
+    args = ap.parse_args(argv)
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
+    opts = Options(records=args.records, seconds=args.seconds)
+    names = ["oncelog", "tansu", "mock"] if args.peers else ["oncelog"]
+    work = make_work_dir()
+    systems = []
+    samplers = {}
+    # values[(scenario, metric)][system] -> list; resources[scenario][system] -> [(rss, cpu)]
+    values: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    resources: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    failures: list[str] = []
+    load_before = psutil.getloadavg()
+    started = time.time()
+    try:
+        for name in names:
+            s = SYSTEMS[name](work)
+            s.start()
+            systems.append(s)
+            samplers[name] = RssSampler(s.pid)
+            print(f"# {name} on {s.bootstrap} (pid {s.pid})", file=sys.stderr, flush=True)
+        for scenario in args.scenarios:
+            cases = SCENARIOS[scenario](opts)
+            for rep in range(args.repeat):
+                order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+                for case in cases:
+                    for s in order:
+                        sm = samplers[s.name]
+                        sm.reset()
+                        cpu0 = sm.cpu()
+                        try:
+                            got = case.run(s)
+                        except Exception as e:  # noqa: BLE001 - reported, the suite goes on
+                            failures.append(f"{scenario} / {case.name} / {s.name}: {type(e).__name__}: {e}")
+                            traceback.print_exc()
+                            continue
+                        resources[scenario][s.name].append((sm.peak(), sm.cpu() - cpu0))
+                        got = got if isinstance(got, dict) else {case.name: got}
+                        for metric, v in got.items():
+                            values[(scenario, metric)][s.name].append(v)
+                        shown = ", ".join(f"{k}={v:,.1f}" for k, v in got.items())
+                        print(f"rep {rep} {scenario:12s} {s.name:8s} {shown}", file=sys.stderr, flush=True)
+    finally:
+        for sm in samplers.values():
+            sm.stop()
+        for s in systems:
+            try:
+                s.stop()
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+        remove_work_dir(work)
+    header = (
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} by `python -m bench "
+        f"{' '.join(args.scenarios)}{' --peers' if args.peers else ''} --repeat {args.repeat}`: "
+        f"{platform.machine()}, {psutil.cpu_count()} cores shared with other engineers' test runs, "
+        f"Python {platform.python_version()}; load average (1 min) {load_before[0]:.1f} before, "
+        f"{psutil.getloadavg()[0]:.1f} after. {opts.records:,} records per 100 B produce run "
+        f"({opts.records // 4:,} at 1 KiB), timed runs {opts.seconds:g} s; median of {args.repeat} "
+        f"(min–max in brackets)."
+    )
+    text = report.markdown(header, names, values, resources, failures)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+    if args.plots:
+        report.plots(args.plots, names, values)
+    if args.docs:
+        report.write_docs(Path(__file__).resolve().parent.parent / "docs" / "PERFORMANCE.md", text, args.plots)
+    return 1 if failures and not values else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

