@@ -27,8 +27,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
+# The side-by-side suite (issue 7): oncelog, Tansu and librdkafka's mock cluster, default scenarios.
 bench: $(STAMP)
-	$(PY) bench/produce_consume.py
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m bench --peers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist src/*.egg-info
