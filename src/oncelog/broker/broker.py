@@ -61,6 +61,11 @@ class Broker:
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def advertised_port(self) -> int:
+        """The port advertised to clients: ``advertised.port`` if set, else the listening port."""
+        return self.config.advertised_port or self.server.port
+
     async def start(self) -> tuple[str, int]:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,9 @@ class BrokerConfig:
     host: str = field(default="127.0.0.1", metadata={"kafka": "listener.host", "parse": str})
     port: int = field(default=9092, metadata={"kafka": "listener.port", "parse": int})
     advertised_host: str | None = field(default=None, metadata={"kafka": "advertised.host", "parse": str})
+    #: the port clients are told to connect to (Metadata, FindCoordinator, DescribeCluster); None: the
+    #: listening port. Differs when clients reach the broker through a proxy (oncelog verify queue).
+    advertised_port: int | None = field(default=None, metadata={"kafka": "advertised.port", "parse": _opt_int})
     node_id: int = field(default=1, metadata={"kafka": "node.id", "parse": int})
     num_partitions: int = field(default=1, metadata={"kafka": "num.partitions", "parse": int})
     default_replication_factor: int = field(default=1, metadata={"kafka": "default.replication.factor", "parse": int})

@@ -19,6 +19,6 @@ async def handle(broker: Any, request: Any) -> Any:
         endpoint_type=1,
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        brokers=(m.DescribeClusterBroker(broker_id=broker.node_id, host=broker.advertised_host, port=broker.port, rack=None),),
+        brokers=(m.DescribeClusterBroker(broker_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port, rack=None),),
         cluster_authorized_operations=-2147483648,
     )

@@ -49,7 +49,7 @@ def _resolve(broker: Any, key_type: int, key: str) -> ErrorCode:
 async def handle(broker: Any, request: Any) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    node, host, port = broker.node_id, broker.advertised_host, broker.port
+    node, host, port = broker.node_id, broker.advertised_host, broker.advertised_port
     key_type = getattr(req, "key_type", GROUP)
     if request.api_version >= 4:
         coordinators = []

@@ -80,7 +80,7 @@ async def handle(broker: Any, request: Any) -> Any:
             )
         )
     return m.MetadataResponse(
-        brokers=(m.MetadataResponseBroker(node_id=broker.node_id, host=broker.advertised_host, port=broker.port, rack=None),),
+        brokers=(m.MetadataResponseBroker(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port, rack=None),),
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=tuple(topics),
