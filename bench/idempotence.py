@@ -41,9 +41,12 @@ from pathlib import Path
 
 import psutil
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.client import ProtocolClient
+if not __package__:  # run as a script (bench/idempotence.py): make the bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.systems import create_topic_admin  # noqa: E402
+from oncelog.client import ProtocolClient  # noqa: E402
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis, framing, records
 
@@ -52,8 +55,7 @@ MODES = ("idempotence off", "idempotence on")
 
 
 def create_topic(bootstrap: str, name: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    create_topic_admin(bootstrap, name, PARTITIONS)
 
 
 def produce(bootstrap: str, topic: str, records: int, size: int, idempotent: bool) -> tuple[float, float]:

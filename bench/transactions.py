@@ -8,7 +8,7 @@ Not a test: a measurement (issue 5). Against one ``oncelog broker`` process it m
 * consume: the committed transactional data read back with read_committed versus
   read_uncommitted.
 
-    .venv/bin/python bench/transactions.py --seconds 10 --repeat 3 [--markdown out.md]
+    .venv/bin/python -m bench.transactions  (the suite's form: python -m bench txn-overhead) --seconds 10 --repeat 3 [--markdown out.md]
 
 Every wait is bounded; the broker is stopped on any exit.
 """
@@ -19,77 +19,30 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+if not __package__:  # run as a script (bench/transactions.py): make the bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncelog.process import BrokerProcess
+from bench import clients  # noqa: E402
+from bench.systems import create_topic_admin  # noqa: E402
+from oncelog.process import BrokerProcess  # noqa: E402
 
 PARTITIONS = 4
 
 
 def create_topic(bootstrap: str, name: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    create_topic_admin(bootstrap, name, PARTITIONS)
 
 
-def produce(bootstrap: str, topic: str, seconds: float, size: int, txn_ms: int | None, tid: str) -> float:
+def produce(bootstrap: str, topic: str, seconds: float, size: int, txn_ms: int | None, _tid: str) -> float:
     """Records per second acknowledged over ``seconds`` (commits included in the time)."""
-    conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
-            "batch.size": 1_000_000, "queue.buffering.max.messages": 200_000}
-    if txn_ms is not None:
-        conf["transactional.id"] = tid
-    p = Producer(conf)
-    payload = b"x" * size
-    acked = 0
-
-    def on_delivery(err, _msg) -> None:  # type: ignore[no-untyped-def]
-        nonlocal acked
-        if err is None:
-            acked += 1
-
-    if txn_ms is not None:
-        p.init_transactions(30)
-        p.begin_transaction()
-    start = time.monotonic()
-    end = start + seconds
-    next_commit = start + (txn_ms or 0) / 1000
-    i = 0
-    while True:
-        now = time.monotonic()
-        if now >= end:
-            break
-        try:
-            p.produce(topic, payload, partition=i % PARTITIONS, on_delivery=on_delivery)
-            i += 1
-        except BufferError:
-            p.poll(0.001)
-        if i % 1000 == 0:
-            p.poll(0)
-        if txn_ms is not None and now >= next_commit:
-            p.commit_transaction(30)
-            p.begin_transaction()
-            next_commit = time.monotonic() + txn_ms / 1000
-    if txn_ms is not None:
-        p.commit_transaction(30)
-    assert p.flush(60) == 0
-    return acked / (time.monotonic() - start)
+    mode = "idempotent" if txn_ms is None else "transactional"
+    return clients.produce_timed(bootstrap, topic, seconds, size, mode, PARTITIONS, txn_ms or 100)
 
 
-def consume(bootstrap: str, topic: str, isolation: str, expected: int) -> float:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  "isolation.level": isolation, "fetch.max.bytes": 50 * 1024 * 1024})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got = 0
-    start = time.monotonic()
-    deadline = start + 300
-    while got < expected and time.monotonic() < deadline:
-        got += sum(1 for m in c.consume(10_000, 0.5) if not m.error())
-    elapsed = time.monotonic() - start
-    c.close()
-    return got / elapsed
+def consume(bootstrap: str, topic: str, isolation: str, _expected: int) -> float:
+    return clients.consume_all(bootstrap, topic, PARTITIONS, isolation, timeout=300)
 
 
 def main(argv: list[str] | None = None) -> int:
