@@ -12,39 +12,13 @@ advertised by ApiVersions.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from oncelog.broker import messages
-from oncelog.broker.handlers import (
-    delete_groups,
-    describe_groups,
-    heartbeat,
-    join_group,
-    leave_group,
-    list_groups,
-    offset_commit,
-    offset_delete,
-    offset_fetch,
-    sync_group,
-    txn_offset_commit,
-    add_offsets_to_txn,
-    add_partitions_to_txn,
-    end_txn,
-    api_versions,
-    create_topics,
-    delete_records,
-    delete_topics,
-    describe_cluster,
-    describe_configs,
-    fetch,
-    find_coordinator,
-    init_producer_id,
-    list_offsets,
-    metadata,
-    produce,
-)
+from oncelog.broker.handlers import api_versions
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
@@ -58,36 +32,39 @@ Handler = Callable[["Broker", framing.Request], Awaitable[Any]]
 #: The peer ("host:port") of the request being handled, for handlers that record it (JoinGroup).
 current_peer: ContextVar[str] = ContextVar("current_peer", default="")
 
+#: The handler modules, one per API (``oncelog.broker.handlers.<name>``).
+HANDLER_MODULES = (
+    "add_offsets_to_txn",
+    "add_partitions_to_txn",
+    "api_versions",
+    "create_topics",
+    "delete_groups",
+    "delete_records",
+    "delete_topics",
+    "describe_cluster",
+    "describe_configs",
+    "describe_groups",
+    "end_txn",
+    "fetch",
+    "find_coordinator",
+    "heartbeat",
+    "init_producer_id",
+    "join_group",
+    "leave_group",
+    "list_groups",
+    "list_offsets",
+    "metadata",
+    "offset_commit",
+    "offset_delete",
+    "offset_fetch",
+    "produce",
+    "sync_group",
+    "txn_offset_commit",
+)
+
 HANDLERS: dict[int, Handler] = {
     m.API_KEY: m.handle
-    for m in (
-        delete_groups,
-        describe_groups,
-        heartbeat,
-        join_group,
-        leave_group,
-        list_groups,
-        offset_commit,
-        offset_delete,
-        offset_fetch,
-        sync_group,
-        txn_offset_commit,
-        add_offsets_to_txn,
-        add_partitions_to_txn,
-        end_txn,
-        api_versions,
-        create_topics,
-        delete_records,
-        delete_topics,
-        describe_cluster,
-        describe_configs,
-        fetch,
-        find_coordinator,
-        init_producer_id,
-        list_offsets,
-        metadata,
-        produce,
-    )
+    for m in (importlib.import_module(f"oncelog.broker.handlers.{name}") for name in HANDLER_MODULES)
 }
 
 
