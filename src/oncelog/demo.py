@@ -1,107 +1,532 @@
-"""``make demo``: an embedded broker and a real client pipeline, ending in a verification table.
+"""``make demo``: the seed's orders + inventory example, end to end, exactly once, under faults
+(R16, R17, R24, R25).
 
-Until the exactly-once Spark pipeline lands (issue 6) this demo shows the foundation it stands
-on: a broker process; confluent-kafka producers writing the seed's orders and inventory topics
-with acks=all; a SIGKILL of the broker in the middle of the stream and a restart; then a reader
-that checks that every acknowledged record is there exactly once, in order. Exit status 1 on any
-difference.
+1. An embedded broker (``oncelog broker``, a child process) with topics ``orders``,
+   ``inventory``, ``shipments``, ``rejects``.
+2. A generator: a confluent-kafka transactional producer writing each order and its inventory
+   reservation in ONE transaction across ``orders`` and ``inventory`` (several orders per
+   transaction); every ``ABORT_EVERY``-th transaction is aborted on purpose, and some
+   reservations do not cover their order.
+3. The Spark Structured Streaming job ``oncelog.spark.pipeline`` (a child process, local mode):
+   the ``oncelog`` source reads both topics read_committed; a stream-stream join validates and
+   enriches every order with its reservation into ``shipments`` or ``rejects`` through the
+   exactly-once sink.
+4. Faults, while the generator runs: SIGKILL of the whole Spark application (driver, JVM,
+   Python workers) in the middle of a micro-batch, then a restart from its checkpoint; SIGKILL of
+   the broker and a restart; SIGKILL of one of Spark's Python workers (the task is retried).
+5. A checker reads every topic with read_committed and compares it with what the generator
+   committed: expected vs found, missing, duplicates, unexpected, per topic. Exit status 1 on any
+   difference.
+
+Everything is bounded in time; all traffic is on 127.0.0.1. Files are kept in ``.demo/``
+(broker data and log, Spark logs, checkpoint).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
-from rich.progress import Progress
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from oncelog.process import BrokerProcess
 
 console = Console()
-ORDERS = 20_000
+#: The Kafka clients' own log lines (connection errors while the broker is down, ...) go to
+#: .demo/clients.log instead of the terminal, where they would break the live view.
+client_log = logging.getLogger("oncelog.demo.clients")
+
+ORDERS = 6000
+ORDERS_PER_TXN = 20
+ORDERS_PER_S = 120.0
+#: Every ABORT_EVERY-th transaction is aborted on purpose (its orders must never be seen).
+ABORT_EVERY = 12
+#: Every SHORT_EVERY-th order gets a reservation that does not cover it (a reject).
+SHORT_EVERY = 17
+PARTITIONS = 3
+TOPICS = ("orders", "inventory", "shipments", "rejects")
+#: Faults, in this order, at these fractions of the orders committed.
+FAULTS = ((0.2, "worker"), (0.45, "spark"), (0.7, "broker"))
+#: The generator starts when the Spark query runs, or after this long anyway.
+GENERATOR_START_LIMIT_S = 120.0
+#: Hard limits (seconds): the whole demo, and the wait for the output after the last order.
+DEMO_LIMIT_S = 420.0
+DRAIN_LIMIT_S = 150.0
+
+
+def order_of(i: int) -> tuple[dict, dict]:
+    """Order ``i`` and its reservation (deterministic)."""
+    sku = f"sku-{i % 53:03d}"
+    qty = 1 + i % 5
+    order = {"order_id": i, "customer": f"c-{i % 211}", "sku": sku, "qty": qty, "unit_price_cents": 199 + (i * 37) % 5000}
+    reserved = qty - 1 if i % SHORT_EVERY == 0 else qty
+    reservation = {"order_id": i, "sku": sku, "reserved": reserved, "warehouse": f"w-{i % 4}"}
+    return order, reservation
+
+
+def expected_output(order: dict, reservation: dict) -> tuple[str, dict]:
+    """What the pipeline must make of an order (the checker's independent statement of it)."""
+    if reservation["sku"] == order["sku"] and reservation["reserved"] >= order["qty"]:
+        return "shipments", {
+            "order_id": order["order_id"], "customer": order["customer"], "sku": order["sku"], "qty": order["qty"],
+            "warehouse": reservation["warehouse"], "amount_cents": order["qty"] * order["unit_price_cents"],
+            "status": "ready",
+        }
+    return "rejects", {
+        "order_id": order["order_id"], "sku": order["sku"], "qty": order["qty"], "reserved": reservation["reserved"],
+        "reason": "insufficient stock",
+    }
+
+
+# -- the generator ----------------------------------------------------------------------------
+
+
+@dataclass
+class Generator:
+    """Writes ORDERS orders, ORDERS_PER_TXN per transaction, paced at ORDERS_PER_S; records
+    which orders were committed and which were aborted on purpose. Runs in a thread."""
+
+    bootstrap: str
+    committed: list[int] = field(default_factory=list)
+    aborted: list[int] = field(default_factory=list)
+    retries: int = 0
+    error: str | None = None
+    done: bool = False
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # reported by the demo, which then fails
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.done = True
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        p = Producer({
+            "bootstrap.servers": self.bootstrap, "transactional.id": "demo-order-generator", "linger.ms": 5,
+            "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000, "logger": client_log,
+        })
+        p.init_transactions(60)
+        t0 = time.monotonic()
+        next_id, txn = 0, 0
+        while len(self.committed) < ORDERS:
+            txn += 1
+            abort = txn % ABORT_EVERY == 0
+            ids = list(range(next_id, next_id + (ORDERS_PER_TXN if abort else min(ORDERS_PER_TXN, ORDERS - len(self.committed)))))
+            next_id += len(ids)
+            for attempt in range(10):
+                try:
+                    p.begin_transaction()
+                    for i in ids:
+                        order, reservation = order_of(i)
+                        key = str(i).encode()
+                        p.produce("orders", json.dumps(order).encode(), key)
+                        p.produce("inventory", json.dumps(reservation).encode(), key)
+                    if abort:
+                        p.flush(60)  # the records reach the log, then the abort marker follows them
+                        p.abort_transaction(60)
+                        self.aborted += ids
+                    else:
+                        self._commit(p)
+                        self.committed += ids
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if not err.txn_requires_abort() or attempt == 9:
+                        raise
+                    # The transaction cannot complete (e.g. its records timed out while the
+                    # broker was down): abort it — none of it becomes visible — and write the
+                    # same orders again in a new one.
+                    self.retries += 1
+                    p.abort_transaction(60)
+            # Pace: order n is due at n / ORDERS_PER_S seconds.
+            delay = t0 + len(self.committed) / ORDERS_PER_S - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def _commit(self, p: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        for attempt in range(30):
+            try:
+                p.commit_transaction(60)
+                return
+            except KafkaException as exc:
+                # A retriable failure (coordinator restarting) leaves the commit to be retried;
+                # anything else goes to the caller.
+                if not exc.args[0].retriable() or attempt == 29:
+                    raise
+                self.retries += 1
+                time.sleep(0.5)
+
+
+# -- the Spark job, supervised ----------------------------------------------------------------
+
+
+class SparkJob:
+    """The pipeline as a child process: start, SIGKILL (the whole process tree), restart."""
+
+    def __init__(self, bootstrap: str, work: Path) -> None:
+        self.bootstrap = bootstrap
+        self.work = work
+        self.checkpoint = work / "checkpoint"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+        self.batches = 0
+        self.last_batch: int | None = None
+        self.rows = 0
+        self.state = "not started"
+        self.failure: str | None = None
+
+    def start(self) -> None:
+        from oncelog.spark.procs import kill_tree  # noqa: F401  (fail early if missing)
+
+        self.runs += 1
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+        log = open(self.work / f"spark-run{self.runs}.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "oncelog.spark.pipeline", "--bootstrap", self.bootstrap, "--checkpoint", str(self.checkpoint)],
+            stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
+        )
+        log.close()
+        self.state = "starting (JVM, SparkSession)" if self.runs == 1 else "restarting from its checkpoint"
+        threading.Thread(target=self._follow, args=(self.proc,), daemon=True).start()
+
+    def _follow(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            if proc is not self.proc:
+                return
+            if "started" in msg:
+                self.state = "running"
+            elif "batch" in msg:
+                self.batches += 1
+                self.last_batch = msg["batch"]
+                self.rows += msg["rows"]
+            elif "failed" in msg:
+                self.failure = msg["failed"]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def batch_in_flight(self) -> int | None:
+        """A micro-batch Spark has planned (offsets log) and not finished (commit log)."""
+        planned = {int(f.name) for f in (self.checkpoint / "offsets").glob("[0-9]*")}
+        done = {int(f.name) for f in (self.checkpoint / "commits").glob("[0-9]*")}
+        pending = planned - done
+        return max(pending) if pending else None
+
+    def kill(self) -> list[int]:
+        from oncelog.spark.procs import kill_tree
+
+        assert self.proc is not None
+        pids = kill_tree(self.proc.pid)
+        self.proc.wait(timeout=30)
+        self.state = "killed"
+        return pids
+
+    def python_workers(self) -> list[int]:
+        """Forked Python workers of the tasks (children of the ``pyspark.worker`` daemon)."""
+        from oncelog.spark.procs import descendants
+
+        if self.proc is None:
+            return []
+        tree = descendants(self.proc.pid)
+        daemons = [p for p in tree if _cmdline(p).endswith(b"pyspark.daemon\0pyspark.worker\0")]
+        return [c for d in daemons for c in descendants(d)]
+
+    def stop(self) -> None:
+        if not self.alive:
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.state = "stopped"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+# -- live view of the output ------------------------------------------------------------------
+
+
+class OutputWatcher:
+    """Counts the records read_committed consumers can see in ``shipments`` and ``rejects``
+    (with duplicates: a duplicate would show as a count above the expected one)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.counts: Counter = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "demo-watch", "enable.auto.commit": False,
+                      "isolation.level": "read_committed", "logger": client_log})
+        c.assign([TopicPartition(t, p, 0) for t in ("shipments", "rejects") for p in range(PARTITIONS)])
+        try:
+            while not self._stop.is_set():
+                for m in c.consume(5000, timeout=0.3):
+                    if m.error() is None:
+                        self.counts[m.topic()] += 1
+        finally:
+            c.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+# -- the checker ------------------------------------------------------------------------------
+
+
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 120.0) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of ``topic`` visible at ``isolation``, read to the end of every partition."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-check", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "isolation.level": isolation, "logger": client_log})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    out: list[tuple[bytes, bytes]] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < PARTITIONS:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}: no end after {timeout:.0f}s")
+            for m in c.consume(10_000, timeout=0.5):
+                if m.error() is None:
+                    out.append((m.key(), m.value()))
+                    at_end.discard(m.partition())
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+    finally:
+        c.close()
+    return out
+
+
+def check(bootstrap: str, gen: Generator) -> tuple[Table, bool, list[str]]:
+    """Compare every topic (read_committed) with what the generator committed."""
+    committed = sorted(gen.committed)
+    expected: dict[str, dict[int, dict]] = {t: {} for t in TOPICS}
+    for i in committed:
+        order, reservation = order_of(i)
+        expected["orders"][i] = order
+        expected["inventory"][i] = reservation
+        topic, value = expected_output(order, reservation)
+        expected[topic][i] = value
+    aborted = set(gen.aborted)
+
+    table = Table(title="verification: every topic read with isolation.level=read_committed")
+    for col in ("topic", "expected", "found", "missing", "dups", "unexpected", "wrong", "aborted", ""):
+        table.add_column(col, justify="right")
+    ok = True
+    notes = ["dups: records found more than once; unexpected: orders nobody committed; wrong: content differs "
+             "from the expected join result; aborted: records of an aborted transaction."]
+    for topic in TOPICS:
+        found = [(int(k), json.loads(v)) for k, v in read_topic(bootstrap, topic)]
+        ids = Counter(i for i, _ in found)
+        want = expected[topic]
+        missing = sum(1 for i in want if i not in ids)
+        dups = sum(n - 1 for n in ids.values() if n > 1)
+        unexpected = sum(1 for i in ids if i not in want)
+        wrong = sum(1 for i, v in found if i in want and v != want[i])
+        aborted_seen = sum(1 for i in ids if i in aborted)
+        good = missing == dups == unexpected == wrong == aborted_seen == 0 and len(found) == len(want)
+        ok &= good
+        mark = "[green]✔[/green]" if good else "[red]✘[/red]"
+        table.add_row(topic, f"{len(want):,}", f"{len(found):,}", str(missing), str(dups), str(unexpected), str(wrong),
+                      str(aborted_seen), mark)
+    raw = Counter(int(k) for k, _ in read_topic(bootstrap, "orders", isolation="read_uncommitted"))
+    in_log = sum(1 for i in aborted if i in raw)
+    notes.append(
+        f"{len(aborted):,} orders were written in {len(aborted) // ORDERS_PER_TXN} aborted transactions: "
+        f"{in_log:,} of them are in the log (a read_uncommitted consumer sees them), 0 may be visible above."
+    )
+    if in_log != len(aborted):
+        notes.append("[yellow]some aborted orders are not even in the log (the generator aborted before sending them)[/yellow]")
+    return table, ok, notes
+
+
+# -- the run ----------------------------------------------------------------------------------
 
 
 def main() -> int:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    work = Path(".demo")
+    from oncelog.spark.procs import kill_tree
+
+    work = Path(".demo").resolve()
     shutil.rmtree(work, ignore_errors=True)
-    broker = BrokerProcess(work / "data", log_path=work / "broker.log")
+    work.mkdir(parents=True)
+    handler = logging.FileHandler(work / "clients.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    client_log.addHandler(handler)
+    client_log.propagate = False
     t0 = time.monotonic()
+    events: list[str] = []
+
+    def event(text: str) -> None:
+        events.append(f"[dim]{time.monotonic() - t0:6.1f}s[/dim]  {text}")
+
+    broker = BrokerProcess(work / "broker-data", log_path=work / "broker.log")
     broker.start()
-    console.print(f"[green]broker ready[/green] on {broker.bootstrap} (data in {broker.data_dir})")
+    event(f"broker ready on {broker.bootstrap} (pid {broker.pid})")
+    job = SparkJob(broker.bootstrap, work)
+    watcher = OutputWatcher(broker.bootstrap)
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for f in admin.create_topics([NewTopic("orders", 3, 1), NewTopic("inventory", 3, 1)]).values():
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "logger": client_log})
+        for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in TOPICS]).values():
             f.result(timeout=30)
+        job.start()
+        event("Spark pipeline starting (local mode: 2 threads, 4 attempts per task)")
+        gen = Generator(broker.bootstrap)
+        gen_thread = threading.Thread(target=gen.run, daemon=True)
+        watcher.start()
 
-        acked: dict[str, dict[int, list[bytes]]] = {"orders": {}, "inventory": {}}
+        progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console)
+        bar_orders = progress.add_task("orders committed", total=ORDERS)
+        bar_out = progress.add_task("shipments + rejects", total=ORDERS)
+        faults = list(FAULTS)
+        done_at: float | None = None
+        kill_wait_since: float | None = None
+        failed_restarts = 0
 
-        def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
-            if err is None:
-                acked[msg.topic()].setdefault(msg.partition(), []).append(msg.value())
+        def inject(what: str, waited: float) -> bool:
+            """Inject one fault; False to try again later (waits are bounded)."""
+            if what == "spark":
+                # Once the job has done real work, and preferably inside a micro-batch.
+                if job.state != "running" or job.rows == 0:
+                    return False
+                batch = job.batch_in_flight()
+                if batch is None and waited < 15:
+                    return False
+                pids = job.kill()
+                where = f"inside micro-batch {batch} (planned, not committed)" if batch is not None else "between micro-batches"
+                event(f"[red]SIGKILL Spark[/red] {where}: driver, JVM and Python workers ({len(pids)} processes)")
+                job.start()
+                event("Spark restarting from its checkpoint")
+            elif what == "broker":
+                old = broker.pid
+                broker.kill()
+                event(f"[red]SIGKILL broker[/red] (pid {old}) with transactions in flight")
+                broker.start()
+                event(f"broker restarted (pid {broker.pid}); producers and Spark tasks reconnect")
+            elif what == "worker":
+                workers = job.python_workers() if job.state == "running" else []
+                if not workers:
+                    if waited < 20:
+                        return False
+                    event("[yellow]no Spark Python worker to kill; skipped[/yellow]")
+                else:
+                    kill_tree(workers[-1])
+                    event(f"[red]SIGKILL a Spark Python worker[/red] (pid {workers[-1]}): a task running in it fails, Spark retries it")
+            return True
 
-        conf = {"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000}
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("producing orders and reservations", total=ORDERS)
-            half = ORDERS // 2
-            for phase, (lo, hi) in enumerate(((0, half), (half, ORDERS))):
-                p = Producer(conf)
-                for i in range(lo, hi):
-                    order = f'{{"order":{i},"sku":"sku-{i % 97}","qty":{1 + i % 5}}}'.encode()
-                    reserve = f'{{"order":{i},"sku":"sku-{i % 97}","reserve":{1 + i % 5}}}'.encode()
-                    key = f"order-{i}".encode()
-                    for topic, value in (("orders", order), ("inventory", reserve)):
-                        while True:
-                            try:
-                                p.produce(topic, value=value, key=key, on_delivery=on_delivery)
-                                break
-                            except BufferError:
-                                p.poll(0.05)
-                    p.poll(0)
-                    progress.update(task, completed=i + 1)
-                assert p.flush(60) == 0
-                if phase == 0:
-                    progress.console.print("[yellow]kill -9 the broker[/yellow] after the first half was acknowledged")
-                    broker.kill()
-                    broker.start()
-                    progress.console.print("[green]broker restarted[/green]")
+        def status() -> Table:
+            t = Table.grid(padding=(0, 2))
+            last = "none yet" if job.last_batch is None else str(job.last_batch)
+            t.add_row("Spark", f"{job.state}; run {job.runs}; last micro-batch {last}")
+            t.add_row("broker", f"pid {broker.pid}, {broker.bootstrap}")
+            t.add_row("generator", f"{len(gen.committed):,} committed, {len(gen.aborted):,} aborted on purpose"
+                      + (f", {gen.retries} retried" if gen.retries else ""))
+            return t
 
-        found: dict[str, dict[int, list[bytes]]] = {"orders": {}, "inventory": {}}
-        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "demo-check", "enable.auto.commit": False})
-        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in found for p in range(3)])
-        expected_total = sum(len(v) for t in acked.values() for v in t.values())
-        got = 0
-        deadline = time.monotonic() + 60
-        while got < expected_total and time.monotonic() < deadline:
-            for m in c.consume(10_000, timeout=0.5):
-                if m.error():
-                    continue
-                found[m.topic()].setdefault(m.partition(), []).append(m.value())
-                got += 1
-        c.close()
+        def view() -> Group:
+            progress.update(bar_orders, completed=len(gen.committed))
+            progress.update(bar_out, completed=sum(watcher.counts.values()))
+            return Group(progress, status(), *events[-16:])
 
-        table = Table(title="verification (read back after kill -9 and restart)")
-        for col in ("topic", "acknowledged", "found", "missing", "duplicates", "order kept"):
-            table.add_column(col, justify="right")
-        ok = True
-        for topic in ("orders", "inventory"):
-            a = [v for p in sorted(acked[topic]) for v in acked[topic][p]]
-            f = [v for p in sorted(found[topic]) for v in found[topic][p]]
-            missing = len(set(a) - set(f))
-            dups = len(f) - len(set(f))
-            order = all(found[topic].get(p, [])[: len(acked[topic][p])] == acked[topic][p] for p in acked[topic])
-            ok &= missing == 0 and dups == 0 and order and len(a) == ORDERS
-            table.add_row(topic, str(len(a)), str(len(f)), str(missing), str(dups), "yes" if order else "NO")
+        with Live(view(), console=console, refresh_per_second=4, transient=False) as live:
+            while True:
+                time.sleep(0.25)
+                live.update(view())
+                now = time.monotonic()
+                if not gen_thread.is_alive() and not gen.done and (job.state == "running" or now - t0 > GENERATOR_START_LIMIT_S):
+                    gen_thread.start()
+                    event(f"generator started: {ORDERS:,} orders, {ORDERS_PER_TXN} per transaction, {ORDERS_PER_S:.0f}/s")
+                if gen.error:
+                    event(f"[red]generator failed: {gen.error}[/red]")
+                    break
+                if faults and len(gen.committed) / ORDERS >= faults[0][0]:
+                    kill_wait_since = kill_wait_since or now
+                    if inject(faults[0][1], now - kill_wait_since):
+                        faults.pop(0)
+                        kill_wait_since = None
+                if not job.alive and job.state not in ("killed", "stopped"):
+                    failed_restarts += 1
+                    why = job.failure or f"exit status {job.proc.returncode if job.proc else '?'}"
+                    event(f"[yellow]Spark exited ({why[:200]}); restarting from its checkpoint[/yellow]")
+                    job.failure = None
+                    if failed_restarts > 3:
+                        break
+                    job.start()
+                expected_total = len(gen.committed)
+                if gen.done and done_at is None:
+                    done_at = now
+                    event("generator finished; waiting for the pipeline to catch up")
+                if gen.done and not gen.error and sum(watcher.counts.values()) >= expected_total:
+                    time.sleep(2.0)  # one more trigger interval: a duplicate would show up
+                    live.update(view())
+                    event("all output visible; stopping the pipeline")
+                    break
+                if (done_at and now - done_at > DRAIN_LIMIT_S) or now - t0 > DEMO_LIMIT_S:
+                    event("[red]time limit reached[/red]; checking what is there")
+                    break
+            for _, what in faults:
+                event(f"[yellow]fault '{what}' was not injected (the run ended first)[/yellow]")
+            job.stop()
+            live.update(view())
+        watcher.stop()
+        console.print()
+
+        table, ok, notes = check(broker.bootstrap, gen)
         console.print(table)
-        console.print(f"wall time {time.monotonic() - t0:.1f}s")
-        console.print("[bold green]PASS[/bold green]" if ok else "[bold red]FAIL[/bold red]")
+        for n in notes:
+            console.print(n)
+        if gen.error:
+            ok = False
+        console.print(f"wall time {time.monotonic() - t0:.0f} s; logs in {work}")
+        console.print("[bold green]PASS: every record exactly once[/bold green]" if ok else "[bold red]FAIL[/bold red]")
         return 0 if ok else 1
     finally:
+        watcher.stop()
+        if job.alive:
+            job.kill()
         broker.stop()
 
 
