@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.machine()}, {psutil.cpu_count()} cores shared with other engineers' test runs, "
         f"Python {platform.python_version()}; load average (1 min) {load_before[0]:.1f} before, "
         f"{psutil.getloadavg()[0]:.1f} after. {opts.records:,} records per 100 B produce run "
-        f"({opts.records // 4:,} at 1 KiB), timed runs {opts.seconds:g} s; median of {args.repeat} "
+        f"({opts.records // 2:,} at 1 KiB), timed runs {opts.seconds:g} s; median of {args.repeat} "
         f"(min–max in brackets)."
     )
     text = report.markdown(header, names, values, resources, failures)

@@ -19,7 +19,7 @@ from bench import clients
 
 @dataclass
 class Options:
-    records: int = 200_000  # produce-throughput records per run (100 B; 1 KiB runs use a quarter)
+    records: int = 200_000  # produce-throughput records per run (100 B; 1 KiB runs use half)
     seconds: float = 5.0  # timed runs (transaction overhead, latency)
     latency_rate: int = 10_000
     latency_txn_ms: int = 10
@@ -43,7 +43,7 @@ def topic(system, partitions: int = 1) -> str:  # type: ignore[no-untyped-def]
 def produce_cases(o: Options) -> list[Case]:
     out = []
     for size in (100, 1024):
-        n = o.records if size == 100 else o.records // 4
+        n = o.records if size == 100 else o.records // 2
         for mode in clients.MODES:
             label = mode + (" (10,000 rec/txn)" if mode == "transactional" else "")
             out.append(Case("produce", f"{size} B {label}", "rec/s",
@@ -90,11 +90,29 @@ def aborted_cases(o: Options) -> list[Case]:
                  lambda s: float(clients.aborted_visible(s.bootstrap, topic(s))), higher_is_better=False)]
 
 
+def partitions_cases(o: Options) -> list[Case]:
+    """100 B plain produce, round-robin over 1, 10, 100 and 1,000 partitions."""
+    return [Case("partitions", f"100 B plain, {n} partitions", "rec/s",
+                 lambda s, n=n: clients.produce_count(s.bootstrap, topic(s, n), o.records, 100, "plain", partitions=n))
+            for n in (1, 10, 100, 1000)]
+
+
+def txn_producers_cases(o: Options) -> list[Case]:
+    """Concurrent transactional producers (1, 10, 50, 100), 100 B records, 1,000 per
+    transaction, each producer on its own partition of a 100-partition topic; aggregate rate."""
+    return [Case("txn-producers", f"{n} transactional producers", "rec/s",
+                 lambda s, n=n: clients.produce_concurrent(s.bootstrap, topic(s, 100), n, max(o.records // n, 2_000),
+                                                           100, 1_000, 100))
+            for n in (1, 10, 50, 100)]
+
+
 SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
     "produce": produce_cases,
     "consume": consume_cases,
     "txn-overhead": txn_overhead_cases,
     "latency": latency_cases,
     "correctness": aborted_cases,
+    "partitions": partitions_cases,
+    "txn-producers": txn_producers_cases,
 }
 DEFAULT = ["produce", "consume", "txn-overhead", "latency", "correctness"]
