@@ -399,6 +399,7 @@ def run(work: Path, *, duration: float, clients: int = 4, partitions: int = 4, s
             if progress is not None:
                 progress(time.monotonic() - start, duration, result)
         # heal, stop the clients, restart the broker cleanly, read everything
+        t_end = time.monotonic()
         for _u, kind, s in paused:
             target = broker.proc if kind == "broker" else procs.get(s)
             if target is not None and target.poll() is None:
@@ -408,13 +409,17 @@ def run(work: Path, *, duration: float, clients: int = 4, partitions: int = 4, s
         for proc in procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + 30
+        # each client call is bounded at 15 s, except librdkafka's send_offsets_to_transaction, which
+        # can hang past its timeout after a broker restart (librdkafka #5456): such a client is
+        # killed, and its open transaction is aborted by the broker's transaction timeout (10 s)
+        end = time.monotonic() + 16
         for proc in procs.values():
             try:
                 proc.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+        t_clients = time.monotonic()
         if broker.proc is not None and broker.proc.poll() is not None:
             result.anomalies.append(Anomaly("broker-exit", f"broker exited with {broker.proc.returncode} at the end"))
         code = broker.stop()
@@ -426,7 +431,10 @@ def run(work: Path, *, duration: float, clients: int = 4, partitions: int = 4, s
             result.anomalies.append(Anomaly("broker-exit", f"the broker does not start after the run: {e}"))
             raise
         proxy.upstream_port = broker.port
+        t_broker = time.monotonic()
         final = _final_read(bootstrap)
+        result.notes.append(f"end: clients stopped in {t_clients - t_end:.1f} s, broker restarted in "
+                            f"{t_broker - t_clients:.1f} s, final read in {time.monotonic() - t_broker:.1f} s")
         if final.outcome != "committed":
             result.anomalies.append(Anomaly("lost", "the final read did not reach the end of every partition"))
         history = load_histories(work) + [final]
