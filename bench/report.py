@@ -56,7 +56,7 @@ def plots(out: Path, names: list[str], values) -> list[Path]:  # type: ignore[no
         by_scenario.setdefault(scenario, []).append((metric, by))
     written = []
     for scenario, metrics in by_scenario.items():
-        metrics = [(m, by) for m, by in metrics if "%" not in m and "/" not in m]
+        metrics = [(m, by) for m, by in metrics if "%" not in m and " / " not in m]  # rates only, no ratios
         if not metrics:
             continue
         fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(metrics)), 4))
