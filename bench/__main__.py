@@ -1,4 +1,4 @@
-"""``python -m bench [scenario ...] [--peers] [--repeat N] [--markdown FILE] [--docs] [--plots DIR]``
+"""``python -m bench [scenario ...] [--peers] [--repeat N] [--markdown FILE] [--json FILE] [--docs] [--plots DIR]``
 
 Runs the named scenarios (default: all of ``bench.scenarios.DEFAULT``) against oncelog and,
 with ``--peers``, against Tansu (in memory) and librdkafka's mock cluster in the same run. Each
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=Options.records)
     ap.add_argument("--seconds", type=float, default=Options.seconds)
     ap.add_argument("--markdown", type=Path, help="write the results as Markdown here")
+    ap.add_argument("--json", type=Path, help="write every measured value (all repetitions) as JSON here")
     ap.add_argument("--docs", action="store_true",
                     help="replace the '## Side by side with peers' results in docs/PERFORMANCE.md")
     ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
@@ -103,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.markdown:
         args.markdown.write_text(text)
+    if args.json:
+        import json
+
+        args.json.write_text(json.dumps({
+            "header": header,
+            "values": [{"scenario": sc, "measurement": m, "system": n, "runs": vs}
+                       for (sc, m), by in values.items() for n, vs in by.items()],
+            "resources": [{"scenario": sc, "system": n, "rss_bytes_cpu_s": rs}
+                          for sc, by in resources.items() for n, rs in by.items()],
+            "failures": failures,
+        }, indent=1))
     if args.plots:
         report.plots(args.plots, names, values)
     if args.docs:
