@@ -3,6 +3,7 @@ SIGKILLed and restarted several times and a third of its transactions abort."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -24,6 +25,8 @@ def _start(client: str, bootstrap: str, seed: int) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "oncelog.verify.copier", client, bootstrap, "input", "output", str(PARTITIONS), f"copier-{client}",
          f"copy-{client}", str(seed)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        # paced so that the kills land while copying, however fast the machine is
+        env={**os.environ, "ONCELOG_COPIER_MAX_POLL": "200", "ONCELOG_COPIER_PAUSE_MS": "20"},
     )
 
 
