@@ -44,6 +44,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -104,6 +105,24 @@ def count_committed(bootstrap: str, topic: str, partitions: int, timeout: float 
     finally:
         c.close()
     return n
+
+
+def cpu_seconds() -> dict[int, float]:
+    """CPU time (user + system) so far of this process and all its descendants: the driver,
+    the JVM, the Python workers, the broker."""
+    me = psutil.Process()
+    out = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return out
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 def run_query(spark, bootstrap: str, mode: str, out: str, ckpt: Path, max_offsets: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
@@ -246,6 +265,7 @@ def main() -> int:
               f"maxOffsetsPerTrigger {max_offsets:,}; load average {os.getloadavg()[0]:.1f}")
 
         results: dict[str, list[float]] = {m: [] for m in MODES}
+        cpu: dict[str, list[float]] = {m: [] for m in MODES}
         ratios: list[float] = []
         profiler = Profiler(args.profile / "workers.raw") if args.profile else None
         run = 0
@@ -259,14 +279,19 @@ def main() -> int:
                 run += 1
                 out = f"out-{run}"
                 create_topic(bs, out, args.partitions)
+                c0 = cpu_seconds()
                 wall, batches = run_query(spark, bs, mode, out, work / f"ckpt-{run}", max_offsets)
+                cpu_per_m = cpu_used(c0, cpu_seconds()) / args.records * 1e6
                 n = count_committed(bs, out, args.partitions)
                 ok = "" if n == args.records else f"  WRONG: {n:,} records in the output"
                 tag = "warm-up" if pair == 0 else f"pair {pair}"
-                print(f"{tag:8} {mode:14} {wall:6.2f} s  {args.records / wall:10,.0f} rec/s  {batches} batches{ok}", flush=True)
+                print(f"{tag:8} {mode:14} {wall:6.2f} s  {args.records / wall:10,.0f} rec/s  {batches} batches  "
+                      f"{cpu_per_m:5.1f} CPU s per million records  (load {os.getloadavg()[0]:.1f}){ok}", flush=True)
                 if n != args.records:
                     return 1
                 got[mode] = args.records / wall
+                if pair > 0:
+                    cpu[mode].append(cpu_per_m)
             if pair > 0:
                 for m in MODES:
                     results[m].append(got[m])
@@ -278,12 +303,12 @@ def main() -> int:
         med = {m: statistics.median(v) for m, v in results.items()}
         cost = 1 - statistics.median(ratios)
         lines = [
-            f"| mode | runs | median rec/s | min | max |",
-            "|---|---:|---:|---:|---:|",
+            "| mode | runs | median rec/s | min | max | median CPU s per million records (all processes) |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for m in MODES:
             v = results[m]
-            lines.append(f"| {m} | {len(v)} | {med[m]:,.0f} | {min(v):,.0f} | {max(v):,.0f} |")
+            lines.append(f"| {m} | {len(v)} | {med[m]:,.0f} | {min(v):,.0f} | {max(v):,.0f} | {statistics.median(cpu[m]):.1f} |")
         summary = (
             f"\n{args.records:,} records × {args.size} B, {args.partitions} partitions, {args.master}, "
             f"maxOffsetsPerTrigger {max_offsets:,}; exactly-once / at-least-once per pair: "

@@ -33,7 +33,8 @@ import pytest
 from oncelog.spark.procs import kill_tree
 from sparkutil import create_topics, group_offsets, items, latest_offsets, produce, read_all
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Four Spark starts (6-20 s each here, more under load): above the suite's 300 s default.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 DRIVER = Path(__file__).with_name("eos_driver.py")
 MASTER = "local[2,3]"

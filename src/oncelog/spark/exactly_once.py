@@ -232,7 +232,12 @@ class _Producers:
         from confluent_kafka import Producer
 
         self.drop(options, tid)
-        p = Producer({**options.producer_config(), "transactional.id": tid, "logger": _client_log})
+        # Delivery reports for failures only: a failed record fails commit_transaction anyway,
+        # and a report per record would cost the worker a Python-level event per row.
+        p = Producer({
+            **options.producer_config(), "transactional.id": tid, "logger": _client_log,
+            "delivery.report.only.error": True,
+        })
         _retrying("init_transactions", lambda: p.init_transactions(INIT_TIMEOUT_S))
         key = (tid, tuple(sorted(options.producer_config().items())))
         self._cache[key] = p
