@@ -45,7 +45,9 @@ from rich.table import Table
 
 from oncelog.process import BrokerProcess
 
-console = Console()
+# At least 120 columns even when the output is piped (make, CI logs), so the verification
+# table is never cut short.
+console = Console(width=max(120, Console().width))
 #: The Kafka clients' own log lines (connection errors while the broker is down, ...) go to
 #: .demo/clients.log instead of the terminal, where they would break the live view.
 client_log = logging.getLogger("oncelog.demo.clients")
