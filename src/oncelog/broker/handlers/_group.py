@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from oncelog.protocol.errors import CoordinatorNotAvailable
+from oncelog.coordinator.group.types import OffsetCommitData
+from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode
+from oncelog.types import TopicPartition
 
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -32,3 +34,20 @@ def client_host() -> str:
     peer = current_peer.get()
     host = peer.rpartition(":")[0] if ":" in peer else peer
     return f"/{host}" if host else ""
+
+
+def requested_offsets(broker: Any, topics: Any) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitData]]:
+    """The offsets of an OffsetCommit / TxnOffsetCommit request: (codes already decided, offsets
+    to commit). Partitions the broker does not have get UNKNOWN_TOPIC_OR_PARTITION."""
+    codes: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetCommitData] = {}
+    for t in topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            if tp not in broker.replicas.partitions:
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[tp] = OffsetCommitData(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
+                )
+    return codes, offsets

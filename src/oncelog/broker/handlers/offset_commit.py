@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator, ms
+from oncelog.broker.handlers._group import coordinator, ms, requested_offsets
 from oncelog.broker.messages import Builder
 from oncelog.coordinator.group.service import validate_group_id
-from oncelog.coordinator.group.types import OffsetCommitData
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
@@ -25,17 +24,7 @@ API_KEY = apis.OFFSET_COMMIT
 async def handle(broker: Any, request: Any) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    codes: dict[TopicPartition, ErrorCode] = {}
-    offsets: dict[TopicPartition, OffsetCommitData] = {}
-    for t in req.topics:
-        for p in t.partitions:
-            tp = TopicPartition(t.name, p.partition_index)
-            if tp not in broker.replicas.partitions:
-                codes[tp] = ErrorCode.unknown_topic_or_partition
-            else:
-                offsets[tp] = OffsetCommitData(
-                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
-                )
+    codes, offsets = requested_offsets(broker, req.topics)
     retention = getattr(req, "retention_time", None)
     try:
         groups = coordinator(broker)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator
+from oncelog.broker.handlers._group import coordinator, requested_offsets
 from oncelog.broker.handlers._txn import error_code
 from oncelog.broker.messages import Builder
 from oncelog.coordinator.group.service import validate_group_id
-from oncelog.coordinator.group.types import OffsetCommitData
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
@@ -29,17 +28,7 @@ API_KEY = apis.TXN_OFFSET_COMMIT
 async def handle(broker: Any, request: Any) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    codes: dict[TopicPartition, ErrorCode] = {}
-    offsets: dict[TopicPartition, OffsetCommitData] = {}
-    for t in req.topics:
-        for p in t.partitions:
-            tp = TopicPartition(t.name, p.partition_index)
-            if tp not in broker.replicas.partitions:
-                codes[tp] = ErrorCode.unknown_topic_or_partition
-            else:
-                offsets[tp] = OffsetCommitData(
-                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
-                )
+    codes, offsets = requested_offsets(broker, req.topics)
     try:
         groups = coordinator(broker)
         validate_group_id(req.group_id)
