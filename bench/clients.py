@@ -65,18 +65,23 @@ def _put(p: Producer, topic: str, value: bytes, partition: int, cb: _Failures, d
                 raise TimeoutError("producer queue did not drain") from None
 
 
+def _ready_producer(bootstrap: str, mode: str, size: int):  # type: ignore[no-untyped-def]
+    """(failure recorder, producer, payload, transactional?) with a transaction begun if so."""
+    cb = _Failures()
+    p = producer(bootstrap, mode)
+    txn = mode == "transactional"
+    if txn:
+        p.init_transactions(30)
+        p.begin_transaction()
+    return cb, p, b"x" * size, txn
+
+
 def produce_count(bootstrap: str, topic: str, n: int, size: int, mode: str, partitions: int = 1,
                   txn_records: int = 10_000, timeout: float = 300.0) -> float:
     """Records/s for ``n`` records of ``size`` bytes, from the first ``produce()`` to the end of
     ``flush()`` (transactional: the last commit), after one warm-up record (connection set-up
     and InitProducerId are not in the figure)."""
-    cb = _Failures()
-    p = producer(bootstrap, mode)
-    value = b"x" * size
-    txn = mode == "transactional"
-    if txn:
-        p.init_transactions(30)
-        p.begin_transaction()
+    cb, p, value, txn = _ready_producer(bootstrap, mode, size)
     _put(p, topic, value, 0, cb, time.monotonic() + 30)
     if txn:
         p.commit_transaction(30)
@@ -107,13 +112,7 @@ def produce_count(bootstrap: str, topic: str, n: int, size: int, mode: str, part
 def produce_timed(bootstrap: str, topic: str, seconds: float, size: int, mode: str, partitions: int = 1,
                   txn_ms: int = 100) -> float:
     """Records/s acknowledged over ``seconds`` of producing (commits every ``txn_ms`` included)."""
-    cb = _Failures()
-    p = producer(bootstrap, mode)
-    value = b"x" * size
-    txn = mode == "transactional"
-    if txn:
-        p.init_transactions(30)
-        p.begin_transaction()
+    cb, p, value, txn = _ready_producer(bootstrap, mode, size)
     start = time.monotonic()
     end = start + seconds
     deadline = end + 120
