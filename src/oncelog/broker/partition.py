@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import logging
 
@@ -120,8 +121,19 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def append(self, batch: bytes, now_ms: int, *, from_client: bool = True) -> AppendResult:
+    def append(
+        self,
+        batch: bytes,
+        now_ms: int,
+        *,
+        from_client: bool = True,
+        verify: Callable[[records.BatchHeader], None] | None = None,
+    ) -> AppendResult:
         """Validate and append one batch. Raises a KafkaError on invalid input.
+
+        ``verify``: called with the validated header before anything else is checked or
+        written (the Produce handler's transactional check); whatever it raises propagates and
+        nothing is written.
 
         ``from_client``: a producer's batch (Produce API): fully validated and checked against
         the producer state. Batches written by the broker's own coordinators (offset commits,
@@ -131,6 +143,8 @@ class Partition:
         ``AppendOrigin.COORDINATOR``)."""
         if from_client:
             header = records.validate_produce_batch(batch, self.config.max_message_bytes)
+            if verify is not None:
+                verify(header)
             dup = self.producers.check(header)
             if dup is not None:
                 return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)

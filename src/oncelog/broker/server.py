@@ -1,8 +1,17 @@
 """The asyncio shell: sockets in, frames to the dispatcher, response parts out.
 
 One task per connection. Requests on a connection are handled one at a time, in arrival order,
-so responses go out in request order and pipelined requests simply wait in the socket buffer;
-this is what Kafka does too (it mutes a connection while one of its requests is in flight).
+so responses go out in request order; this is what Kafka does too (it mutes a connection while
+one of its requests is in flight). ``_Connection`` (an asyncio Protocol) cuts the byte stream
+into frames as it arrives and stops reading from a client that is more than
+``MAX_QUEUED_BYTES`` ahead.
+
+Coalescing. A producer keeps up to five Produce requests in flight on one connection. When the
+next request is already here and is a Produce, the response just built is held back and sent
+together with the next one(s): one send(2) and one wake-up of the client for several answers,
+instead of one each. Holding back is bounded (``MAX_HELD_BYTES``) and never waits for the
+network: the moment no further Produce is queued, everything held goes out. Requests that may
+wait on purpose (a Fetch long poll, a JoinGroup) never have answers held behind them.
 
 Bad input never takes the broker down: an oversize or malformed frame, an unknown API or version,
 or a peer that disconnects mid-request ends that one connection with one log line.
@@ -29,12 +38,13 @@ cut under us; the frame size is already promised, so the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.dispatch import CloseConnection, dispatch
-from oncelog.protocol import framing
+from oncelog.protocol import apis, framing
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -64,6 +74,134 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
     return isinstance(loop, asyncio.BaseEventLoop) and hasattr(os, "sendfile")
 
 
+#: Stop reading from a connection while this many request bytes are queued, unhandled.
+MAX_QUEUED_BYTES = 4 * 1024 * 1024
+#: Hold back Produce responses (coalescing) only up to this many bytes.
+MAX_HELD_BYTES = 256 * 1024
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection's transport side: frames in, flow control both ways.
+
+    ``data_received`` appends to a buffer and moves every complete frame to ``frames``; a bad
+    size prefix is kept as ``error`` and ends the connection when the serving task reaches it.
+    Invariant: ``queued`` is the total size of ``frames``; reading is paused exactly while
+    ``queued + len(buf)`` exceeded MAX_QUEUED_BYTES and the serving task has not yet caught up.
+    """
+
+    def __init__(self, server: "Server", max_bytes: int) -> None:
+        self.server = server
+        self.max_bytes = max_bytes
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.buf = bytearray()
+        self.frames: collections.deque[bytes] = collections.deque()
+        self.queued = 0
+        self.error: framing.FrameError | None = None
+        self.closed = False  # connection lost
+        self.eof = False  # the client half-closed: no more requests will come
+        self._reading_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None  # set while the transport's buffer is full
+        self._loop = asyncio.get_running_loop()  # the factory runs inside the loop
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's is no subclass)
+        peername = transport.get_extra_info("peername")
+        self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        self.server._start_serving(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.error is not None:
+            return
+        buf = self.buf
+        buf += data
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            try:
+                size = framing.frame_size(bytes(buf[pos:pos + 4]), self.max_bytes)
+            except framing.FrameError as exc:
+                self.error = exc
+                break
+            if end - pos - 4 < size:
+                break
+            with memoryview(buf) as view:
+                self.frames.append(bytes(view[pos + 4:pos + 4 + size]))
+            self.queued += size
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        if self.queued + len(buf) > MAX_QUEUED_BYTES and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+        if self.frames or self.error is not None:
+            self._wake()
+
+    def eof_received(self) -> bool:
+        # The client will send nothing more; requests already here are still answered (the
+        # serving task closes the transport when it runs out of them).
+        self.eof = True
+        self._wake()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._drained is None or self._drained.done():
+            self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- used by the serving task --------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next_frame(self) -> bytes | None:
+        """The next request frame; None at a clean end of stream. Raises FrameError for a bad
+        size prefix and IncompleteReadError when the peer left in the middle of a frame."""
+        while not self.frames:
+            if self.error is not None:
+                raise self.error
+            if self.closed or self.eof:
+                if self.buf:
+                    raise asyncio.IncompleteReadError(bytes(self.buf), None)
+                return None
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        frame = self.frames.popleft()
+        self.queued -= len(frame)
+        if self._reading_paused and self.queued + len(self.buf) <= MAX_QUEUED_BYTES // 2:
+            self._reading_paused = False
+            if not self.closed:
+                self.transport.resume_reading()  # type: ignore[union-attr]
+        return frame
+
+    def next_is_produce(self) -> bool:
+        """Whether the next request is here already and is a Produce."""
+        return bool(self.frames) and self.frames[0][:2] == _PRODUCE_KEY
+
+    async def drain(self) -> None:
+        if self.closed:
+            raise ConnectionError("connection lost")
+        if self._drained is not None and not self._drained.done():
+            await self._drained
+            if self.closed:
+                raise ConnectionError("connection lost")
+
+
+_PRODUCE_KEY = apis.PRODUCE.to_bytes(2, "big")
+
+
 class Server:
     def __init__(self, broker: "Broker", host: str, port: int, *, sendfile: bool | None = None) -> None:
         """``sendfile``: None (default) uses sendfile(2) when the loop supports it; False never
@@ -82,7 +220,9 @@ class Server:
         self.sendfile = self._sendfile_wanted is not False and loop_supports_sendfile(loop)
         log.info("event loop %s.%s; fetch data sent by %s", type(loop).__module__, type(loop).__name__,
                  "sendfile(2)" if self.sendfile else "pread + write")
-        self._server = await asyncio.start_server(self._on_connect, self.host, self.port, reuse_address=True)
+        max_bytes = self.broker.config.socket_request_max_bytes
+        self._server = await loop.create_server(lambda: _Connection(self, max_bytes), self.host, self.port,
+                                                reuse_address=True)
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         return self.host, self.port
@@ -97,34 +237,32 @@ class Server:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _start_serving(self, conn: _Connection) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(conn))
         self._tasks.add(task)
-        try:
-            await self._serve(reader, writer)
-        finally:
-            self._tasks.discard(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        max_bytes = self.broker.config.socket_request_max_bytes
+    async def _serve(self, conn: _Connection) -> None:
+        peer = conn.peer
+        held: list[Any] = []  # response parts not sent yet (coalescing)
+        held_bytes = 0
         try:
             while True:
-                try:
-                    prefix = await reader.readexactly(4)
-                except asyncio.IncompleteReadError as exc:
-                    if exc.partial:
-                        log.info("connection from %s closed inside a frame size prefix", peer)
+                frame = await conn.next_frame()
+                if frame is None:
                     return
-                size = framing.frame_size(prefix, max_bytes)
-                frame = await reader.readexactly(size)
                 parts = await dispatch(self.broker, frame, peer)
                 if parts is not None:
-                    await self._send(writer, parts)
-        except asyncio.IncompleteReadError:
-            log.info("connection from %s closed in the middle of a request", peer)
+                    held.extend(parts)
+                    held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
+                if held and (held_bytes >= MAX_HELD_BYTES or not conn.next_is_produce()):
+                    await self._send(conn, held)
+                    held, held_bytes = [], 0
+        except asyncio.IncompleteReadError as exc:
+            if len(exc.partial) < 4:
+                log.info("connection from %s closed inside a frame size prefix", peer)
+            else:
+                log.info("connection from %s closed in the middle of a request", peer)
         except (framing.FrameError, CloseConnection) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, TimeoutError) as exc:
@@ -132,36 +270,39 @@ class Server:
         except asyncio.CancelledError:
             pass
         finally:
-            writer.close()
+            assert conn.transport is not None
+            conn.transport.close()
 
-    async def _send(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
-        """Write one response's parts in order, then wait for the transport to drain."""
+    async def _send(self, conn: _Connection, parts: list[Any]) -> None:
+        """Write responses' parts in order, then wait for the transport to drain."""
+        transport = conn.transport
+        assert transport is not None
         pending: list[bytes] = []  # consecutive copied parts, written together
         for part in parts:
             if isinstance(part, bytes):
                 pending.append(part)
             elif self.sendfile and part.length >= SENDFILE_MIN_BYTES:
                 if pending:
-                    writer.writelines(pending)
+                    transport.write(b"".join(pending))
                     pending = []
-                await self._sendfile(writer, part)
+                await self._sendfile(transport, part)
             else:  # a FileSlice to copy
                 pending.append(_pread(part))
         if pending:
-            writer.writelines(pending)
-        await writer.drain()
+            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        await conn.drain()
 
-    async def _sendfile(self, writer: asyncio.StreamWriter, part: Any) -> None:
+    async def _sendfile(self, transport: asyncio.Transport, part: Any) -> None:
         """Send one slice with sendfile(2); falls back to a copy if the kernel refuses."""
         loop = asyncio.get_running_loop()
-        if writer.transport.is_closing():
+        if transport.is_closing():
             raise ConnectionError("connection closed before a fetch response was sent")
         try:
-            sent = await loop.sendfile(writer.transport, _Fd(part.fd), part.position, part.length, fallback=False)
+            sent = await loop.sendfile(transport, _Fd(part.fd), part.position, part.length, fallback=False)
         except asyncio.SendfileNotAvailableError as exc:  # nothing was sent
             log.warning("sendfile unavailable (%s); copying fetch data from now on", exc)
             self.sendfile = False
-            writer.write(_pread(part))
+            transport.write(_pread(part))
             return
         if sent != part.length:
             raise ConnectionError(f"log file shrank under a fetch ({sent} of {part.length} bytes sent)")

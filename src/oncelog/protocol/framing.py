@@ -159,8 +159,18 @@ class _PartsSink:
         return self.parts
 
 
+class EncodedBody(bytes):
+    """A response body a handler encoded itself (``produce_response``: the hot path), in
+    exactly the bytes kio would write for it; ``encode_response`` only adds size and header."""
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[Any]:
     """Encode a response as parts (bytes and file slices), size prefix included."""
+    if type(body) is EncodedBody:
+        header = _SIZE.pack(correlation_id)
+        if apis.response_header_version(api_key, api_version) == 1:
+            header += b"\x00"  # no tagged fields
+        return [_SIZE.pack(len(header) + len(body)) + header + body]
     sink = _PartsSink()
     sink.write(b"\x00\x00\x00\x00")  # size, patched below
     if apis.response_header_version(api_key, api_version) == 1:
