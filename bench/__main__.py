@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                 order = systems[rep % len(systems):] + systems[:rep % len(systems)]
                 for case in cases:
                     for s in order:
+                        if case.systems is not None and s.name not in case.systems:
+                            continue
                         sm = samplers[s.name]
                         sm.reset()
                         cpu0 = sm.cpu()

@@ -321,3 +321,94 @@ def produce_concurrent(bootstrap: str, topic: str, producers: int, per_producer:
     if errors or any(t.is_alive() for t in threads):
         raise RuntimeError(f"{len(errors)} producers failed ({errors[:2]}), {sum(t.is_alive() for t in threads)} hung")
     return producers * per_producer / seconds
+
+
+def transactions_per_second(bootstrap: str, topic: str, producers: int, seconds: float) -> float:
+    """Committed transactions per second over ``seconds``, each transaction one 100 B record
+    (begin, produce, commit), from ``producers`` concurrent transactional producers (one thread
+    each, producer ``i`` on partition ``i``). InitProducerId is outside the timed part."""
+    ps = []
+    for _ in range(producers):
+        p = producer(bootstrap, "transactional", **{"linger.ms": 0, "queue.buffering.max.kbytes": 1024})
+        p.init_transactions(60)
+        ps.append(p)
+    commits = [0] * producers
+    errors: list[str] = []
+    go = threading.Event()
+    value = b"x" * 100
+
+    def work(i: int, p: Producer) -> None:
+        cb = _Failures()
+        go.wait(60)
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                p.begin_transaction()
+                _put(p, topic, value, i, cb, end + 60)
+                p.commit_transaction(60)
+                commits[i] += 1
+            cb.check()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"producer {i}: {e}")
+
+    threads = [threading.Thread(target=work, args=(i, p), daemon=True) for i, p in enumerate(ps)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    go.set()
+    for t in threads:
+        t.join(seconds + 120)
+    elapsed = time.perf_counter() - t0
+    if errors or any(t.is_alive() for t in threads):
+        raise RuntimeError(f"{len(errors)} producers failed ({errors[:2]}), {sum(t.is_alive() for t in threads)} hung")
+    return sum(commits) / elapsed
+
+
+def footprint(total_bytes: int, partitions: int, size: int = 1024) -> dict[str, float]:
+    """A broker of its own (oncelog) takes ``total_bytes`` of ``size``-byte records written
+    round-robin into ``partitions`` partitions; then it is stopped and started again with that
+    data on disk. Returns its peak RSS while writing, the restart time, its RSS once restarted
+    and after reading 100 MB back (MB, s)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from bench.common import RssSampler
+    from oncelog.process import BrokerProcess
+
+    from bench.systems import create_topic_admin
+
+    work = Path(tempfile.mkdtemp(prefix="oncelog-footprint-"))
+    try:
+        b = BrokerProcess(work / "data", log_path=work / "broker.log").start(timeout=60)
+        try:
+            create_topic_admin(b.bootstrap, "footprint", partitions)
+            sampler = RssSampler(b.pid)
+            n = total_bytes // size
+            rate = produce_count(b.bootstrap, "footprint", n, size, "plain", partitions=partitions, timeout=900)
+            writing = sampler.peak()
+            sampler.stop()
+            on_disk = sum(f.stat().st_size for f in (work / "data").rglob("*") if f.is_file())
+            b.stop()
+            t0 = time.perf_counter()
+            b.start(timeout=300)
+            restart = time.perf_counter() - t0
+            sampler = RssSampler(b.pid)
+            after_restart = sampler.sample()
+            c = consumer(b.bootstrap, "read_committed")
+            c.assign([TopicPartition("footprint", p, OFFSET_BEGINNING) for p in range(partitions)])
+            got, deadline = 0, time.monotonic() + 120
+            while got < 100_000_000 // size and time.monotonic() < deadline:
+                msgs = c.consume(10_000, 1.0)
+                got += len(msgs)
+            c.close()
+            after_read = sampler.peak()
+            sampler.stop()
+        finally:
+            b.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    mb = 1_000_000
+    return {"GB on disk": on_disk / 1e9, "write rate, 1 KiB rec/s": rate, "peak RSS MB while writing": writing / mb,
+            "restart s": restart, "RSS MB after restart": after_restart / mb,
+            "peak RSS MB reading 100 MB back": after_read / mb}

@@ -18,7 +18,7 @@ def _fmt(v: float) -> str:
 
 def _cell(vs: list[float]) -> str:
     if not vs:
-        return "failed"
+        return "–"  # not run on this system, or failed (failures are listed below the tables)
     if len(vs) == 1:
         return _fmt(vs[0])
     return f"{_fmt(statistics.median(vs))} ({_fmt(min(vs))}–{_fmt(max(vs))})"

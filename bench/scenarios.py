@@ -23,6 +23,7 @@ class Options:
     seconds: float = 5.0  # timed runs (transaction overhead, latency)
     latency_rate: int = 10_000
     latency_txn_ms: int = 10
+    footprint_bytes: int = 5_000_000_000
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Case:
     unit: str  # "rec/s", "ms", "aborted delivered"
     run: Callable[[object], float | dict[str, float]]
     higher_is_better: bool = True
+    systems: tuple[str, ...] | None = None  # None: every system; else only these (by name)
 
 
 def topic(system, partitions: int = 1) -> str:  # type: ignore[no-untyped-def]
@@ -41,14 +43,23 @@ def topic(system, partitions: int = 1) -> str:  # type: ignore[no-untyped-def]
 
 
 def produce_cases(o: Options) -> list[Case]:
+    """100 B and 1 KiB records; plain, idempotent, transactional with a commit every 10,000
+    records and transactional with a commit every 100 ms (a timed run); 1, 10 and 100
+    partitions (records round-robin)."""
     out = []
     for size in (100, 1024):
         n = o.records if size == 100 else o.records // 2
-        for mode in clients.MODES:
-            label = mode + (" (10,000 rec/txn)" if mode == "transactional" else "")
-            out.append(Case("produce", f"{size} B {label}", "rec/s",
-                            lambda s, size=size, n=n, mode=mode: clients.produce_count(
-                                s.bootstrap, topic(s), n, size, mode)))
+        for parts in (1, 10, 100):
+            where = "" if parts == 1 else f", {parts} partitions"
+            for mode in clients.MODES:
+                label = mode + (" (10,000 rec/txn)" if mode == "transactional" else "")
+                out.append(Case("produce", f"{size} B {label}{where}", "rec/s",
+                                lambda s, size=size, n=n, mode=mode, parts=parts: clients.produce_count(
+                                    s.bootstrap, topic(s, parts), n, size, mode, partitions=parts)))
+            out.append(Case("produce", f"{size} B transactional (100 ms/txn){where}", "rec/s",
+                            lambda s, size=size, parts=parts: clients.produce_timed(
+                                s.bootstrap, topic(s, parts), o.seconds, size, "transactional", partitions=parts,
+                                txn_ms=100)))
     return out
 
 
@@ -112,6 +123,24 @@ def txn_producers_cases(o: Options) -> list[Case]:
             for n in (1, 10, 50, 100)]
 
 
+def coordinator_cases(o: Options) -> list[Case]:
+    """Transactions per second with one 100 B record per transaction (begin, produce, commit),
+    1 and 50 concurrent transactional producers, each on its own partition of a 50-partition
+    topic: the transaction coordinator's and the markers' throughput."""
+    return [Case("coordinator", f"{n} transactional producer{'s' if n > 1 else ''}, 1 record/txn", "txn/s",
+                 lambda s, n=n: clients.transactions_per_second(s.bootstrap, topic(s, 50), n, o.seconds))
+            for n in (1, 50)]
+
+
+def footprint_cases(o: Options) -> list[Case]:
+    """oncelog only (the peers keep their data in memory): a broker of its own writes
+    ``footprint_bytes`` (5 GB by default) of 1 KiB records round-robin into 1,000 partitions;
+    reported are its peak RSS while writing, its restart time with that data on disk, and its
+    RSS after the restart (the target: at most 150 MB)."""
+    return [Case("footprint", "footprint", "MB", lambda s: clients.footprint(o.footprint_bytes, 1000),
+                 higher_is_better=False, systems=("oncelog",))]
+
+
 SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
     "produce": produce_cases,
     "consume": consume_cases,
@@ -120,5 +149,7 @@ SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
     "correctness": aborted_cases,
     "partitions": partitions_cases,
     "txn-producers": txn_producers_cases,
+    "coordinator": coordinator_cases,
+    "footprint": footprint_cases,
 }
 DEFAULT = ["produce", "consume", "txn-overhead", "latency", "correctness"]
