@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--records", type=int, default=Options.records)
     ap.add_argument("--seconds", type=float, default=Options.seconds)
+    ap.add_argument("--footprint-bytes", type=int, default=Options.footprint_bytes,
+                    help="bytes the footprint scenario writes (default 5 GB)")
     ap.add_argument("--markdown", type=Path, help="write the results as Markdown here")
     ap.add_argument("--json", type=Path, help="write every measured value (all repetitions) as JSON here")
     ap.add_argument("--docs", action="store_true",
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
-    opts = Options(records=args.records, seconds=args.seconds)
+    opts = Options(records=args.records, seconds=args.seconds, footprint_bytes=args.footprint_bytes)
     names = ["oncelog", "tansu", "mock"] if args.peers else ["oncelog"]
     work = make_work_dir()
     systems = []
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} by `python -m bench "
         f"{' '.join(args.scenarios)}{' --peers' if args.peers else ''} --repeat {args.repeat}`: "
-        f"{platform.machine()}, {psutil.cpu_count()} cores shared with other engineers' test runs, "
+        f"{platform.machine()}, {psutil.cpu_count()} cores shared by the brokers and the clients, "
         f"Python {platform.python_version()}; load average (1 min) {load_before[0]:.1f} before, "
         f"{psutil.getloadavg()[0]:.1f} after. {opts.records:,} records per 100 B produce run "
         f"({opts.records // 2:,} at 1 KiB), timed runs {opts.seconds:g} s; median of {args.repeat} "

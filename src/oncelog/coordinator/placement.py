@@ -8,6 +8,8 @@ means a tool that computes Kafka's placement agrees with ours.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` over UTF-16 code units, as a signed 32-bit int."""
@@ -18,6 +20,7 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=65_536)  # asked on every transactional and group request: keys repeat
 def partition_for(key: str, num_partitions: int) -> int:
     h = java_string_hash(key)
     return (0 if h == -(2**31) else abs(h)) % num_partitions
