@@ -27,6 +27,22 @@ from bench.scenarios import DEFAULT, SCENARIOS, Options
 from bench.systems import SYSTEMS, make_work_dir, remove_work_dir
 
 
+#: A system whose RSS passed this is restarted (fresh, empty) before its next case. The peers
+#: keep every record in memory and never free it (Tansu reached 6 GB and was killed by the
+#: kernel in a 1M-records-per-run suite); restarting them keeps the machine out of swap-less
+#: memory pressure, which would distort every system's figures.
+RESTART_RSS_BYTES = 2_000_000_000
+
+
+def _healthy(sampler: RssSampler) -> bool:
+    try:
+        if sampler.proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.Error:
+        return False
+    return sampler.sample() < RESTART_RSS_BYTES
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("scenarios", nargs="*", default=DEFAULT, help=f"of {', '.join(SCENARIOS)}")
@@ -54,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     values: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     resources: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     failures: list[str] = []
+    restarts: dict[str, int] = defaultdict(int)
     load_before = psutil.getloadavg()
     started = time.time()
     try:
@@ -72,6 +89,17 @@ def main(argv: list[str] | None = None) -> int:
                         if case.systems is not None and s.name not in case.systems:
                             continue
                         sm = samplers[s.name]
+                        if not _healthy(sm):
+                            print(f"# restarting {s.name}: RSS {sm.sample() / 1e6:,.0f} MB or not running",
+                                  file=sys.stderr, flush=True)
+                            restarts[s.name] += 1
+                            sm.stop()
+                            try:
+                                s.stop()
+                            except Exception:  # noqa: BLE001 - it may be dead already
+                                traceback.print_exc()
+                            s.start()
+                            sm = samplers[s.name] = RssSampler(s.pid)
                         sm.reset()
                         cpu0 = sm.cpu()
                         try:
@@ -104,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({opts.records // 2:,} at 1 KiB), timed runs {opts.seconds:g} s; median of {args.repeat} "
         f"(min–max in brackets)."
     )
+    if restarts:
+        header += " Restarted (RSS over 2 GB or dead): " + ", ".join(f"{n} {k}×" for n, k in restarts.items()) + "."
     text = report.markdown(header, names, values, resources, failures)
     print(text)
     if args.markdown:
