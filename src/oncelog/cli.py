@@ -78,7 +78,30 @@ def broker(
     import dataclasses
 
     cfg = dataclasses.replace(cfg, data_dir=data_dir, host=host, port=port, advertised_host=advertised_host or cfg.advertised_host)
+    _raise_open_files_limit()
     _run(Broker(cfg))
+
+
+def _raise_open_files_limit() -> None:
+    """Lift the soft limit on open files to the hard limit, as the JVM does for Kafka.
+
+    Each partition keeps three descriptors open (its active segment's log and two indexes),
+    plus one per client connection; the common soft default of 1,024 is reached at about 300
+    partitions. Past the limit the broker can neither accept connections nor create topics."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            logging.getLogger("oncelog").warning("could not raise the open-files limit from %d: %s", soft, exc)
+            return
+    logging.getLogger("oncelog").info(
+        "open-files limit %d: about %d partitions (3 descriptors each) and connections",
+        resource.getrlimit(resource.RLIMIT_NOFILE)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 3)
 
 
 def _run(b: "object") -> None:

@@ -28,6 +28,7 @@ from oncelog.protocol.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidTopic,
+    KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -160,12 +161,37 @@ class ReplicaManager:
             return meta
         self.topics[name] = meta
         self._by_id[meta.topic_id] = meta
-        self._persist()
-        now = self.clock.now_ms()
-        for p in range(num_partitions):
-            self._open_partition(meta, p, now)
+        try:
+            self._persist()
+            now = self.clock.now_ms()
+            for p in range(num_partitions):
+                self._open_partition(meta, p, now)
+        except (OSError, KafkaStorageError) as exc:
+            # Out of descriptors or disk: undo, so the topic is either fully there or absent.
+            log.error("creating topic %s failed: %s; rolling back", name, exc)
+            self._undo_create(meta)
+            raise KafkaStorageError(f"cannot create topic {name!r}: {exc}") from None
         log.info("created topic %s with %d partitions", name, num_partitions)
         return meta
+
+    def _undo_create(self, meta: TopicMeta) -> None:
+        """Remove a topic whose creation failed midway: close what was opened (no client has
+        seen it, so descriptors are released at once, not after file.delete.delay.ms), remove
+        its directories, and write topics.json without it."""
+        for p in range(meta.num_partitions):
+            part = self.partitions.pop(TopicPartition(meta.name, p), None)
+            if part is not None:
+                try:
+                    part.close()
+                except (OSError, KafkaStorageError):
+                    log.exception("closing %s-%d while rolling back failed", meta.name, p)
+            shutil.rmtree(self.data_dir / f"{meta.name}-{p}", ignore_errors=True)
+        self.topics.pop(meta.name, None)
+        self._by_id.pop(meta.topic_id, None)
+        try:
+            self._persist()
+        except OSError:
+            log.exception("writing topics.json while rolling back topic %s failed", meta.name)
 
     def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMeta:
         """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) unless it

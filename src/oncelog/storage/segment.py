@@ -93,11 +93,16 @@ class LogSegment:
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int, now_ms: int) -> LogSegment:
         """A new empty segment. Raises KafkaStorageError if its ``.log`` already exists."""
         stem = directory / segment_stem(base_offset)
+        fd = index = None
         try:
             fd = os.open(f"{stem}.log", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
             index = OffsetIndex.create(Path(f"{stem}.index"), base_offset)
             timeindex = TimeIndex.create(Path(f"{stem}.timeindex"), base_offset)
         except OSError as e:
+            if index is not None:
+                index.close()
+            if fd is not None:
+                os.close(fd)
             raise KafkaStorageError(f"cannot create segment {stem}.log: {e}") from e
         return cls(directory, base_offset, fd, index, timeindex, index_interval_bytes=index_interval_bytes, now_ms=now_ms)
 

@@ -1,0 +1,78 @@
+"""A broker out of file descriptors refuses the topic it cannot open and keeps serving (R22).
+
+Found by the benchmark suite (issue 7): after thousands of partitions a broker hit its
+open-files limit and CreateTopics answered UNKNOWN_SERVER_ERROR with the topic half created.
+Now the creation is rolled back and answered KAFKA_STORAGE_ERROR; everything else goes on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+
+from kafka_clients import consume, create_topic, produce
+from oncelog.client import ProtocolClient
+from oncelog.broker.messages import make
+from oncelog.process import BrokerProcess
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode
+
+#: Enough for the internal topics (100 partitions, 3 descriptors each) and a few more; not for
+#: another 100 partitions.
+FD_LIMIT = 450
+
+
+class LimitedBroker(BrokerProcess):
+    """`oncelog broker` with soft and hard RLIMIT_NOFILE set to FD_LIMIT before it starts."""
+
+    def command(self) -> list[str]:
+        inner = super().command()
+        prog = (
+            "import os, resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({FD_LIMIT}, {FD_LIMIT})); "
+            "os.execv(sys.argv[1], sys.argv[1:])"
+        )
+        return [sys.executable, "-c", prog, *inner]
+
+
+def create_raw(bootstrap: str, name: str, partitions: int) -> int:
+    with ProtocolClient(bootstrap, timeout=60) as c:
+        m = c.classes(apis.CREATE_TOPICS)
+        t = make(m["CreatableTopic"], name=name, num_partitions=partitions, replication_factor=1,
+                 assignments=(), configs=())
+        resp = c.request(apis.CREATE_TOPICS, make(m["CreateTopicsRequest"], topics=(t,), timeout=datetime.timedelta(seconds=30),
+                                                  validate_only=False))
+        return int(resp.topics[0].error_code)
+
+
+def topics_of(bootstrap: str) -> set[str]:
+    with ProtocolClient(bootstrap, timeout=30) as c:
+        m = c.classes(apis.METADATA)
+        resp = c.request(apis.METADATA, make(m["MetadataRequest"], topics=None, allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+        return {t.name for t in resp.topics}
+
+
+def test_topic_beyond_the_descriptor_limit_is_refused_and_the_broker_goes_on(tmp_path: Path) -> None:
+    b = LimitedBroker(tmp_path / "broker", overrides={"group.initial.rebalance.delay.ms": "0"})
+    b.start(timeout=60)
+    try:
+        assert create_raw(b.bootstrap, "too-big", 100) == ErrorCode.kafka_storage_error
+        assert "too-big" not in topics_of(b.bootstrap)  # rolled back, not half there
+        assert "Too many open files" in b.log_tail(20_000)
+
+        create_topic("confluent", b.bootstrap, "small", 2)
+        acked = produce("confluent", b.bootstrap, "small", [(i % 2, None, b"v%d" % i) for i in range(200)])
+        assert len(acked) == 200
+        got = consume("confluent", b.bootstrap, "small", [0, 1], expected=200)
+        assert sorted(r[3] for r in got) == sorted(b"v%d" % i for i in range(200))
+    finally:
+        assert b.stop() == 0, b.log_tail()
+    # and it starts again from that data dir
+    b.start(timeout=60)
+    try:
+        assert topics_of(b.bootstrap) >= {"small"}
+        assert "too-big" not in topics_of(b.bootstrap)
+    finally:
+        assert b.stop() == 0, b.log_tail()
