@@ -23,7 +23,7 @@ import psutil
 
 from bench import report
 from bench.common import RssSampler
-from bench.scenarios import DEFAULT, SCENARIOS, Options
+from bench.scenarios import CREATED, DEFAULT, SCENARIOS, Options
 from bench.systems import SYSTEMS, make_work_dir, remove_work_dir
 
 
@@ -108,12 +108,17 @@ def main(argv: list[str] | None = None) -> int:
                             failures.append(f"{scenario} / {case.name} / {s.name}: {type(e).__name__}: {e}")
                             traceback.print_exc()
                             continue
+                        finally:
+                            s.delete_topics(list(CREATED))
+                            CREATED.clear()
                         resources[scenario][s.name].append((sm.peak(), sm.cpu() - cpu0))
                         got = got if isinstance(got, dict) else {case.name: got}
                         for metric, v in got.items():
                             values[(scenario, metric)][s.name].append(v)
                         shown = ", ".join(f"{k}={v:,.1f}" for k, v in got.items())
-                        print(f"rep {rep} {scenario:12s} {s.name:8s} {shown}", file=sys.stderr, flush=True)
+                        rss, cpu = resources[scenario][s.name][-1]
+                        print(f"rep {rep} {scenario:12s} {s.name:8s} {shown} [RSS {rss / 1e6:.0f} MB, CPU {cpu:.2f} s]",
+                              file=sys.stderr, flush=True)
     finally:
         for sm in samplers.values():
             sm.stop()

@@ -36,9 +36,16 @@ class Case:
     systems: tuple[str, ...] | None = None  # None: every system; else only these (by name)
 
 
+#: Topics created by the case being run, deleted by the harness once the case is done (a long
+#: suite would otherwise pile up thousands of partitions: file descriptors on oncelog, memory
+#: on the in-memory peers).
+CREATED: list[str] = []
+
+
 def topic(system, partitions: int = 1) -> str:  # type: ignore[no-untyped-def]
     name = f"bench-{uuid.uuid4().hex[:10]}"
     system.create_topic(name, partitions)
+    CREATED.append(name)
     return name
 
 

@@ -36,6 +36,20 @@ def create_topic_admin(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)[topic].result(timeout=60)
 
 
+def delete_topics_admin(bootstrap: str, topics: list[str]) -> None:
+    """DeleteTopics through confluent-kafka's AdminClient; errors are ignored (clean-up only)."""
+    from confluent_kafka.admin import AdminClient
+
+    if not topics:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics(topics, operation_timeout=30).values():
+        try:
+            fut.result(timeout=60)
+        except Exception:  # noqa: BLE001 - a topic left behind only costs resources
+            pass
+
+
 def _end(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -82,6 +96,9 @@ class Oncelog:
 
     def create_topic(self, topic: str, partitions: int) -> None:
         create_topic_admin(self.bootstrap, topic, partitions)
+
+    def delete_topics(self, topics: list[str]) -> None:
+        delete_topics_admin(self.bootstrap, topics)
 
     def stop(self) -> None:
         try:
@@ -134,6 +151,9 @@ class Tansu:
     def create_topic(self, topic: str, partitions: int) -> None:
         create_topic_admin(self.bootstrap, topic, partitions)
 
+    def delete_topics(self, topics: list[str]) -> None:
+        delete_topics_admin(self.bootstrap, topics)
+
     def stop(self) -> None:
         _end(self.popen)
 
@@ -181,6 +201,9 @@ class Mock:
         line = self._readline(30)
         if line != f"OK {topic}":
             raise RuntimeError(f"mock topic create: {line!r}")
+
+    def delete_topics(self, topics: list[str]) -> None:
+        """Not offered by the mock's control interface; it is restarted when it grows too big."""
 
     def stop(self) -> None:
         if self.popen and self.popen.stdin:
