@@ -281,6 +281,35 @@ def aborted_visible(bootstrap: str, topic: str, n: int = 100) -> int:
     return seen[b"aborted"]
 
 
+def _run_concurrently(ps: list[Producer], work, timeout: float) -> float:  # type: ignore[no-untyped-def]
+    """Run ``work(i, producer)`` for every producer in a thread of its own (the client library
+    works outside the GIL), all released at once; returns the seconds from the release to the
+    last thread's end. Raises RuntimeError if any failed or is still running after ``timeout``."""
+    errors: list[str] = []
+    go = threading.Event()
+
+    def run(i: int, p: Producer) -> None:
+        go.wait(60)
+        try:
+            work(i, p)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"producer {i}: {e}")
+
+    threads = [threading.Thread(target=run, args=(i, p), daemon=True) for i, p in enumerate(ps)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    t0 = time.perf_counter()
+    go.set()
+    for t in threads:
+        t.join(max(deadline - time.monotonic(), 1.0))
+    elapsed = time.perf_counter() - t0
+    hung = sum(t.is_alive() for t in threads)
+    if errors or hung:
+        raise RuntimeError(f"{len(errors)} producers failed ({errors[:2]}), {hung} hung")
+    return elapsed
+
+
 def produce_concurrent(bootstrap: str, topic: str, producers: int, per_producer: int, size: int,
                        txn_records: int, partitions: int, timeout: float = 300.0) -> float:
     """Aggregate records/s of ``producers`` transactional producers (one thread each; the
@@ -292,34 +321,19 @@ def produce_concurrent(bootstrap: str, topic: str, producers: int, per_producer:
         p = producer(bootstrap, "transactional", **{"queue.buffering.max.kbytes": 32 * 1024})
         p.init_transactions(60)
         ps.append(p)
-    errors: list[str] = []
-    go = threading.Event()
     value = b"x" * size
     deadline = time.monotonic() + timeout
 
     def work(i: int, p: Producer) -> None:
         cb = _Failures()
-        go.wait(60)
-        try:
-            for start in range(0, per_producer, txn_records):
-                p.begin_transaction()
-                for _ in range(min(txn_records, per_producer - start)):
-                    _put(p, topic, value, i % partitions, cb, deadline)
-                p.commit_transaction(max(deadline - time.monotonic(), 1.0))
-            cb.check()
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"producer {i}: {e}")
+        for start in range(0, per_producer, txn_records):
+            p.begin_transaction()
+            for _ in range(min(txn_records, per_producer - start)):
+                _put(p, topic, value, i % partitions, cb, deadline)
+            p.commit_transaction(max(deadline - time.monotonic(), 1.0))
+        cb.check()
 
-    threads = [threading.Thread(target=work, args=(i, p), daemon=True) for i, p in enumerate(ps)]
-    for t in threads:
-        t.start()
-    t0 = time.perf_counter()
-    go.set()
-    for t in threads:
-        t.join(max(deadline - time.monotonic(), 1.0))
-    seconds = time.perf_counter() - t0
-    if errors or any(t.is_alive() for t in threads):
-        raise RuntimeError(f"{len(errors)} producers failed ({errors[:2]}), {sum(t.is_alive() for t in threads)} hung")
+    seconds = _run_concurrently(ps, work, timeout)
     return producers * per_producer / seconds
 
 
@@ -333,34 +347,19 @@ def transactions_per_second(bootstrap: str, topic: str, producers: int, seconds:
         p.init_transactions(60)
         ps.append(p)
     commits = [0] * producers
-    errors: list[str] = []
-    go = threading.Event()
     value = b"x" * 100
 
     def work(i: int, p: Producer) -> None:
         cb = _Failures()
-        go.wait(60)
         end = time.monotonic() + seconds
-        try:
-            while time.monotonic() < end:
-                p.begin_transaction()
-                _put(p, topic, value, i, cb, end + 60)
-                p.commit_transaction(60)
-                commits[i] += 1
-            cb.check()
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"producer {i}: {e}")
+        while time.monotonic() < end:
+            p.begin_transaction()
+            _put(p, topic, value, i, cb, end + 60)
+            p.commit_transaction(60)
+            commits[i] += 1
+        cb.check()
 
-    threads = [threading.Thread(target=work, args=(i, p), daemon=True) for i, p in enumerate(ps)]
-    for t in threads:
-        t.start()
-    t0 = time.perf_counter()
-    go.set()
-    for t in threads:
-        t.join(seconds + 120)
-    elapsed = time.perf_counter() - t0
-    if errors or any(t.is_alive() for t in threads):
-        raise RuntimeError(f"{len(errors)} producers failed ({errors[:2]}), {sum(t.is_alive() for t in threads)} hung")
+    elapsed = _run_concurrently(ps, work, seconds + 120)
     return sum(commits) / elapsed
 
 
