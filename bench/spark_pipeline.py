@@ -234,9 +234,6 @@ def main() -> int:
     args = ap.parse_args()
     max_offsets = args.max_offsets or -(-args.records // args.batches)
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-spark-"))
     broker = BrokerProcess(work / "data", log_path=work / "broker.log")
     broker.start()
@@ -246,21 +243,10 @@ def main() -> int:
         rate = fill(bs, "in", args.records, args.size, args.partitions)
         print(f"input: {args.records:,} records of {args.size} B in {args.partitions} partitions ({rate:,.0f} rec/s to write)")
 
-        from pyspark.sql import SparkSession
-
-        from oncelog.spark import register
+        from oncelog.spark.session import loopback_session
 
         t0 = time.perf_counter()
-        spark = (
-            SparkSession.builder.master(args.master).appName("oncelog-bench")
-            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.python.worker.reuse", "true")
-            .config("spark.sql.shuffle.partitions", str(args.partitions))
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = loopback_session(args.master, "oncelog-bench", shuffle_partitions=args.partitions)
         print(f"SparkSession {args.master} in {time.perf_counter() - t0:.1f} s; "
               f"maxOffsetsPerTrigger {max_offsets:,}; load average {os.getloadavg()[0]:.1f}")
 

@@ -170,22 +170,11 @@ def main() -> int:
             w.wait_for(r"Successfully registered with master")
             say(f"{w.name} registered (pid {w.proc.pid}, 1 core)")
 
-        os.environ.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP=HOST)
-        from pyspark.sql import SparkSession
+        from oncelog.spark.session import loopback_session
 
-        from oncelog.spark import register
-
-        spark = (
-            SparkSession.builder.master(url).appName("oncelog-standalone")
-            .config("spark.driver.host", HOST).config("spark.driver.bindAddress", HOST)
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.executor.memory", "512m").config("spark.executor.cores", "1").config("spark.cores.max", "2")
-            .config("spark.sql.shuffle.partitions", str(PARTITIONS))
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = loopback_session(url, "oncelog-standalone", shuffle_partitions=PARTITIONS, conf={
+            "spark.pyspark.python": sys.executable, "spark.executor.memory": "512m",
+            "spark.executor.cores": "1", "spark.cores.max": "2"})
         say(f"driver connected; executors: {executors()}")
 
         ckpt = work / "checkpoint"

@@ -7,8 +7,6 @@ Spark needs Java and PySpark; in CI a missing one is an error, never a skip.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Iterator
 
 import pytest
@@ -18,25 +16,9 @@ import pytest
 def spark() -> Iterator:
     # Workers must run this venv's interpreter (the one with oncelog and confluent-kafka), and
     # Spark must listen on loopback only.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
+    from oncelog.spark.session import loopback_session
 
-    from oncelog.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("oncelog-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = loopback_session(
+        "local[2]", "oncelog-tests", conf={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
     yield session
     session.stop()

@@ -12,7 +12,6 @@ arrives until ``--timeout`` (exit 3) or until it is killed. A failed query exits
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -28,25 +27,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=240.0)
     args = ap.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
+    from oncelog.spark.session import loopback_session
 
-    from oncelog.spark import register
-
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("oncelog-eos-driver")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = loopback_session(args.master, "oncelog-eos-driver")
     df = (
         spark.readStream.format("oncelog")
         .option("kafka.bootstrap.servers", args.bootstrap)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -103,26 +102,9 @@ def main() -> int:
     ap.add_argument("--trigger", default="1 second")
     args = ap.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from oncelog.spark.session import loopback_session
 
-    from oncelog.spark import register
-
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("oncelog-demo-pipeline")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    register(spark)
+    spark = loopback_session(args.master, "oncelog-demo-pipeline", log_level="WARN")
     q = (
         build(spark, args.bootstrap, max_offsets=args.max_offsets, fetch_retries=30)
         .writeStream.format("oncelog")
