@@ -54,6 +54,11 @@ class BrokerConfig:
     delete_topic_enable: bool = field(default=True, metadata={"kafka": "delete.topic.enable", "parse": _bool})
     socket_request_max_bytes: int = field(default=104_857_600, metadata={"kafka": "socket.request.max.bytes", "parse": int})
     message_max_bytes: int = field(default=1_048_588, metadata={"kafka": "message.max.bytes", "parse": int})
+    #: oncelog's own: the most a produced batch may expand to when decompressed (a batch that
+    #: expands further is refused with MESSAGE_TOO_LARGE); bounds the memory a decompression bomb costs.
+    message_max_uncompressed_bytes: int = field(
+        default=64 * 1024 * 1024, metadata={"kafka": "message.max.uncompressed.bytes", "parse": int}
+    )
     log_segment_bytes: int = field(default=1 << 30, metadata={"kafka": "log.segment.bytes", "parse": int})
     log_roll_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.roll.ms", "parse": int})
     log_retention_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.retention.ms", "parse": int})

@@ -91,7 +91,7 @@ def log_config(broker: BrokerConfig, topic_configs: dict[str, str]) -> LogConfig
         for prop in TOPIC_PROPERTIES.values()
         if prop.log_field is not None
     }
-    return LogConfig(**kwargs)
+    return LogConfig(**kwargs, max_uncompressed_bytes=broker.message_max_uncompressed_bytes)
 
 
 def describe(broker: BrokerConfig, topic_configs: dict[str, str]) -> list[tuple[str, str | None, bool]]:

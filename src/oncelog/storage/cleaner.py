@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Iterator
 
 from oncelog.protocol import records
-from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.errors import CorruptMessage, InvalidRecord, KafkaError
 from oncelog.storage.log import PartitionLog
 from oncelog.storage.segment import LogSegment, segment_stem
 
@@ -175,6 +175,9 @@ class _Scan:
     aborted: set[int] = field(default_factory=set)  # base offsets of aborted transactional batches
     decided: set[int] = field(default_factory=set)  # base offsets of transactional batches with a marker
     last_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset of its last batch
+    #: base offsets of batches whose records do not decode (corrupt, or expanding beyond the
+    #: bound): kept exactly as they are, their keys unknown, so nothing they might supersede goes
+    undecodable: set[int] = field(default_factory=set)
 
 
 class Cleaner:
@@ -304,7 +307,13 @@ class Cleaner:
         open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]] = {}
         for fd, size in plan.fds:
             for h, data in _batches(fd, size):
-                self._scan_batch(h, data, scan, open_txns)
+                try:
+                    self._scan_batch(h, data, scan, open_txns)
+                except (CorruptMessage, InvalidRecord) as exc:
+                    if not scan.undecodable:
+                        log.warning("%s: batch at offset %d does not decode (%s); such batches are kept as they are",
+                                    plan.plog.path, h.base_offset, exc)
+                    scan.undecodable.add(h.base_offset)
         tmp = plan.plog.path / TMP_DIR
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -388,6 +397,8 @@ class Cleaner:
     @staticmethod
     def _rewrite(h: records.BatchHeader, data: bytes, scan: _Scan, retained: dict[int, bool], plan: _Plan) -> bytes | None:
         """The batch to write for ``data`` (``data`` itself when unchanged), or None to drop it."""
+        if h.base_offset in scan.undecodable:
+            return data
         now, keep_for = plan.now_ms, plan.delete_retention_ms
         last_of_producer = h.producer_id >= 0 and scan.last_batch.get(h.producer_id) == h.base_offset
 
