@@ -327,8 +327,8 @@ def _checker(cls: type) -> Check:
             lines.append(_T_FIXED.format(size=fixed, w=cls.__qualname__))
             fixed = 0
 
-    def null(nullable: bool, where: str) -> str:
-        return "pass" if nullable else f"_fail({where!r}, 'null where the schema requires a value')"
+    def null(nullable: bool, where: str, what: str = "null where the schema requires a value") -> str:
+        return "pass" if nullable else f"_fail({where!r}, {what!r})"
 
     def sized(flex: bool, width: int, nullable: bool, where: str) -> str:
         if flex:
@@ -357,7 +357,8 @@ def _checker(cls: type) -> Check:
                 env[f"_c{i}"] = _compile(f"{where}[]", body, env)
                 item, item_min = f"pos = _c{i}(buf, pos)", _SCALAR_MIN[kafka_type][flexible]
             lines.append(head.format(w=where))
-            lines.append(_T_ARRAY_BODY.format(w=where, on_null=null(nullable, where), item_min=item_min, item=item))
+            on_null = null(nullable, where, "null array where the schema requires one")
+            lines.append(_T_ARRAY_BODY.format(w=where, on_null=on_null, item_min=item_min, item=item))
         elif isinstance(kind, EntityField):
             flush()
             env[f"_c{i}"] = _checker(kind.type_)

@@ -81,8 +81,8 @@ class LogConfig:
     def __post_init__(self) -> None:
         if not 61 <= self.segment_bytes <= 0x7FFFFFFF:
             raise InvalidConfig(f"segment.bytes {self.segment_bytes} outside [61, 2147483647]")
-        if self.segment_ms < 1 or self.index_interval_bytes < 1 or self.max_message_bytes < 0:
-            raise InvalidConfig("segment.ms and index.interval.bytes must be >= 1, max.message.bytes >= 0")
+        if self.segment_ms < 1 or self.index_interval_bytes < 0 or self.max_message_bytes < 0:
+            raise InvalidConfig("segment.ms must be >= 1, index.interval.bytes and max.message.bytes >= 0")
         if (self.flush_messages is not None and self.flush_messages < 1) or (
             self.flush_ms is not None and self.flush_ms < 0
         ):
