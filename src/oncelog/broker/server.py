@@ -172,12 +172,26 @@ class Server:
             try:
                 client, addr = await loop.sock_accept(sock)
             except OSError as exc:
-                if exc.errno in _OUT_OF_RESOURCES:
-                    await self._refuse_without_descriptors(sock, exc)
-                else:
+                if exc.errno not in _OUT_OF_RESOURCES:
                     log.warning("accept failed: %s", exc)
                     await asyncio.sleep(0.1)
-                continue
+                    continue
+                # Linux's accept(2) fails with EMFILE before it looks at the backlog: wait until
+                # a connection is really waiting (never spin), then try again, since descriptors
+                # may have been freed meanwhile; refuse it only if they have not.
+                await _readable(sock)
+                try:
+                    client, addr = sock.accept()
+                except BlockingIOError:
+                    continue
+                except OSError as again:
+                    if again.errno in _OUT_OF_RESOURCES:
+                        await self._refuse_without_descriptors(sock, again)
+                    else:
+                        log.warning("accept failed: %s", again)
+                        await asyncio.sleep(0.1)
+                    continue
+                client.setblocking(False)
             ip = str(addr[0])
             reason = None
             if len(self._conns) >= self.max_connections:
@@ -196,9 +210,9 @@ class Server:
                 client.close()
 
     async def _refuse_without_descriptors(self, sock: socket.socket, exc: OSError) -> None:
-        """Out of descriptors: accept the waiting connection with the reserve descriptor and
-        close it (the client learns at once, instead of timing out), then take the reserve
-        again. Without a reserve, wait a little before trying again (never spin)."""
+        """Out of descriptors with a connection waiting: accept it with the reserve descriptor
+        and close it (the client learns at once instead of timing out in the backlog), then
+        take the reserve again."""
         if self._reserve_fd is None:
             log.error("cannot accept connections: %s (no descriptor in reserve)", exc)
             await asyncio.sleep(0.1)
@@ -212,7 +226,8 @@ class Server:
             log.error("out of file descriptors (%s): refused a connection from %s", exc, addr[0])
         except OSError:
             pass
-        self._take_reserve()
+        finally:
+            self._take_reserve()
 
     # -- timeouts --------------------------------------------------------------------------------
 
@@ -320,6 +335,18 @@ class Server:
             return
         if sent != part.length:
             raise ConnectionError(f"log file shrank under a fetch ({sent} of {part.length} bytes sent)")
+
+
+async def _readable(sock: socket.socket) -> None:
+    """Wait until ``sock`` is readable (for a listening socket: a connection is waiting)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
 
 
 def _pread(part: Any) -> bytes:
