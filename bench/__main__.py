@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("scenarios", nargs="*", default=DEFAULT, help=f"of {', '.join(SCENARIOS)}")
     ap.add_argument("--peers", action="store_true", help="also run Tansu and librdkafka's mock cluster")
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="also run oncelog from this source tree (e.g. a worktree of an earlier commit)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--records", type=int, default=Options.records)
     ap.add_argument("--seconds", type=float, default=Options.seconds)
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
     opts = Options(records=args.records, seconds=args.seconds, footprint_bytes=args.footprint_bytes)
     names = ["oncelog", "tansu", "mock"] if args.peers else ["oncelog"]
+    if args.baseline is not None:
+        names.insert(1, "baseline")
     work = make_work_dir()
     systems = []
     samplers = {}
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     try:
         for name in names:
-            s = SYSTEMS[name](work)
+            s = SYSTEMS[name](work, args.baseline) if name == "baseline" else SYSTEMS[name](work)
             s.start()
             systems.append(s)
             samplers[name] = RssSampler(s.pid)
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         remove_work_dir(work)
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} by `python -m bench "
-        f"{' '.join(args.scenarios)}{' --peers' if args.peers else ''} --repeat {args.repeat}`: "
+        f"{' '.join(args.scenarios)}{' --peers' if args.peers else ''}"
+        f"{f' --baseline {args.baseline}' if args.baseline else ''} --repeat {args.repeat}`: "
         f"{platform.machine()}, {psutil.cpu_count()} cores shared by the brokers and the clients, "
         f"Python {platform.python_version()}; load average (1 min) {load_before[0]:.1f} before, "
         f"{psutil.getloadavg()[0]:.1f} after. {opts.records:,} records per 100 B produce run "

@@ -52,7 +52,7 @@ def topic(system, partitions: int = 1) -> str:  # type: ignore[no-untyped-def]
 def produce_cases(o: Options) -> list[Case]:
     """100 B and 1 KiB records; plain, idempotent, transactional with a commit every 10,000
     records and transactional with a commit every 100 ms (a timed run); 1, 10 and 100
-    partitions (records round-robin)."""
+    partitions (records round-robin); and 100 B plain with lz4 and zstd."""
     out = []
     for size in (100, 1024):
         n = o.records if size == 100 else o.records // 2
@@ -67,6 +67,10 @@ def produce_cases(o: Options) -> list[Case]:
                             lambda s, size=size, parts=parts: clients.produce_timed(
                                 s.bootstrap, topic(s, parts), o.seconds, size, "transactional", partitions=parts,
                                 txn_ms=100)))
+    for codec in ("lz4", "zstd"):  # the broker decompresses every batch to validate its records
+        out.append(Case("produce", f"100 B plain, {codec} (text, ~3x)", "rec/s",
+                        lambda s, codec=codec: clients.produce_count(
+                            s.bootstrap, topic(s, 1), o.records, 100, "plain", compression=codec)))
     return out
 
 

