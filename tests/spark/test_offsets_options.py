@@ -122,3 +122,23 @@ def test_fault_injection_fires_once_per_point_and_batch(tmp_path) -> None:
             SinkOptions.parse({**BS, "faultInjection": bad, "faultInjection.dir": str(tmp_path)})
     with pytest.raises(ValueError, match="faultInjection.dir"):
         SinkOptions.parse({**BS, "faultInjection": "after_commit"})
+
+
+def test_a_pausing_fault_waits_for_its_release_file_then_lets_the_task_go_on(tmp_path) -> None:
+    import threading
+    import time
+
+    from oncelog.spark import faults
+
+    s = SinkOptions.parse({**BS, "faultInjection": "after_produce:pause@2", "faultInjection.dir": str(tmp_path)})
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (faults.maybe_fire(s.faults, s.fault_dir, "after_produce", 2), done.set()))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "after_produce@2").exists():
+        assert time.monotonic() < deadline, "the pausing fault did not record itself"
+        time.sleep(0.01)
+    assert not done.wait(0.2), "a pausing fault returned before its release"
+    (tmp_path / "after_produce@2.release").touch()
+    t.join(10)
+    assert done.is_set(), "released, the task should go on (no exception)"

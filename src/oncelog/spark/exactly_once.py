@@ -387,6 +387,7 @@ def write_task(
     try:
         produced = produce_batches(producer, ([first] if first is not None else []), options.topic)
         more = produce_batches(producer, rows, options.topic)
+        faults.maybe_fire(options.faults, options.fault_dir, "after_produce", ident.batch_id)
         if inputs is None:
             inputs = collect_inputs()
         if inputs:
