@@ -45,6 +45,15 @@ PRODUCER_DEFAULTS = {
     "linger.ms": "5", "queue.buffering.max.messages": "1000000", "batch.num.messages": "100000",
     "enable.sparse.connections": "false",
 }
+#: Defaults of every client the connector creates (a ``kafka.*`` option overrides them).
+#: librdkafka 2.10+ re-bootstraps when every broker it knows is down — which a single broker's
+#: restart is — and decommissions the broker handles it had; a group coordinator cached on such
+#: a handle is then waited for forever, past the call's timeout (librdkafka #5511, #5456): a
+#: transactional producer's ``send_offsets_to_transaction`` never returns and the query stalls
+#: (issue 13). Without re-bootstrapping the client just reconnects to the brokers it knows.
+#: The watchdog (guard.py) bounds every call regardless. Reconnects back off to 1 s at most (Java
+#: client's default; librdkafka's is 10 s), so a restarted broker is found again within a second.
+CLIENT_DEFAULTS = {"metadata.recovery.strategy": "none", "reconnect.backoff.max.ms": "1000"}
 #: The at-least-once writer still never writes a record twice on a retried *request*.
 FORCED_PRODUCER = {"enable.idempotence": "true"}
 
@@ -119,7 +128,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
         opts = _lower_keys(options)
-        client = kafka_properties(options)
+        client = {**CLIENT_DEFAULTS, **kafka_properties(options)}
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
         if len(chosen) != 1:
             raise ValueError("exactly one of the options subscribe, subscribePattern, assign must be set")
@@ -205,13 +214,14 @@ class SinkOptions:
     input_offsets_group: str | None = None
     write_id: str | None = None
     flush_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
     faults: tuple[faults_mod.Fault, ...] = ()
     fault_dir: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
         opts = _lower_keys(options)
-        client = kafka_properties(options)
+        client = {**CLIENT_DEFAULTS, **kafka_properties(options)}
         guarantee = opts.get("delivery.guarantee", AT_LEAST_ONCE).strip().lower().replace("-", "_")
         if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
             raise ValueError(f"option delivery.guarantee: expected {AT_LEAST_ONCE} or {EXACTLY_ONCE}, got {guarantee!r}")
@@ -236,6 +246,7 @@ class SinkOptions:
             input_offsets_group=opts.get("inputoffsetsgroup") or None,
             write_id=opts.get("writeid") or None,
             flush_timeout_ms=_int(opts, "flushTimeoutMs", 120_000, minimum=1) or 120_000,
+            request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=1) or 30_000,
             faults=injected,
             fault_dir=fault_dir,
         )
