@@ -1,15 +1,15 @@
-"""The sink's writers: streaming (micro-batch) and batch, at-least-once or exactly-once.
+"""The sink's writers: streaming (micro-batch) and batch, exactly-once or at-least-once.
 
-``delivery.guarantee=at_least_once`` (the default, as Spark's own Kafka sink): every task
+``delivery.guarantee=exactly_once`` (the default): every task runs the transactional protocol
+of ``exactly_once`` in its executor. Streaming tasks are identified by Spark's query id (stable
+across restarts), micro-batch id and task partition id; batch writes need a ``writeId`` option
+(a name for the logical write: re-running a batch job with the same writeId writes nothing
+that was already committed) and are refused without one (``SinkOptions.check_batch_write``).
+
+``delivery.guarantee=at_least_once`` (opt-in; what Spark's own Kafka sink does): every task
 produces its rows with an idempotent producer (no duplicates from retried *requests*) and
 flushes; ``commit``/``abort`` do nothing. A task or batch that is re-executed writes its rows
 again: duplicates are possible, losses are not.
-
-``delivery.guarantee=exactly_once``: every task runs the transactional protocol of
-``exactly_once`` in its executor. Streaming tasks are identified by Spark's query id (stable
-across restarts), micro-batch id and task partition id; batch writes need a ``writeId`` option
-(a name for the logical write: re-running a batch job with the same writeId writes nothing
-that was already committed).
 
 The writer objects are created on the driver, pickled to executors (``write``) and re-created
 in another driver process for ``commit``/``abort``; they hold only options, never clients.
@@ -150,13 +150,11 @@ class OncelogStreamWriter(_Writing, DataSourceStreamArrowWriter):
 
 
 class OncelogBatchWriter(_Writing, DataSourceArrowWriter):
-    """``df.write.format("oncelog")``. Exactly-once needs ``writeId`` (see module)."""
+    """``df.write.format("oncelog")``. Exactly-once (the default) needs ``writeId`` (see module)."""
 
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_sink_schema(schema, topic_option=options.topic)
-        if options.guarantee == EXACTLY_ONCE and not options.write_id:
-            raise ValueError("oncelog sink: delivery.guarantee=exactly_once in a batch write needs a 'writeId' option")
-        self.options = options
+        self.options = options.check_batch_write()
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         tc = _task()
