@@ -18,6 +18,7 @@ safe).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from typing import Any, Callable
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Attempts for calls that fail with a retriable error, within the call's time budget.
 RETRIES = 5
+#: How long describing a timed-out producer waits for its queued error events.
+STATE_POLL_S = 1.0
 
 
 class _ExpectedFencing(logging.Filter):
@@ -47,6 +50,13 @@ class _ExpectedFencing(logging.Filter):
 #: Where the transactional producers' own log lines go (served when the producer is polled).
 _client_log = logging.getLogger("oncelog.spark.librdkafka")
 _client_log.addFilter(_ExpectedFencing())
+
+
+def _poll_quietly(producer: Any) -> None:
+    try:
+        producer.poll(0)
+    except Exception as exc:  # only for a description; the call's timeout is the error
+        log.debug("oncelog sink: poll for client state failed: %s", exc)
 
 
 def close_producer(producer: Any) -> None:
@@ -138,11 +148,12 @@ class TxnProducer:
                 raise
 
     def _state(self, producer: Any) -> str:
-        """The client's last errors (served now) and whether the cluster answers: bounded."""
-        try:
-            producer.poll(0)  # serve the error events queued while the call hung
-        except Exception as exc:
-            log.debug("oncelog sink: poll for client state failed: %s", exc)
+        """The client's last errors and whether the cluster answers; bounded. The error events
+        queued while the call hung are served first, by a ``poll(0)`` on a throwaway thread
+        (it does not wait, but the client is suspect, so the task does not wait on it either)."""
+        t = threading.Thread(target=_poll_quietly, args=(producer,), name="oncelog-state-poll", daemon=True)
+        t.start()
+        t.join(STATE_POLL_S)
         return f"{self.events.describe()}; {probe_cluster(connection_conf(self.options.client))}"
 
 
