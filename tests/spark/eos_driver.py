@@ -3,6 +3,7 @@ exactly-once sink, restartable from ``--checkpoint``.
 
     python tests/spark/eos_driver.py --bootstrap 127.0.0.1:9092 --checkpoint DIR \\
         [--master 'local[2,3]'] [--trigger continuous|available_now] [--faults SPEC --fault-dir DIR]
+        [--sink-option key=value ...]
 
 ``available_now`` runs what is there and exits 0; ``continuous`` runs micro-batches as data
 arrives until ``--timeout`` (exit 3) or until it is killed. A failed query exits 1. It prints
@@ -25,6 +26,7 @@ def main() -> int:
     ap.add_argument("--faults", default="")
     ap.add_argument("--fault-dir", default="")
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--sink-option", action="append", default=[], help="key=value, passed to the sink")
     args = ap.parse_args()
 
     from oncelog.spark.session import loopback_session
@@ -43,11 +45,13 @@ def main() -> int:
         df.writeStream.format("oncelog")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("topic", "out")
-        .option("delivery.guarantee", "exactly_once")
-        .option("checkpointLocation", args.checkpoint)
+        .option("checkpointLocation", args.checkpoint)  # exactly once: the default
     )
     if args.faults:
         w = w.option("faultInjection", args.faults).option("faultInjection.dir", args.fault_dir)
+    for kv in args.sink_option:
+        key, _, value = kv.partition("=")
+        w = w.option(key, value)
     if args.trigger == "available_now":
         w = w.trigger(availableNow=True)
     q = w.start()

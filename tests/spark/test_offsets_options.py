@@ -106,6 +106,41 @@ def test_sink_options() -> None:
         SinkOptions.parse({**BS, "delivery.guarantee": "maybe"})
 
 
+def test_the_sink_is_exactly_once_unless_at_least_once_is_asked_for() -> None:
+    """Issue 13: the obvious code gets exactly once; at-least-once is the opt-in. Spark's Kafka
+    sink options keep working as they are."""
+    spark_kafka_sink = {**BS, "topic": "o", "kafka.linger.ms": "20", "kafka.compression.type": "lz4"}
+    s = SinkOptions.parse(spark_kafka_sink)
+    assert s.guarantee == "exactly_once"
+    assert (s.topic, s.producer_config()["linger.ms"], s.producer_config()["compression.type"]) == ("o", "20", "lz4")
+    for spelled in ("at_least_once", "at-least-once", "AT_LEAST_ONCE"):
+        assert SinkOptions.parse({**spark_kafka_sink, "delivery.guarantee": spelled}).guarantee == "at_least_once"
+    assert SinkOptions.parse({**BS, "Delivery.Guarantee": "Exactly-Once"}).guarantee == "exactly_once"
+
+
+def test_a_batch_write_needs_a_write_id_in_exactly_once_mode_and_says_what_to_set() -> None:
+    with pytest.raises(ValueError, match="writeId") as info:
+        SinkOptions.parse({**BS, "topic": "o"}).check_batch_write()
+    assert "delivery.guarantee" in str(info.value) and "at_least_once" in str(info.value)
+    assert SinkOptions.parse({**BS, "topic": "o", "writeId": "nightly"}).check_batch_write().write_id == "nightly"
+    alo = SinkOptions.parse({**BS, "topic": "o", "delivery.guarantee": "at_least_once"})
+    assert alo.check_batch_write() is alo
+
+
+def test_every_client_of_the_connector_skips_re_bootstrapping_unless_told_otherwise() -> None:
+    """librdkafka #5511/#5456 (issue 13): a re-bootstrap after the only broker restarted leaves
+    coordinator requests waiting forever. A ``kafka.*`` option still overrides the default."""
+    src = SourceOptions.parse({**BS, "subscribe": "a"}, streaming=True)
+    sink = SinkOptions.parse({**BS, "topic": "o"})
+    for conf in (src.consumer_config(), src.admin_config(), sink.producer_config()):
+        assert conf["metadata.recovery.strategy"] == "none" and conf["reconnect.backoff.max.ms"] == "1000"
+    assert SinkOptions.parse({**BS, "kafka.metadata.recovery.strategy": "rebootstrap"}).producer_config()[
+        "metadata.recovery.strategy"] == "rebootstrap"
+    assert SinkOptions.parse({**BS, "requestTimeoutMs": "5000"}).request_timeout_ms == 5000
+    with pytest.raises(ValueError, match="requestTimeoutMs"):
+        SinkOptions.parse({**BS, "requestTimeoutMs": "0"})
+
+
 def test_fault_injection_fires_once_per_point_and_batch(tmp_path) -> None:
     from oncelog.spark import faults
 
@@ -122,3 +157,23 @@ def test_fault_injection_fires_once_per_point_and_batch(tmp_path) -> None:
             SinkOptions.parse({**BS, "faultInjection": bad, "faultInjection.dir": str(tmp_path)})
     with pytest.raises(ValueError, match="faultInjection.dir"):
         SinkOptions.parse({**BS, "faultInjection": "after_commit"})
+
+
+def test_a_pausing_fault_waits_for_its_release_file_then_lets_the_task_go_on(tmp_path) -> None:
+    import threading
+    import time
+
+    from oncelog.spark import faults
+
+    s = SinkOptions.parse({**BS, "faultInjection": "after_produce:pause@2", "faultInjection.dir": str(tmp_path)})
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (faults.maybe_fire(s.faults, s.fault_dir, "after_produce", 2), done.set()))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "after_produce@2").exists():
+        assert time.monotonic() < deadline, "the pausing fault did not record itself"
+        time.sleep(0.01)
+    assert not done.wait(0.2), "a pausing fault returned before its release"
+    (tmp_path / "after_produce@2.release").touch()
+    t.join(10)
+    assert done.is_set(), "released, the task should go on (no exception)"

@@ -35,7 +35,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _eos(bs: str, **extra: str) -> dict[str, str]:
-    return {"kafka.bootstrap.servers": bs, "topic": "out", "delivery.guarantee": "exactly_once", **extra}
+    """The sink's options in these tests: exactly once is the default (issue 13), so not named."""
+    return {"kafka.bootstrap.servers": bs, "topic": "out", **extra}
 
 
 def _pipeline(spark, bs: str):
@@ -156,6 +157,18 @@ def test_batch_write_with_the_same_write_id_is_written_once(spark, broker) -> No
     for _ in range(2):
         df.write.format("oncelog").options(**_eos(bs, writeId="nightly-2026-11-22")).mode("append").save()
     assert Counter(v for *_, v in read_all(bs, "out", 2)) == Counter(f"v{i}".encode() for i in range(300))
+
+
+def test_batch_write_without_write_id_is_refused_saying_what_to_set(spark, broker) -> None:
+    """Exactly once is the default; a batch write has no stable name to remember its commits
+    under unless the user gives one, so it is refused before any task runs — never downgraded."""
+    bs = broker.bootstrap
+    create_topics(bs, {"out": 2})
+    df = spark.createDataFrame([("k", "v")], "key string, value string")
+    with pytest.raises(Exception, match="writeId") as info:
+        df.write.format("oncelog").option("kafka.bootstrap.servers", bs).option("topic", "out").mode("append").save()
+    assert "at_least_once" in str(info.value)
+    assert read_all(bs, "out", 2, isolation="read_uncommitted") == []
 
 
 def _sink_schema():

@@ -22,72 +22,19 @@ costs 6-20 s here.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from oncelog.spark.procs import kill_tree
+from driverproc import Driver
+from driverproc import batch_files as _batch_files
 from sparkutil import create_topics, group_offsets, items, latest_offsets, produce, read_all
 
 # Four Spark starts (6-20 s each here, more under load): above the suite's 300 s default.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-DRIVER = Path(__file__).with_name("eos_driver.py")
-MASTER = "local[2,3]"
-#: Bound on every wait for the child (Spark's start alone takes up to 20 s on a loaded machine).
-WAIT_S = 180.0
 T0 = time.monotonic()
-
-
-class Driver:
-    """One run of ``eos_driver.py`` in its own session, logging to ``log``."""
-
-    def __init__(self, bs: str, ckpt: Path, log: Path, *, trigger: str, faults: str = "", fault_dir: Path | None = None):
-        cmd = [sys.executable, str(DRIVER), "--bootstrap", bs, "--checkpoint", str(ckpt), "--master", MASTER,
-               "--trigger", trigger, "--max-offsets", "300"]
-        if faults:
-            cmd += ["--faults", faults, "--fault-dir", str(fault_dir)]
-        self.log = log
-        self._out = open(log, "wb")
-        print(f"{time.monotonic() - T0:6.1f}s start {log.name}")
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def wait_for(self, what: str, cond) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + WAIT_S
-        while not cond():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"driver exited ({self.proc.returncode}) before {what}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        print(f"{time.monotonic() - T0:6.1f}s kill {self.log.name}")
-        kill_tree(self.proc.pid)
-        self.proc.wait(timeout=30)
-        self._out.close()
-
-    def finish(self) -> int:
-        try:
-            code = self.proc.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"driver did not finish:\n{self.tail()}") from None
-        self._out.close()
-        print(f"{time.monotonic() - T0:6.1f}s finished {self.log.name}")
-        return code
-
-
-def _batch_files(d: Path) -> set[int]:
-    return {int(f.name) for f in d.iterdir() if f.name.isdigit()} if d.is_dir() else set()
 
 
 def _assert_no_duplicates(bs: str, allowed: Counter) -> Counter:
@@ -110,7 +57,7 @@ def test_spark_killed_between_batches_inside_a_task_and_inside_commit_then_resta
     want = Counter(v + b"!" for _, _, v in first)
 
     # 1. Task attempts fail and are retried by Spark (local[2,3]); then idle, killed between batches.
-    d = Driver(bs, ckpt, tmp_path / "run1.log", trigger="continuous",
+    d = Driver(bs, ckpt, tmp_path / "run1.log", trigger="continuous", t0=T0,
                faults="before_commit:fail@1,after_commit:fail@2", fault_dir=faults)
     d.wait_for("batches 0-3 in Spark's commit log", lambda: {0, 1, 2, 3} <= _batch_files(ckpt / "commits"))
     time.sleep(1.0)  # no new input: the query is idle, between batches
@@ -125,7 +72,7 @@ def test_spark_killed_between_batches_inside_a_task_and_inside_commit_then_resta
     want += Counter(v + b"!" for _, _, v in second)
 
     # 2. Killed inside a write task: its transaction is open when the process tree dies.
-    d = Driver(bs, ckpt, tmp_path / "run2.log", trigger="continuous", faults="before_commit:hang", fault_dir=faults)
+    d = Driver(bs, ckpt, tmp_path / "run2.log", trigger="continuous", t0=T0, faults="before_commit:hang", fault_dir=faults)
     d.wait_for("a write task hanging before its commit", (faults / "before_commit@any").exists)
     time.sleep(0.3)  # its records leave the producer (linger.ms=5) for the open transaction
     d.kill()
@@ -137,7 +84,7 @@ def test_spark_killed_between_batches_inside_a_task_and_inside_commit_then_resta
     _assert_no_duplicates(bs, want)
 
     # 3. Restarted: the batch is re-executed; killed inside the driver-side commit of it.
-    d = Driver(bs, ckpt, tmp_path / "run3.log", trigger="continuous", faults="driver_commit:hang", fault_dir=faults)
+    d = Driver(bs, ckpt, tmp_path / "run3.log", trigger="continuous", t0=T0, faults="driver_commit:hang", fault_dir=faults)
     d.wait_for("the driver-side commit", (faults / "driver_commit@any").exists)
     d.kill()
     assert int((faults / "driver_commit@any").read_text().split()[3]) == hung_batch
@@ -145,7 +92,7 @@ def test_spark_killed_between_batches_inside_a_task_and_inside_commit_then_resta
     _assert_no_duplicates(bs, want)
 
     # 4. Restarted to the end: the batch runs a third time (every task finds its marker), then the rest.
-    d = Driver(bs, ckpt, tmp_path / "run4.log", trigger="available_now")
+    d = Driver(bs, ckpt, tmp_path / "run4.log", trigger="available_now", t0=T0)
     assert d.finish() == 0, d.tail()
     got = _assert_no_duplicates(bs, want)
     assert got == want, f"missing: {sum((want - got).values())}"

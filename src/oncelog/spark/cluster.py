@@ -8,7 +8,9 @@ ends inside an open transaction.
 
 Calls are retried ``retries`` times ``retry_interval_ms`` apart (Spark's ``fetchOffset.*``
 options) and then raise ``ClusterError``; a broker that restarts mid-stream costs a retry, not
-the query.
+the query. Every call is bounded (guard.py): Metadata runs through the AdminClient's guard,
+ListOffsets answers are waited for with a timeout; after a failed attempt the AdminClient is
+retired (closed on its guard's thread: it may be wedged) and the next attempt gets a new one.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from oncelog.spark import offsets as off
+from oncelog.spark.clientstate import ClientEvents, connection_conf, probe_cluster
+from oncelog.spark.guard import Guarded, deadline_after, wait_future
 from oncelog.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -40,19 +44,31 @@ class ClusterView:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._admin = None
+        self._admin: Guarded[Any] | None = None
+        self._events = ClientEvents()
 
     # -- plumbing ---------------------------------------------------------------------------
 
     @property
-    def admin(self):  # type: ignore[no-untyped-def]
+    def guarded(self) -> Guarded[Any]:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient(self.options.admin_config())
+            self._admin = Guarded("source admin client", AdminClient({
+                **self.options.admin_config(), "error_cb": self._events.on_error}), state=self.state)
         return self._admin
 
+    @property
+    def admin(self):  # type: ignore[no-untyped-def]
+        """The AdminClient, for requests answered with futures (wait with ``wait_future``)."""
+        return self.guarded.raw
+
+    def state(self) -> str:
+        return f"{self._events.describe()}; {probe_cluster(connection_conf(self.options.admin_config()))}"
+
     def close(self) -> None:
+        if self._admin is not None:
+            self._admin.retire()
         self._admin = None
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
@@ -63,6 +79,7 @@ class ClusterView:
                 return fn()
             except Exception as exc:  # librdkafka raises KafkaException or returns errors in futures
                 last = exc
+                self.close()  # the next attempt gets a new client: this one may be wedged
                 log.warning("oncelog source: %s failed (attempt %d of %d): %s", what, i + 1, attempts, exc)
                 if i + 1 < attempts:
                     time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
@@ -89,7 +106,9 @@ class ClusterView:
     def _topic_partitions(self, topics: list[str]) -> list[off.TopicPartition]:
         out: list[off.TopicPartition] = []
         for topic in topics:
-            md = self.admin.list_topics(topic=topic, timeout=REQUEST_TIMEOUT_S)
+            md = self.guarded.call(
+                f"metadata of {topic}", lambda a: a.list_topics(topic=topic, timeout=REQUEST_TIMEOUT_S),
+                deadline_after(REQUEST_TIMEOUT_S))
             t = md.topics.get(topic)
             if t is None or t.error is not None:
                 # UNKNOWN_TOPIC_OR_PARTITION: not created yet; Spark's source waits for it too.
@@ -98,7 +117,8 @@ class ClusterView:
         return sorted(out)
 
     def _pattern_partitions(self, regex: re.Pattern[str]) -> list[off.TopicPartition]:
-        md = self.admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        md = self.guarded.call(
+            "metadata", lambda a: a.list_topics(timeout=REQUEST_TIMEOUT_S), deadline_after(REQUEST_TIMEOUT_S))
         out = [
             (name, p)
             for name, t in md.topics.items()
@@ -133,7 +153,8 @@ class ClusterView:
             )
             out: off.PartitionOffsets = {}
             for tp, fut in futures.items():
-                res = fut.result(timeout=REQUEST_TIMEOUT_S + 5)
+                res = wait_future(fut, what="ListOffsets", client=f"{tp.topic}-{tp.partition}",
+                                  timeout_s=deadline_after(REQUEST_TIMEOUT_S), state=self.state)
                 out[(tp.topic, tp.partition)] = int(res.offset)
             return out
 

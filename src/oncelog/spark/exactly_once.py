@@ -41,6 +41,12 @@ The marker offset is stored on partition 0 of the task's first output topic (or 
 input topic when it wrote nothing): group offsets can only be committed for partitions that
 exist. The marker's metadata names the query, batch and partition for people reading
 ``groups describe``. A task that neither read nor wrote anything opens no transaction.
+
+No client call blocks a task without a deadline (issue 13): the producer's calls go through
+``txn_producer`` (``requestTimeoutMs`` each, ``flushTimeoutMs`` for the commit) and the
+group questions through ``groups``; a call past its deadline raises ``ClientCallTimeout``
+(guard.py), the producer and the AdminClient are thrown away, and Spark runs the task again —
+whose fresh producer's ``init_transactions`` fences the abandoned one.
 """
 
 from __future__ import annotations
@@ -48,26 +54,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NoReturn
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from oncelog.spark import faults
+from oncelog.spark import faults, groups
+from oncelog.spark.groups import group_metadata, last_committed_batch
 from oncelog.spark.options import SinkOptions
 from oncelog.spark.produce import produce_batches
+from oncelog.spark.txn_producer import Producers, TxnProducer
 
 log = logging.getLogger(__name__)
-
-INIT_TIMEOUT_S = 60.0
-REQUEST_TIMEOUT_S = 30.0
-#: Attempts for calls that fail with a retriable error (each bounded by its own timeout).
-RETRIES = 5
-
-_admins: "OrderedDict[tuple[tuple[str, str], ...], Any]" = OrderedDict()
-_group_metadata: dict[tuple[str, str], Any] = {}
 
 
 class ExactlyOnceError(RuntimeError):
@@ -105,85 +104,6 @@ def input_offsets_group(options: SinkOptions, query_id: str) -> str:
     return options.input_offsets_group or f"{options.transactional_id_prefix}-{query_id}"
 
 
-def _admin(conf: dict[str, str]) -> Any:
-    key = tuple(sorted(conf.items()))
-    a = _admins.get(key)
-    if a is None:
-        from confluent_kafka.admin import AdminClient
-
-        a = AdminClient(dict(conf))
-        _admins[key] = a
-        while len(_admins) > 4:
-            _admins.popitem(last=False)
-    return a
-
-
-def _client_conf(options: SinkOptions) -> dict[str, str]:
-    """Connection properties only (what an AdminClient or a metadata-only consumer needs)."""
-    keep = ("bootstrap.servers", "security.protocol", "client.id", "socket.", "ssl.", "sasl.", "broker.address.family")
-    return {k: v for k, v in options.client.items() if k.startswith(keep)}
-
-
-def group_metadata(options: SinkOptions, group: str) -> Any:
-    """The consumer group metadata that ``send_offsets_to_transaction`` needs for ``group``,
-    as a standalone (non-member) consumer would report it; cached per worker process."""
-    key = (options.client["bootstrap.servers"], group)
-    md = _group_metadata.get(key)
-    if md is None:
-        from confluent_kafka import Consumer
-
-        c = Consumer({**_client_conf(options), "group.id": group, "enable.auto.commit": False})
-        try:
-            md = c.consumer_group_metadata()
-        finally:
-            c.close()
-        _group_metadata[key] = md
-    return md
-
-
-def last_committed_batch(options: SinkOptions, group: str) -> int | None:
-    """The highest batch id committed under ``group`` (the marker minus one), or None.
-
-    Uses OffsetFetch with require_stable, so offsets of a transaction still being completed
-    are waited for (UNSTABLE_OFFSET_COMMIT is retried), never read as absent."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-
-    admin = _admin(_client_conf(options))
-    last: Exception | None = None
-    for attempt in range(RETRIES):
-        try:
-            futures = admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=REQUEST_TIMEOUT_S
-            )
-            res = futures[group].result(timeout=REQUEST_TIMEOUT_S + 5)
-            marks = [tp.offset for tp in (res.topic_partitions or []) if tp.error is None and tp.offset >= 0]
-            return max(marks) - 1 if marks else None
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if err is not None and getattr(err, "retriable", lambda: False)():
-                last = exc
-                time.sleep(min(0.1 * 2**attempt, 2.0))
-                continue
-            raise
-    raise ExactlyOnceError(f"could not read the marker of {group}: {last}") from last
-
-
-def _retrying(what: str, fn: Callable[[], Any]) -> Any:
-    from confluent_kafka import KafkaException
-
-    for attempt in range(RETRIES):
-        try:
-            return fn()
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if err is not None and err.retriable() and attempt + 1 < RETRIES:
-                log.warning("oncelog sink: %s failed, retrying: %s", what, err)
-                time.sleep(min(0.1 * 2**attempt, 2.0))
-                continue
-            raise
-    raise AssertionError("unreachable")
-
-
 def _marker_topic(first: Any, options: SinkOptions) -> str | None:
     if options.topic:
         return options.topic
@@ -191,71 +111,13 @@ def _marker_topic(first: Any, options: SinkOptions) -> str | None:
     return None if idx < 0 else first.column(idx)[0].as_py()
 
 
-class _ExpectedFencing(logging.Filter):
-    """librdkafka reports a fenced producer as a fatal error (levels 0-3). Here fencing is part
-    of the protocol — a cached producer found stale is replaced — so those lines go to DEBUG;
-    everything else the client says keeps its level."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "fenced by a newer instance" in record.getMessage():
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-        return True
-
-
-#: Where the transactional producers' own log lines go (served when the producer is polled).
-_client_log = logging.getLogger("oncelog.spark.librdkafka")
-_client_log.addFilter(_ExpectedFencing())
-
-
-class _Producers:
-    """Transactional producers kept per worker process, one per transactional id, so that a
-    task partition's next micro-batch skips InitProducerId. A producer is dropped on any
-    failure. A cached producer may have been fenced meanwhile (another attempt of the same
-    task partition, e.g. on another worker, initialised the id since): ``write_task`` detects
-    that before it consumes any input and starts over with a fresh producer."""
-
-    MAX = 16
-
-    def __init__(self) -> None:
-        self._cache: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
-
-    def get(self, options: SinkOptions, tid: str) -> tuple[Any, bool]:
-        key = (tid, tuple(sorted(options.producer_config().items())))
-        p = self._cache.get(key)
-        if p is not None:
-            self._cache.move_to_end(key)
-            return p, False
-        return self.fresh(options, tid), True
-
-    def fresh(self, options: SinkOptions, tid: str) -> Any:
-        from confluent_kafka import Producer
-
-        self.drop(options, tid)
-        # Delivery reports for failures only: a failed record fails commit_transaction anyway,
-        # and a report per record would cost the worker a Python-level event per row.
-        p = Producer({
-            **options.producer_config(), "transactional.id": tid, "logger": _client_log,
-            "delivery.report.only.error": True,
-        })
-        _retrying("init_transactions", lambda: p.init_transactions(INIT_TIMEOUT_S))
-        key = (tid, tuple(sorted(options.producer_config().items())))
-        self._cache[key] = p
-        while len(self._cache) > self.MAX:
-            self._cache.popitem(last=False)
-        return p
-
-    def drop(self, options: SinkOptions, tid: str) -> None:
-        self._cache.pop((tid, tuple(sorted(options.producer_config().items()))), None)
-
-
-_producers = _Producers()
+_producers = Producers()
 
 
 class _Begun:
     """The outcome of the preamble: the producer, and whether the batch was already committed."""
 
-    def __init__(self, producer: Any, skipped: bool) -> None:
+    def __init__(self, producer: TxnProducer, skipped: bool) -> None:
         self.producer = producer
         self.skipped = skipped
 
@@ -265,7 +127,7 @@ def _begin(options: SinkOptions, tid: str, ident: TaskIdent, marker: Any) -> _Be
     already committed — a transaction holding the marker ``b + 1``."""
     from confluent_kafka import KafkaException
 
-    producer, fresh = None, False
+    producer: TxnProducer | None = None
     try:
         producer, fresh = _producers.get(options, tid)
         while True:
@@ -278,33 +140,31 @@ def _begin(options: SinkOptions, tid: str, ident: TaskIdent, marker: Any) -> _Be
                 return _Begun(producer, True)
             try:
                 producer.begin_transaction()
-                producer.send_offsets_to_transaction([marker], group_metadata(options, tid), REQUEST_TIMEOUT_S)
+                producer.send_offsets_to_transaction(
+                    f"marker of batch {ident.batch_id}", [marker], group_metadata(options, tid))
                 return _Begun(producer, False)
             except KafkaException as exc:
                 if fresh:
                     raise
                 log.info("oncelog sink: cached producer of %s is stale (%s); initialising a new one", tid, exc.args[0])
-                producer, fresh = None, False
+                producer = None
                 producer, fresh = _producers.fresh(options, tid), True
     except BaseException as exc:
-        _failed(options, tid, producer, exc, ident)
+        _failed(options, tid, exc, ident)
 
 
-def _failed(options: SinkOptions, tid: str, producer: Any, exc: BaseException, ident: TaskIdent) -> NoReturn:
-    """Forget the producer (its transaction, if open, is aborted by the next attempt's
-    init_transactions or the transaction timeout; or here, when the client says it must be)
-    and raise: ExactlyOnceError for client errors, anything else as it is."""
+def _failed(options: SinkOptions, tid: str, exc: BaseException, ident: TaskIdent) -> NoReturn:
+    """Throw the producer away — closing it aborts its open transaction if it still can; the
+    next attempt's init_transactions or the transaction timeout does otherwise — and the
+    AdminClient (either may be wedged), then raise: ExactlyOnceError for client errors,
+    anything else (ClientCallTimeout included) as it is."""
     from confluent_kafka import KafkaException
 
     _producers.drop(options, tid)
+    groups.drop_clients(options)
     if not isinstance(exc, KafkaException):
         raise exc
     err = exc.args[0] if exc.args else None
-    if producer is not None and err is not None and err.txn_requires_abort():
-        try:
-            producer.abort_transaction(REQUEST_TIMEOUT_S)
-        except KafkaException as abort_exc:
-            log.warning("oncelog sink: %s abort after failure failed: %s", tid, abort_exc)
     raise ExactlyOnceError(f"{tid} batch {ident.batch_id}: transaction failed: {err}") from exc
 
 
@@ -385,19 +245,22 @@ def write_task(
         return EosCommitMessage(ident.batch_id, ident.partition_id, tid, skipped=True)
 
     try:
-        produced = produce_batches(producer, ([first] if first is not None else []), options.topic)
-        more = produce_batches(producer, rows, options.topic)
+        produced = produce_batches(producer.raw, ([first] if first is not None else []), options.topic)
+        more = produce_batches(producer.raw, rows, options.topic)
+        faults.maybe_fire(options.faults, options.fault_dir, "after_produce", ident.batch_id)
         if inputs is None:
             inputs = collect_inputs()
         if inputs:
             tps = [TopicPartition(t, p, end) for (t, p), end in sorted(inputs.items())]
             group = input_offsets_group(options, ident.query_id)
-            producer.send_offsets_to_transaction(tps, group_metadata(options, group), REQUEST_TIMEOUT_S)
+            producer.send_offsets_to_transaction(
+                f"input offsets of batch {ident.batch_id}", tps, group_metadata(options, group))
         t_produced = time.monotonic()
         faults.maybe_fire(options.faults, options.fault_dir, "before_commit", ident.batch_id)
-        _retrying("commit_transaction", lambda: producer.commit_transaction(options.flush_timeout_ms / 1000))
+        producer.commit_transaction(
+            f"batch {ident.batch_id}, {produced.records + more.records} records")
     except BaseException as exc:
-        _failed(options, tid, producer, exc, ident)
+        _failed(options, tid, exc, ident)
     faults.maybe_fire(options.faults, options.fault_dir, "after_commit", ident.batch_id)
     in_json: dict[str, dict[str, int]] = {}
     for (t, p), end in sorted(inputs.items()):

@@ -13,13 +13,17 @@ Points (where the sink calls ``maybe_fire``):
 
 | point | where | state when it fires |
 | --- | --- | --- |
+| ``after_produce`` | write task (executor) | rows handed to the producer inside the task's transaction; input offsets not added, nothing committed |
 | ``before_commit`` | write task (executor) | rows produced inside the task's transaction, still open |
 | ``after_commit`` | write task (executor) | the task's transaction committed; the task has not returned |
 | ``driver_commit`` | ``commit(messages, batchId)`` (driver) | every task committed; Spark has not logged the batch |
 
 Actions: ``fail`` raises ``InjectedFault`` (the task fails: Spark retries it, or the query
 dies); ``hang`` creates the file and then sleeps — the test SIGKILLs the Spark processes once
-it sees the file — raising ``InjectedFault`` after ``HANG_LIMIT_S`` so nothing waits forever.
+it sees the file — raising ``InjectedFault`` after ``HANG_LIMIT_S`` so nothing waits forever;
+``pause`` creates the file, waits until the test creates ``<file>.release`` (meanwhile the test
+kills and restarts the broker, say) and then lets the task go on as if nothing happened (after
+``HANG_LIMIT_S`` without a release it raises ``InjectedFault``).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ import os
 import time
 from dataclasses import dataclass
 
-POINTS = frozenset({"before_commit", "after_commit", "driver_commit"})
-ACTIONS = frozenset({"fail", "hang"})
+POINTS = frozenset({"after_produce", "before_commit", "after_commit", "driver_commit"})
+ACTIONS = frozenset({"fail", "hang", "pause"})
+#: How often a hanging or pausing fault looks at the clock and for its release file.
+TICK_S = 0.05
 #: A hanging fault gives up (raises) after this long: the test was meant to kill us by then.
 HANG_LIMIT_S = 300.0
 
@@ -86,8 +92,13 @@ def maybe_fire(faults: tuple[Fault, ...], directory: str | None, point: str, bat
             continue
         os.write(fd, f"{point} {f.action} batch {batch_id} pid {os.getpid()}\n".encode())
         os.close(fd)
-        if f.action == "hang":
-            deadline = time.monotonic() + HANG_LIMIT_S
+        deadline = time.monotonic() + HANG_LIMIT_S
+        if f.action == "pause":
             while time.monotonic() < deadline:
-                time.sleep(0.5)
+                if os.path.exists(path + ".release"):
+                    return
+                time.sleep(TICK_S)
+        elif f.action == "hang":
+            while time.monotonic() < deadline:
+                time.sleep(TICK_S)
         raise InjectedFault(f"injected fault ({f.action}) at {point} in batch {batch_id}")

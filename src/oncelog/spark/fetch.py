@@ -24,6 +24,11 @@ Consumers are cached per worker process (Spark reuses Python workers), one per d
 configuration, and used with ``assign`` only — never a group subscription — so no rebalance can
 move a partition away mid-range. A consumer that failed is closed and dropped from the cache.
 
+Every consumer call runs through the consumer's ``Guarded`` (guard.py) with ``pollTimeoutMs`` as
+its deadline — the bound the reader already promises for a range that makes no progress — so a
+client call that hangs fails the task (``ClientCallTimeout``) instead of stalling it; the
+consumer is then abandoned and closed on its guard's thread.
+
 Per-record Python work is limited to reading the message's fields into lists; the Arrow
 arrays are built per batch.
 """
@@ -38,6 +43,8 @@ from collections import OrderedDict
 from typing import Any, Iterator
 
 from oncelog.spark import handoff
+from oncelog.spark.clientstate import ClientEvents, connection_conf, probe_cluster
+from oncelog.spark.guard import Guarded, deadline_after
 from oncelog.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -50,19 +57,13 @@ CONSUME_BATCH = 4096
 IDLE_POLL_S = 0.1
 #: Consumers kept per worker process.
 MAX_CACHED_CONSUMERS = 4
+#: How long the data-loss check waits for the partition's earliest offset.
+WATERMARK_TIMEOUT_S = 10.0
 
-_consumers: "OrderedDict[tuple[tuple[str, str], ...], Any]" = OrderedDict()
-
-
-class RangeReadError(RuntimeError):
-    """A range could not be read completely (timeout, data loss, client error)."""
+_consumers: "OrderedDict[tuple[tuple[str, str], ...], Guarded[Any]]" = OrderedDict()
 
 
-class DataLossError(RangeReadError):
-    """Offsets of the range no longer exist in the partition (and failOnDataLoss is true)."""
-
-
-def _consumer(conf: dict[str, str]) -> Any:
+def _consumer(conf: dict[str, str]) -> Guarded[Any]:
     key = tuple(sorted(conf.items()))
     c = _consumers.get(key)
     if c is not None:
@@ -70,25 +71,20 @@ def _consumer(conf: dict[str, str]) -> Any:
         return c
     from confluent_kafka import Consumer
 
-    c = Consumer(dict(conf))
+    events = ClientEvents()
+    c = Guarded("range consumer", Consumer({**conf, "error_cb": events.on_error}), close=lambda k: k.close(),
+                state=lambda: f"{events.describe()}; {probe_cluster(connection_conf(conf))}")
     _consumers[key] = c
     while len(_consumers) > MAX_CACHED_CONSUMERS:
         _, old = _consumers.popitem(last=False)
-        _close_quietly(old)
+        old.retire()
     return c
 
 
 def _drop_consumer(conf: dict[str, str]) -> None:
     c = _consumers.pop(tuple(sorted(conf.items())), None)
     if c is not None:
-        _close_quietly(c)
-
-
-def _close_quietly(c: Any) -> None:
-    try:
-        c.close()
-    except Exception as exc:  # closing is best effort; the process may be going away
-        log.debug("closing a cached consumer failed: %s", exc)
+        c.retire()
 
 
 @functools.cache
@@ -184,22 +180,23 @@ def read_range(options: SourceOptions, topic: str, partition: int, start: int, e
     handoff.record(topic, partition, end)
 
 
-def _read(consumer: Any, options: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+def _read(consumer: Guarded[Any], options: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
     from confluent_kafka import KafkaError, TopicPartition
 
-    tp = TopicPartition(topic, partition, start)
-    consumer.assign([tp])
-    builder = _BatchBuilder(topic, partition, options.include_headers)
     timeout_s = options.poll_timeout_ms / 1000
+    where = f"of {topic}-{partition} [{start}, {end})"
+    tp = TopicPartition(topic, partition, start)
+    consumer.call(f"assign {where}", lambda c: c.assign([tp]), timeout_s)
+    builder = _BatchBuilder(topic, partition, options.include_headers)
     last_progress = time.monotonic()
     next_offset = start  # the lowest offset not yet accounted for
     first = True
     done = False
     try:
         while not done:
-            msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=0)
+            msgs = consumer.call(f"consume {where}", lambda c: c.consume(num_messages=CONSUME_BATCH, timeout=0), timeout_s)
             if not msgs:
-                m = consumer.poll(IDLE_POLL_S)
+                m = consumer.call(f"poll {where}", lambda c: c.poll(IDLE_POLL_S), max(timeout_s, deadline_after(IDLE_POLL_S)))
                 msgs = [m] if m is not None else []
             # Error events (end of partition, ...) split the messages into runs of data messages.
             # (Never compare a KafkaError with ==: its comparison with None leaves a TypeError
@@ -237,7 +234,7 @@ def _read(consumer: Any, options: SourceOptions, topic: str, partition: int, sta
             if done or msgs:
                 continue
             # Nothing arrived: has the position moved past the range's trailing gap?
-            pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+            pos = consumer.call(f"position {where}", lambda c: c.position([TopicPartition(topic, partition)]), timeout_s)[0].offset
             if pos >= end:
                 break
             if time.monotonic() - last_progress > timeout_s:
@@ -248,7 +245,8 @@ def _read(consumer: Any, options: SourceOptions, topic: str, partition: int, sta
         if len(builder):
             yield builder.flush()
     finally:
-        consumer.unassign()
+        if not consumer.abandoned:
+            consumer.call(f"unassign {where}", lambda c: c.unassign(), timeout_s)
 
 
 def _take(builder: _BatchBuilder, run: list[Any], topic: str, partition: int, next_offset: int, end: int) -> tuple[list[int], bool]:
@@ -272,12 +270,15 @@ def _take(builder: _BatchBuilder, run: list[Any], topic: str, partition: int, ne
     return offsets, complete
 
 
-def _check_gap_at_start(options: SourceOptions, consumer: Any, topic: str, partition: int, start: int, first: int) -> None:
+def _check_gap_at_start(options: SourceOptions, consumer: Guarded[Any], topic: str, partition: int, start: int, first: int) -> None:
     """The first delivered offset is above ``start``: a transactional gap (markers, aborted
     data) is normal; offsets deleted by retention are data loss."""
     from confluent_kafka import TopicPartition
 
-    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    tp = TopicPartition(topic, partition)
+    low, _high = consumer.call(
+        "get_watermark_offsets", lambda c: c.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S, cached=False),
+        deadline_after(WATERMARK_TIMEOUT_S))
     if low > start:
         _data_loss(
             options, consumer, topic, partition, start,

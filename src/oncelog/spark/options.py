@@ -45,6 +45,15 @@ PRODUCER_DEFAULTS = {
     "linger.ms": "5", "queue.buffering.max.messages": "1000000", "batch.num.messages": "100000",
     "enable.sparse.connections": "false",
 }
+#: Defaults of every client the connector creates (a ``kafka.*`` option overrides them).
+#: librdkafka 2.10+ re-bootstraps when every broker it knows is down — which a single broker's
+#: restart is — and decommissions the broker handles it had; a group coordinator cached on such
+#: a handle is then waited for forever, past the call's timeout (librdkafka #5511, #5456): a
+#: transactional producer's ``send_offsets_to_transaction`` never returns and the query stalls
+#: (issue 13). Without re-bootstrapping the client just reconnects to the brokers it knows.
+#: The watchdog (guard.py) bounds every call regardless. Reconnects back off to 1 s at most (Java
+#: client's default; librdkafka's is 10 s), so a restarted broker is found again within a second.
+CLIENT_DEFAULTS = {"metadata.recovery.strategy": "none", "reconnect.backoff.max.ms": "1000"}
 #: The at-least-once writer still never writes a record twice on a retried *request*.
 FORCED_PRODUCER = {"enable.idempotence": "true"}
 
@@ -119,7 +128,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
         opts = _lower_keys(options)
-        client = kafka_properties(options)
+        client = {**CLIENT_DEFAULTS, **kafka_properties(options)}
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
         if len(chosen) != 1:
             raise ValueError("exactly one of the options subscribe, subscribePattern, assign must be set")
@@ -196,23 +205,28 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """What the writer was asked to do. ``topic`` overrides a ``topic`` column, as in Spark."""
+    """What the writer was asked to do. ``topic`` overrides a ``topic`` column, as in Spark.
+
+    ``delivery.guarantee`` is ``exactly_once`` unless the user opts into ``at_least_once``
+    (issue 13: the obvious code must get what the project promises). ``requestTimeoutMs`` bounds
+    each client call of the sink, ``flushTimeoutMs`` the flush and commit of a task."""
 
     client: dict[str, str]
     topic: str | None = None
-    guarantee: str = AT_LEAST_ONCE
+    guarantee: str = EXACTLY_ONCE
     transactional_id_prefix: str = "oncelog-spark"
     input_offsets_group: str | None = None
     write_id: str | None = None
     flush_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
     faults: tuple[faults_mod.Fault, ...] = ()
     fault_dir: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
         opts = _lower_keys(options)
-        client = kafka_properties(options)
-        guarantee = opts.get("delivery.guarantee", AT_LEAST_ONCE).strip().lower().replace("-", "_")
+        client = {**CLIENT_DEFAULTS, **kafka_properties(options)}
+        guarantee = opts.get("delivery.guarantee", EXACTLY_ONCE).strip().lower().replace("-", "_")
         if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
             raise ValueError(f"option delivery.guarantee: expected {AT_LEAST_ONCE} or {EXACTLY_ONCE}, got {guarantee!r}")
         if "transactional.id" in client:
@@ -236,9 +250,26 @@ class SinkOptions:
             input_offsets_group=opts.get("inputoffsetsgroup") or None,
             write_id=opts.get("writeid") or None,
             flush_timeout_ms=_int(opts, "flushTimeoutMs", 120_000, minimum=1) or 120_000,
+            request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=1) or 30_000,
             faults=injected,
             fault_dir=fault_dir,
         )
 
     def producer_config(self) -> dict[str, str]:
         return {**PRODUCER_DEFAULTS, **self.client}
+
+    def check_batch_write(self) -> "SinkOptions":
+        """A batch write (``df.write``) in exactly-once mode needs ``writeId``: the name under
+        which its task partitions remember what they committed, so that re-running the job
+        writes nothing twice. No stable name can be derived (a query id exists only for
+        streaming queries, and a name derived from the topic would make an unrelated later
+        write of the same shape skip its rows), and a silent downgrade to at-least-once would
+        break the promise; so the write is refused, saying what to set. Returns ``self``."""
+        if self.guarantee == EXACTLY_ONCE and not self.write_id:
+            raise ValueError(
+                "oncelog sink: a batch write is exactly once by default and needs the option writeId: a name "
+                "for this logical write, the same when the job is re-run (e.g. .option(\"writeId\", "
+                "\"orders-2026-11-23\")); a re-run with the same writeId writes nothing that was already "
+                "committed. For at-least-once output, set .option(\"delivery.guarantee\", \"at_least_once\")."
+            )
+        return self

@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from oncelog.spark import fetch
 from oncelog.spark import offsets as off
 from oncelog.spark.cluster import ClusterError, ClusterView
+from oncelog.spark.guard import wait_future
 from oncelog.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -170,9 +171,10 @@ class OncelogStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvail
             req = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in sorted(processed.items())])
             futures = self.cluster.admin.alter_consumer_group_offsets([req], request_timeout=10)
             for fut in futures.values():
-                fut.result(timeout=15)
+                wait_future(fut, what="AlterConsumerGroupOffsets", client=f"group {group}", timeout_s=15)
             self._lag_committed = dict(processed)
         except Exception as exc:
+            self.cluster.close()  # it may be wedged: the next question gets a new client
             log.warning("oncelog source: committing progress to group %r failed: %s", group, exc)
 
     def stop(self) -> None:

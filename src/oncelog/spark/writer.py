@@ -1,15 +1,15 @@
-"""The sink's writers: streaming (micro-batch) and batch, at-least-once or exactly-once.
+"""The sink's writers: streaming (micro-batch) and batch, exactly-once or at-least-once.
 
-``delivery.guarantee=at_least_once`` (the default, as Spark's own Kafka sink): every task
+``delivery.guarantee=exactly_once`` (the default): every task runs the transactional protocol
+of ``exactly_once`` in its executor. Streaming tasks are identified by Spark's query id (stable
+across restarts), micro-batch id and task partition id; batch writes need a ``writeId`` option
+(a name for the logical write: re-running a batch job with the same writeId writes nothing
+that was already committed) and are refused without one (``SinkOptions.check_batch_write``).
+
+``delivery.guarantee=at_least_once`` (opt-in; what Spark's own Kafka sink does): every task
 produces its rows with an idempotent producer (no duplicates from retried *requests*) and
 flushes; ``commit``/``abort`` do nothing. A task or batch that is re-executed writes its rows
 again: duplicates are possible, losses are not.
-
-``delivery.guarantee=exactly_once``: every task runs the transactional protocol of
-``exactly_once`` in its executor. Streaming tasks are identified by Spark's query id (stable
-across restarts), micro-batch id and task partition id; batch writes need a ``writeId`` option
-(a name for the logical write: re-running a batch job with the same writeId writes nothing
-that was already committed).
 
 The writer objects are created on the driver, pickled to executors (``write``) and re-created
 in another driver process for ``commit``/``abort``; they hold only options, never clients.
@@ -28,9 +28,12 @@ from pyspark.sql.datasource import (
 )
 
 from oncelog.spark import exactly_once, faults, handoff
+from oncelog.spark.clientstate import ClientEvents, connection_conf, probe_cluster
+from oncelog.spark.guard import Guarded, deadline_after
 from oncelog.spark.options import EXACTLY_ONCE, SinkOptions
 from oncelog.spark.produce import SinkWriteError, produce_batches
 from oncelog.spark.schema import check_sink_schema
+from oncelog.spark.txn_producer import close_producer
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +51,21 @@ class AloCommitMessage(WriterCommitMessage):
 
 
 class _AloProducer:
-    """An idempotent producer cached per worker process, collecting delivery failures."""
+    """An idempotent producer cached per worker process, collecting delivery failures; its
+    ``flush`` is bounded (guard.py)."""
 
     def __init__(self, conf: dict[str, str]) -> None:
         from confluent_kafka import Producer
 
         self.errors: list[Any] = []
-        self.producer = Producer({**conf, "delivery.report.only.error": True, "on_delivery": self._on_delivery})
+        self.events = ClientEvents()
+        producer = Producer({
+            **conf, "delivery.report.only.error": True, "on_delivery": self._on_delivery,
+            "error_cb": self.events.on_error,
+        })
+        self.client: Guarded[Any] = Guarded(
+            "at-least-once producer", producer, close=close_producer,
+            state=lambda: f"{self.events.describe()}; {probe_cluster(connection_conf(conf))}")
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -62,24 +73,29 @@ class _AloProducer:
 
 
 def write_at_least_once(batches: Iterator[Any], options: SinkOptions, partition_id: int) -> AloCommitMessage:
-    """Produce and flush every row; raises SinkWriteError if any record was not delivered."""
+    """Produce and flush every row; raises SinkWriteError if any record was not delivered
+    within ``flushTimeoutMs``, ClientCallTimeout if the flush itself did not return."""
     conf = options.producer_config()
     key = tuple(sorted(conf.items()))
     p = _producers.get(key)
     if p is None:
         while len(_producers) >= MAX_CACHED_PRODUCERS:
-            _producers.pop(next(iter(_producers)))
+            _producers.pop(next(iter(_producers))).client.retire()
         p = _producers[key] = _AloProducer(conf)
     p.errors.clear()
     try:
-        produced = produce_batches(p.producer, batches, options.topic)
-        left = p.producer.flush(options.flush_timeout_ms / 1000)
+        produced = produce_batches(p.client.raw, batches, options.topic)
+        timeout_s = options.flush_timeout_ms / 1000
+        left = p.client.call("flush", lambda c: c.flush(timeout_s), deadline_after(timeout_s))
         if left:
             raise SinkWriteError(f"{left} records not delivered within flushTimeoutMs={options.flush_timeout_ms}")
         if p.errors:
             raise SinkWriteError(f"{len(p.errors)} records failed delivery; first error: {p.errors[0]}")
     except BaseException:
-        _producers.pop(key, None)  # a producer with undelivered records is not reused
+        # A producer with undelivered records (or a wedged one) is not reused.
+        dropped = _producers.pop(key, None)
+        if dropped is not None:
+            dropped.client.retire()
         raise
     return AloCommitMessage(partition_id, produced.records)
 
@@ -134,13 +150,11 @@ class OncelogStreamWriter(_Writing, DataSourceStreamArrowWriter):
 
 
 class OncelogBatchWriter(_Writing, DataSourceArrowWriter):
-    """``df.write.format("oncelog")``. Exactly-once needs ``writeId`` (see module)."""
+    """``df.write.format("oncelog")``. Exactly-once (the default) needs ``writeId`` (see module)."""
 
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_sink_schema(schema, topic_option=options.topic)
-        if options.guarantee == EXACTLY_ONCE and not options.write_id:
-            raise ValueError("oncelog sink: delivery.guarantee=exactly_once in a batch write needs a 'writeId' option")
-        self.options = options
+        self.options = options.check_batch_write()
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         tc = _task()
