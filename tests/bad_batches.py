@@ -9,6 +9,7 @@ CRC32C, so only record-level decoding (``records.iter_records``) can notice the 
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import crc32c
 
@@ -44,3 +45,17 @@ def with_truncated_record(batch: bytes) -> bytes:
     buf = bytearray(batch[:-3])
     struct.pack_into(">i", buf, 8, len(buf) - records.LOG_OVERHEAD)
     return _with_crc(buf)
+
+
+def zero_batch_length(log_path: Path, batch_index: int) -> int:
+    """Zero the batchLength field of the ``batch_index``-th batch of a ``.log`` file, in place
+    (bit rot of a header: the batch claims to be 12 bytes long). Returns its position."""
+    data = log_path.read_bytes()
+    positions = [pos for pos, _h in records.iter_batches(data)]
+    if batch_index >= len(positions):
+        raise ValueError(f"{log_path} holds {len(positions)} batches, no batch {batch_index}")
+    pos = positions[batch_index]
+    with open(log_path, "r+b") as f:
+        f.seek(pos + 8)
+        f.write(b"\x00\x00\x00\x00")
+    return pos

@@ -38,16 +38,18 @@ class SkipReport:
         self._last_offset: int | None = None
         self._finished = False
 
-    def skip(self, offset: int, what: str, reason: object) -> None:
+    def skip(self, offset: int, what: str, reason: object, *, exc_info: bool = False) -> None:
         """Record that ``what`` ("record", "batch of 3 records", ...) at ``offset`` was skipped
-        because of ``reason`` (an exception or a sentence)."""
+        because of ``reason`` (an exception or a sentence). ``exc_info``: add the traceback of
+        the exception being handled (for skips that reveal a bug rather than bad data)."""
         self.skipped += 1
         if self._first_offset is None or offset < self._first_offset:
             self._first_offset = offset
         if self._last_offset is None or offset > self._last_offset:
             self._last_offset = offset
         if self.skipped <= self._detail_limit:
-            self._log.warning("%s: %s at offset %d skipped while loading: %s", self.topic_partition, what, offset, reason)
+            self._log.warning("%s: %s at offset %d skipped while loading: %s", self.topic_partition, what, offset, reason,
+                              exc_info=exc_info)
 
     def finish(self) -> int:
         """Log the summary line if some skips were not logged one by one. Returns ``skipped``."""

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from oncelog.clock import Clock
 from oncelog.coordinator.group import records as rec
-from oncelog.coordinator.group.loader import replay_batch
+from oncelog.coordinator.group.loader import new_report, replay_batch
 from oncelog.coordinator.group.offsets import CommittedOffset
 from oncelog.coordinator.group.shard import GroupShard, _random_member_id
 from oncelog.coordinator.group.types import (
@@ -175,10 +175,12 @@ class GroupCoordinator:
     async def _load(self, p: int) -> int:
         shard = GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
         plog = self.replicas.partition(OFFSETS_TOPIC, p).log
+        report = new_report(p)
         for n, (header, data) in enumerate(plog.iter_batches(), 1):
-            replay_batch(shard, header, data, self.clock.now_ms())
+            replay_batch(shard, header, data, self.clock.now_ms(), report)
             if n % _LOAD_YIELD_EVERY == 0:
                 await asyncio.sleep(0)
+        report.finish()
         self.shards[p] = shard
         self.loading.discard(p)
         return len(shard.groups)
