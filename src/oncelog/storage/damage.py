@@ -30,12 +30,14 @@ Not thread-safe: owned by one ``LogSegment``.
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from oncelog.protocol.records import BATCH_HEADER_SIZE, MAGIC, BatchHeader
+from oncelog.protocol.records import BATCH_HEADER_SIZE, MAGIC, BatchHeader, parse_header
+from oncelog.storage.index import OffsetIndex
 
-__all__ = ["CheckedRuns", "Damage", "DamageMap", "unsound", "unsound_prefix"]
+__all__ = ["CheckedRuns", "Damage", "DamageMap", "resume_point", "unsound", "unsound_prefix", "why_unreadable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +212,30 @@ def unsound(h: BatchHeader, position: int, file_size: int, expect: int | None,
         if position < e_position < position + size:
             return f"batch of {size} bytes straddles position {e_position}, where the offset index places a batch"
     return None
+
+
+def resume_point(fd: int, index: OffsetIndex, position: int, first_offset: int, file_size: int) -> tuple[int, int | None]:
+    """Where reads resume after damage at ``position``: (position, offset) of the first
+    offset-index entry after it whose batch header is sound and carries the entry's offset;
+    (file size, None) when there is none."""
+    entry = index.next_entry(position + 1)
+    while entry is not None:
+        offset, pos = entry
+        if offset >= first_offset:
+            buf = os.pread(fd, BATCH_HEADER_SIZE, pos)
+            if unsound_prefix(buf, 0, pos, file_size) is None:
+                h = parse_header(buf)
+                if h.base_offset == offset and unsound(h, pos, file_size, first_offset, None) is None:
+                    return pos, offset
+        entry = index.next_entry(pos + 1)
+    return max(file_size, position), None
+
+
+def why_unreadable(fd: int, pos: int, file_size: int, expect: int) -> str:
+    """A reason for the batch at ``pos`` failing a recovery scan (whose checks include the CRC),
+    for the damage log line."""
+    buf = os.pread(fd, BATCH_HEADER_SIZE, pos)
+    reason = unsound_prefix(buf, 0, pos, file_size)
+    if reason is None:
+        reason = unsound(parse_header(buf), pos, file_size, expect, None)
+    return reason or "the batch there fails its CRC32C check"

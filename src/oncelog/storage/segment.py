@@ -22,9 +22,7 @@ since) records it, logs it once, and stops there. So a read returns only checked
 batch before a damaged region, CORRUPT_MESSAGE for offsets inside it, and what follows it from
 the next sound index entry on (R22). Each byte is walked at most once per process (``CheckedRuns``);
 bytes appended since the open, and the tail recovery checked, need no walk. Opening does not walk
-the rest of an inactive segment: measured on 1 GB of logs, a full header walk costs 0.25 s (16 KB
-batches) to 1.6 s (1 KB batches) with a warm page cache and about 2 s cold, which a start-up of
-a large broker should not pay; the internal topics are walked at start anyway by their loaders.
+the rest of a segment (docs/RELIABILITY.md has the measured cost a full walk would add).
 
 Not thread-safe: a segment belongs to one ``PartitionLog`` driven from one thread.
 """
@@ -40,7 +38,7 @@ import crc32c as _crc32c
 
 from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError
 from oncelog.protocol.records import BATCH_HEADER_SIZE, CRC_START, BatchHeader, iter_batches, parse_header
-from oncelog.storage.damage import CheckedRuns, Damage, DamageMap, unsound, unsound_prefix
+from oncelog.storage.damage import CheckedRuns, Damage, DamageMap, resume_point, unsound, unsound_prefix, why_unreadable
 from oncelog.storage.index import IndexDamaged, OffsetIndex, TimeIndex
 
 __all__ = ["LogSegment", "segment_stem"]
@@ -328,7 +326,7 @@ class LogSegment:
             if damaged:
                 # fsynced when the log rolled past it: damage, not a torn write; never cut
                 self._size = file_size
-                self._add_damage(end, self._next_offset, self._why_unreadable(end, file_size))
+                self._add_damage(end, self._next_offset, why_unreadable(self.fd, end, file_size, self._next_offset))
             elif end < file_size:
                 log.warning(
                     "segment %s: cut %d bytes of torn or corrupt data at position %d; log now ends at offset %d",
@@ -430,37 +428,13 @@ class LogSegment:
         """Record (and log, once) the damaged region starting at ``position``."""
         if first_offset is None:  # a walk from an unknown position: the index's best guess
             first_offset = self.index.lookup_position(position)[0]
-        resume_position, resume_offset = self._resume_after(position, first_offset)
+        resume_position, resume_offset = resume_point(self.fd, self.index, position, first_offset, self._size)
         d = Damage(position, first_offset, resume_position, resume_offset, reason)
         self._damage.add(d)
         if position not in self._reported:
             self._reported.add(position)
             log.warning("%s: %s", self.log_path, d.describe())
         return d
-
-    def _resume_after(self, position: int, first_offset: int) -> tuple[int, int | None]:
-        """(position, offset) of the first index entry after ``position`` that starts a sound
-        batch carrying the entry's offset; (file size, None) if there is none."""
-        size = self._size
-        entry = self.index.next_entry(position + 1)
-        while entry is not None:
-            offset, pos = entry
-            if offset >= first_offset:
-                buf = os.pread(self.fd, BATCH_HEADER_SIZE, pos)
-                if unsound_prefix(buf, 0, pos, size) is None:
-                    h = parse_header(buf)
-                    if h.base_offset == offset and unsound(h, pos, size, first_offset, None) is None:
-                        return pos, offset
-            entry = self.index.next_entry(pos + 1)
-        return max(size, position), None
-
-    def _why_unreadable(self, pos: int, file_size: int) -> str:
-        """A reason for the batch at ``pos`` failing the recovery scan (for the damage line)."""
-        buf = os.pread(self.fd, BATCH_HEADER_SIZE, pos)
-        reason = unsound_prefix(buf, 0, pos, file_size)
-        if reason is None:
-            reason = unsound(parse_header(buf), pos, file_size, self._next_offset, None)
-        return reason or "the batch there fails its CRC32C check"
 
     def _readable_end(self, pos: int, want: int) -> int:
         """Walk (once) the unchecked headers between the batch boundary ``pos`` and ``want``:
