@@ -133,13 +133,16 @@ class CheckedRuns:
         self._starts: list[int] = []
         self._ends: list[int] = []
         self._nexts: list[int] = []
+        self._hint = 0  # the run the last add touched: walks and appends extend it batch by batch
 
     def add(self, start: int, end: int, next_offset: int) -> None:
         if start >= end:
             return
         s, e, n = self._starts, self._ends, self._nexts
-        if e and e[-1] == start:  # the common case: extends the last run
-            e[-1], n[-1] = end, next_offset
+        i = self._hint
+        if i < len(s) and s[i] <= start <= e[i] and (i + 1 == len(s) or end < s[i + 1]):
+            if end >= e[i]:  # the common case: extends the run it touched last
+                e[i], n[i] = end, next_offset
             return
         i = bisect_left(e, start)  # first run that ends at or after start: may touch or overlap
         j = bisect_right(s, end)  # runs before j start at or before end
@@ -152,6 +155,12 @@ class CheckedRuns:
             s.insert(i, start)
             e.insert(i, end)
             n.insert(i, next_offset)
+        self._hint = i
+
+    def next_start(self, position: int) -> int:
+        """Start of the first run that starts after ``position`` (a large number if none)."""
+        i = bisect_right(self._starts, position)
+        return self._starts[i] if i < len(self._starts) else 1 << 62
 
     def run_at(self, position: int) -> tuple[int, int] | None:
         """(end, offset expected at end) of the run containing ``position`` (start <= position <
@@ -176,9 +185,10 @@ class CheckedRuns:
             self._ends[i], self._nexts[i] = position, next_offset
             i += 1
         del self._starts[i:], self._ends[i:], self._nexts[i:]
+        self._hint = 0
 
     def reset(self) -> None:
-        self._starts, self._ends, self._nexts = [], [], []
+        self._starts, self._ends, self._nexts, self._hint = [], [], [], 0
 
 
 def unsound_prefix(buf: bytes, off: int, position: int, file_size: int) -> str | None:

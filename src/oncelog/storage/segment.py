@@ -38,14 +38,14 @@ import crc32c as _crc32c
 
 from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError
 from oncelog.protocol.records import BATCH_HEADER_SIZE, CRC_START, BatchHeader, iter_batches, parse_header
-from oncelog.storage.damage import CheckedRuns, Damage, DamageMap, resume_point, unsound, unsound_prefix, why_unreadable
+from oncelog.storage.chain import HeaderChain
+from oncelog.storage.damage import Damage, why_unreadable
 from oncelog.storage.index import IndexDamaged, OffsetIndex, TimeIndex
 
 __all__ = ["LogSegment", "segment_stem"]
 
 log = logging.getLogger(__name__)
 
-_READ_AHEAD = 4096  # header reads: one small pread serves every header within it
 _SCAN_CHUNK = 1 << 20  # recovery scans: CRC-checked in chunks of this size
 DELETED_SUFFIX = ".deleted"
 
@@ -97,9 +97,7 @@ class LogSegment:
         self._deleted = False
         #: False for a segment the log has rolled past when it was opened: recovery never cuts it
         self.active = True
-        self._damage = DamageMap()
-        self._checked = CheckedRuns()
-        self._reported: set[int] = set()  # positions of damage already logged
+        self._chain = HeaderChain(self)  # walks, checked runs, damaged regions
 
     # -- construction ------------------------------------------------------------------------
 
@@ -165,7 +163,7 @@ class LogSegment:
     @property
     def damage(self) -> tuple[Damage, ...]:
         """The damaged regions known so far (found at open or by a read), by position."""
-        return tuple(self._damage)
+        return tuple(self._chain.damage)
 
     @property
     def next_offset(self) -> int:
@@ -217,10 +215,10 @@ class LogSegment:
         except ValueError:
             self._cut_back(pos)
             raise
-        if self._damage.open_ended is not None:
+        if self._chain.damage.open_ended is not None:
             # the file's tail was damaged (an inactive segment that is being written again after a
             # truncation): reads resume at this batch, which gets an index entry
-            self._damage.close_open_ended(pos, header.base_offset)
+            self._chain.damage.close_open_ended(pos, header.base_offset)
             self._bytes_since_index = self._interval
         self._note(pos, header)
         return pos
@@ -245,7 +243,7 @@ class LogSegment:
         self._next_offset = h.base_offset + h.last_offset_delta + 1
         self._last_batch_base = h.base_offset
         self._size = pos + h.batch_length + 12
-        self._checked.add(pos, self._size, self._next_offset)
+        self._chain.checked.add(pos, self._size, self._next_offset)
 
     def mark_inactive(self) -> None:
         """Called when the log rolls past this segment: record its final max timestamp in the
@@ -266,7 +264,7 @@ class LogSegment:
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= ``offset`` (a batch containing ``offset`` goes
         entirely, so ``next_offset`` may end below ``offset``). Returns the bytes removed."""
-        found = self._locate(offset)
+        found = self._chain.locate(offset)
         if found is None:
             return 0
         # an offset inside a damaged region: the cut goes where the damage starts
@@ -278,7 +276,7 @@ class LogSegment:
             raise KafkaStorageError(f"{self.log_path}: truncate to {pos} failed: {e}") from e
         self.index.truncate_to_position(pos)
         self.timeindex.truncate_to_offset(base)
-        self._damage.drop_from(pos)
+        self._chain.damage.drop_from(pos)
         self._load_tail()
         return removed
 
@@ -310,8 +308,7 @@ class LogSegment:
             self._bytes_since_index = 0
             self._max_ts = self.timeindex.last_timestamp
             self._last_batch_base = -1
-            self._damage.drop_from(start_pos)
-            self._checked.drop_from(start_pos, start_off)
+            self._chain.forget_from(start_pos, start_off)
             end = start_pos
             for pos, h in self._scan(start_pos, file_size):
                 if pos == start_pos and entry is not None and h.base_offset != start_off:
@@ -326,7 +323,7 @@ class LogSegment:
             if damaged:
                 # fsynced when the log rolled past it: damage, not a torn write; never cut
                 self._size = file_size
-                self._add_damage(end, self._next_offset, why_unreadable(self.fd, end, file_size, self._next_offset))
+                self._chain.add_damage(end, self._next_offset, why_unreadable(self.fd, end, file_size, self._next_offset))
             elif end < file_size:
                 log.warning(
                     "segment %s: cut %d bytes of torn or corrupt data at position %d; log now ends at offset %d",
@@ -381,107 +378,6 @@ class LogSegment:
             at += len(piece)
         return h if crc == h.crc else None
 
-    # -- walking the header chain -------------------------------------------------------------
-
-    def _walk(self, pos: int, expect: int | None) -> Iterator[tuple[int, BatchHeader]]:
-        """Sound batches from the batch boundary ``pos`` on, reading headers only (damage.py
-        says what sound means). ``expect``: the offset the batch at ``pos`` starts at or after
-        (None: what the checked runs or the index say about ``pos``). Stops at the end of the
-        ``.log``, before a known damaged region, or at the first unsound header, which it records
-        as a new damaged region (logged once). Every batch it yields is marked checked."""
-        size = self._size
-        d = self._damage.next_from(pos)
-        limit = size if d is None else min(size, max(d.position, pos))
-        if expect is None:
-            expect = self._expected_at(pos)
-        entry = self.index.next_entry(pos)
-        fd, buf, buf_start = self.fd, b"", 0
-        while pos < limit:
-            off = pos - buf_start
-            if off < 0 or off + BATCH_HEADER_SIZE > len(buf):
-                buf, buf_start, off = os.pread(fd, _READ_AHEAD, pos), pos, 0
-            reason = unsound_prefix(buf, off, pos, size)
-            h = None
-            if reason is None:
-                h = parse_header(buf, off)
-                reason = unsound(h, pos, size, expect, entry)
-            if reason is not None or h is None:
-                self._add_damage(pos, expect, reason or "unreadable header")
-                return
-            end = pos + h.size
-            self._checked.add(pos, end, h.next_offset)
-            yield pos, h
-            expect, pos = h.next_offset, end
-            if entry is not None and entry[1] < pos:
-                entry = self.index.next_entry(pos)
-
-    def _expected_at(self, pos: int) -> int | None:
-        nxt = self._checked.next_at_end(pos)
-        if nxt is not None:
-            return nxt
-        entry = self.index.next_entry(pos)
-        if entry is not None and entry[1] == pos:
-            return entry[0]
-        return self.base_offset if pos == 0 else None
-
-    def _add_damage(self, position: int, first_offset: int | None, reason: str) -> Damage:
-        """Record (and log, once) the damaged region starting at ``position``."""
-        if first_offset is None:  # a walk from an unknown position: the index's best guess
-            first_offset = self.index.lookup_position(position)[0]
-        resume_position, resume_offset = resume_point(self.fd, self.index, position, first_offset, self._size)
-        d = Damage(position, first_offset, resume_position, resume_offset, reason)
-        self._damage.add(d)
-        if position not in self._reported:
-            self._reported.add(position)
-            log.warning("%s: %s", self.log_path, d.describe())
-        return d
-
-    def _readable_end(self, pos: int, want: int) -> int:
-        """Walk (once) the unchecked headers between the batch boundary ``pos`` and ``want``:
-        returns ``want`` or more if everything up to it is sound, else the position of the first
-        damaged region after ``pos``."""
-        want = min(want, self._size)
-        end, nxt = pos, None
-        while end < want:
-            run = self._checked.run_at(end)
-            if run is not None:
-                end, nxt = run
-                continue
-            stop = end
-            for p, h in self._walk(end, nxt):
-                stop, nxt = p + h.size, h.next_offset
-                if stop >= want or self._checked.run_at(stop) is not None:
-                    break
-            if stop == end:
-                return end  # damage at ``end`` (just found, or known)
-            end = stop
-        return end
-
-    def _locate(self, offset: int) -> tuple[int, BatchHeader] | Damage | None:
-        """The batch whose last offset is the first >= ``offset`` (position, header), the damaged
-        region that covers ``offset``, or None when the segment holds nothing at or after it."""
-        if offset >= self._next_offset:
-            d = self._damage.open_ended
-            return d if d is not None and offset >= d.first_offset else None
-        d = self._damage.covering(offset)
-        if d is not None:
-            return d
-        expect, start = self.index.lookup(offset)
-        while True:
-            stop = start
-            for pos, h in self._walk(start, expect):
-                if h.last_offset >= offset:
-                    return pos, h
-                stop = pos + h.size
-            d = self._damage.at(stop)
-            if d is None:
-                return None
-            if d.covers(offset) or d.resume_offset is None:
-                return d
-            if d.resume_position <= start:
-                raise AssertionError(f"bug: {self.log_path}: damage at {d.position} resumes at {d.resume_position}")
-            start, expect = d.resume_position, d.resume_offset
-
     # -- reading -----------------------------------------------------------------------------
 
     def headers(self, pos: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
@@ -489,7 +385,7 @@ class LogSegment:
         to ``end`` (default: the segment size), reading only headers through a small buffer.
         Stops before a damaged region (recording it if it is new)."""
         end = self._size if end is None else min(end, self._size)
-        for p, h in self._walk(pos, None):
+        for p, h in self._chain.walk(pos, None):
             if p >= end:
                 return
             yield p, h
@@ -497,29 +393,12 @@ class LogSegment:
     def readable_batches(self, from_offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """Every sound batch whose last offset >= ``from_offset``, in order, stepping over damaged
         regions (each logged once when found). For loaders and rebuilds; never raises for damage."""
-        found = self._locate(from_offset)
-        if found is None:
-            return
-        if isinstance(found, Damage):
-            if found.resume_offset is None:
-                return
-            pos, expect = found.resume_position, found.resume_offset
-        else:
-            pos, expect = found[0], found[1].base_offset
-        while True:
-            stop = pos
-            for p, h in self._walk(pos, expect):
-                yield p, h
-                stop, expect = p + h.size, h.next_offset
-            d = self._damage.at(stop)
-            if d is None or d.resume_offset is None or d.resume_position <= pos:
-                return
-            pos, expect = d.resume_position, d.resume_offset
+        return self._chain.readable_batches(from_offset)
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset >= ``offset``, or None.
         Raises CorruptMessage when ``offset`` lies in a damaged region."""
-        found = self._locate(offset)
+        found = self._chain.locate(offset)
         if isinstance(found, Damage):
             raise CorruptMessage(f"{self.log_path}: offset {offset} cannot be read: {found.describe()}")
         return found
@@ -527,12 +406,12 @@ class LogSegment:
     def boundary_at_or_before(self, start: int, limit: int) -> int:
         """The largest batch boundary ``b`` with ``start <= b <= limit`` (``start`` is one) such
         that every batch between them is sound."""
-        limit = min(limit, self._readable_end(start, limit))
+        limit = min(limit, self._chain.readable_end(start, limit))
         if limit >= self._size:
             return self._size
         _, pos = self.index.lookup_position(limit)
         best = max(pos, start)
-        for p, h in self._walk(best, None):
+        for p, h in self._chain.walk(best, None):
             if p + h.size > limit:
                 break
             best = p + h.size
@@ -553,13 +432,13 @@ class LogSegment:
             return pos, 0
         limit = self._size
         if max_offset < self._next_offset:
-            stop = self._locate(max_offset)
+            stop = self._chain.locate(max_offset)
             if isinstance(stop, Damage):
                 limit = stop.position
             elif stop is not None:
                 limit = stop[0]
         want = min(limit, pos + max(max_bytes, h.size if min_one_batch else 0))
-        limit = min(limit, self._readable_end(pos, want))
+        limit = min(limit, self._chain.readable_end(pos, want))
         if limit - pos <= max_bytes:
             return pos, limit - pos
         end = self.boundary_at_or_before(pos, pos + max_bytes)
@@ -572,7 +451,7 @@ class LogSegment:
         if self._max_ts < ts:
             return None
         before = self.timeindex.lookup_before(ts)
-        for pos, h in self.readable_batches(max(before if before is not None else self.base_offset, min_offset)):
+        for pos, h in self._chain.readable_batches(max(before if before is not None else self.base_offset, min_offset)):
             if h.max_timestamp >= ts:
                 return pos, h
         return None
