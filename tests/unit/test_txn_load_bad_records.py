@@ -5,6 +5,7 @@ loads as it was written. Driven on real partitions in a temporary data directory
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 from pathlib import Path
@@ -220,10 +221,7 @@ def test_load_finishes_what_it_can_when_the_transaction_log_cannot_be_written(no
     pid, epoch = c.init_producer_id("tx", 10_000)
     c.add_partitions("tx", pid, epoch, {ORDERS0})
     p = c.partition_of("tx")
-    prepared = c.txns["tx"].record()
-    import dataclasses
-
-    prepared = dataclasses.replace(prepared, state=TxnState.PREPARE_COMMIT)
+    prepared = dataclasses.replace(c.txns["tx"].record(), state=TxnState.PREPARE_COMMIT)
     node.append_raw(p, records.build_batch([(txnlog.encode_key("tx"), txnlog.encode_value(prepared), [])],
                                            timestamp_ms=node.clock.now_ms()))
     node.fail_txn_log = True
