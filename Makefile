@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "oncelog needs Python 3.11+"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -68,6 +68,9 @@ def broker(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from oncelog import logs
+
+    logs.install()  # repeated lines (refused connections, failing reads) never become a storm
     host, port = parse_host_port(listen)
     try:
         cfg = BrokerConfig.from_properties_file(config) if config else BrokerConfig()
@@ -132,7 +135,11 @@ async def _serve(b: "object") -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    host, port = await b.start()  # type: ignore[attr-defined]
+    try:
+        host, port = await b.start()  # type: ignore[attr-defined]
+    except (KafkaError, OSError) as exc:  # the data directory or the address refuses: say why, once
+        log.error("cannot start: %s", exc)
+        raise SystemExit(1) from None
     print(f"oncelog broker ready on {host}:{port}", flush=True)
     await stop.wait()
     log.info("stopping")

@@ -120,3 +120,151 @@ def test_corrupt_record_batch_gets_corrupt_message_and_log_is_untouched(broker) 
         assert send(good) == 0
     got = consume("confluent", broker.bootstrap, "crc", [0], expected=1, timeout=30, settle=0.5)
     assert [(o, v) for _, o, _, v in got] == [(0, b"v")]
+
+
+# --- issue 12: requests that used to crash, brick or freeze the broker ------------------------
+
+def _raw_produce(bootstrap: str, topic: str, partition: int, batch: bytes) -> tuple[int, str | None]:
+    import datetime
+
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.PRODUCE)
+        req = m["ProduceRequest"](transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+                                  topic_data=(m["TopicProduceData"](name=topic, partition_data=(
+                                      m["PartitionProduceData"](index=partition, records=batch),)),))
+        p = c.request(apis.PRODUCE, req).responses[0].partition_responses[0]
+        return p.error_code, p.error_message
+
+
+def test_26_byte_request_with_a_huge_array_length_closes_that_connection_only(broker) -> None:
+    frame = struct.pack(">hhih", 3, 12, 1, 1) + b"x" + b"\0" + b"\xff\xff\xff\xff\x32" + b"\0" * 5
+    s = _connect(broker)
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    assert _closed_by_peer(s)
+    _still_serving(broker, "after-bomb")
+    assert "cannot fit" in broker.log_tail()
+
+
+def test_null_array_is_refused_at_decoding_not_a_bug_in_a_handler(broker) -> None:
+    # CreateTopics v7 with a null topics array: before, the handler got None and logged "bug:".
+    frame = struct.pack(">hhih", 19, 7, 1, 1) + b"x" + b"\0" + b"\x00" + b"\x00\x00\x75\x30" + b"\x00" + b"\x00"
+    s = _connect(broker)
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    assert _closed_by_peer(s)
+    tail = broker.log_tail()
+    assert "null array" in tail and "bug:" not in tail
+
+
+@pytest.mark.parametrize("topic", ["__transaction_state", "__consumer_offsets"])
+def test_client_writes_to_internal_topics_are_refused_and_the_next_start_works(broker, topic: str) -> None:
+    from oncelog.protocol import records
+
+    create_topic("confluent", broker.bootstrap, "user", 1)
+    # a consumer group commits an offset and a transaction completes before the attempt
+    from confluent_kafka import Consumer, TopicPartition
+
+    produce("confluent", broker.bootstrap, "user", [(0, b"k", b"v%d" % i) for i in range(10)])
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition("user", 0, 7)], asynchronous=False)
+    c.close()
+    batch = records.build_batch([(b"k", b"v", ())], timestamp_ms=1)
+    code, message = _raw_produce(broker.bootstrap, topic, 0, batch)
+    assert code == 17 and "internal topic" in (message or "")  # INVALID_TOPIC_EXCEPTION
+    # a real client's plain produce is refused too
+    from confluent_kafka import KafkaException, Producer
+
+    p = Producer({"bootstrap.servers": broker.bootstrap, "message.send.max.retries": 0})
+    errors: list = []
+    p.produce(topic, key=b"k", value=b"v", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    p.flush(30)
+    assert errors and errors[0] is not None and errors[0].code() == 17, errors
+    broker.restart()  # hard kill + start: before, __transaction_state garbage stopped every start
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g"})
+    assert c.committed([TopicPartition("user", 0)], timeout=30)[0].offset == 7
+    c.close()
+    del KafkaException
+
+
+@pytest.mark.parametrize("topic", ["__transaction_state", "__consumer_offsets"])
+def test_delete_records_on_internal_topics_is_refused(broker, topic: str) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    create_topic("confluent", broker.bootstrap, "dr", 1)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "dr-g", "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition("dr", 0, 7)], asynchronous=False)
+    c.close()
+    with ProtocolClient(broker.bootstrap) as pc:
+        m = pc.classes(apis.DELETE_RECORDS)
+        import datetime
+
+        parts = tuple(m["DeleteRecordsPartition"](partition_index=i, offset=-1) for i in range(50))
+        req = m["DeleteRecordsRequest"](topics=(m["DeleteRecordsTopic"](name=topic, partitions=parts),),
+                                        timeout=datetime.timedelta(seconds=5))
+        resp = pc.request(apis.DELETE_RECORDS, req)
+        assert {p.error_code for p in resp.topics[0].partitions} == {17}
+    broker.restart()
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "dr-g"})
+    assert c.committed([TopicPartition("dr", 0)], timeout=30)[0].offset == 7  # before: -1001
+    c.close()
+
+
+@pytest.mark.parametrize("config", [
+    {"segment.bytes": "1"}, {"segment.bytes": "-1"}, {"segment.ms": "0"}, {"max.message.bytes": "-1"},
+    {"flush.messages": "0"}, {"retention.ms": "-2"}, {"cleanup.policy": "sometimes"},
+])
+def test_refused_create_topics_leaves_nothing_and_the_next_start_works(broker, config: dict) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = admin.create_topics([NewTopic("badcfg", 1, 1, config=config)])["badcfg"]
+    with pytest.raises(Exception, match="INVALID_CONFIG|nvalid"):
+        fut.result(timeout=30)
+    md = admin.list_topics(timeout=10)
+    assert "badcfg" not in md.topics
+    broker.restart()
+    assert "badcfg" not in AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10).topics
+    _still_serving(broker, "after-badcfg")
+
+
+def test_index_interval_zero_is_accepted_as_kafka_does(broker) -> None:
+    create_topic("kafka-python", broker.bootstrap, "every-batch-indexed", 1, {"index.interval.bytes": "0"})
+    _still_serving(broker, "every-batch-indexed")
+    broker.restart()
+    got = consume("confluent", broker.bootstrap, "every-batch-indexed", [0], expected=1, timeout=30)
+    assert got[-1][3] == b"still alive"
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+def test_batches_that_lie_are_refused_so_every_client_can_read_the_partition(broker, client: str) -> None:
+    """Before: acknowledged with error 0, then kafka-python and aiokafka raised on the partition
+    forever and confluent-kafka reported _BAD_COMPRESSION and never got past it."""
+    import crc32c
+    from oncelog.protocol import records as R
+
+    def recrc(b: bytearray) -> bytes:
+        struct.pack_into(">I", b, 17, crc32c.crc32c(bytes(b[R.CRC_START:])))
+        return bytes(b)
+
+    topic = f"lies-{client}"
+    create_topic("confluent", broker.bootstrap, topic, 1)
+    produce("confluent", broker.bootstrap, topic, [(0, b"k", b"before")])
+    one = R.build_batch([(b"k", b"v", ())], timestamp_ms=int(time.time() * 1000))
+    two_claimed = bytearray(one)
+    struct.pack_into(">i", two_claimed, 23, 1)  # lastOffsetDelta
+    struct.pack_into(">i", two_claimed, 57, 2)  # recordsCount
+    garbage_body = bytearray(one[:R.BATCH_HEADER_SIZE] + b"\xfe" * (len(one) - R.BATCH_HEADER_SIZE))
+    gz = bytearray(R._assemble(b"\x1f\x8bnot gzip at all", base_offset=0, attributes=R.COMPRESSION_GZIP,
+                               last_offset_delta=0, base_timestamp=1, max_timestamp=1, producer_id=-1,
+                               producer_epoch=-1, base_sequence=-1, records_count=1))
+    zs = bytearray(R._assemble(b"\x28\xb5\x2f\xfdgarbage", base_offset=0, attributes=R.COMPRESSION_ZSTD,
+                               last_offset_delta=0, base_timestamp=1, max_timestamp=1, producer_id=-1,
+                               producer_epoch=-1, base_sequence=-1, records_count=1))
+    bomb = R._assemble(R._compress(R.COMPRESSION_ZSTD, b"\0" * (200 * 1024 * 1024)), base_offset=0,
+                       attributes=R.COMPRESSION_ZSTD, last_offset_delta=0, base_timestamp=1, max_timestamp=1,
+                       producer_id=-1, producer_epoch=-1, base_sequence=-1, records_count=1)
+    for bad in (recrc(two_claimed), recrc(garbage_body), recrc(gz), recrc(zs), bomb):
+        code, _ = _raw_produce(broker.bootstrap, topic, 0, bad)
+        assert code in (2, 10, 87), code  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD
+    produce("confluent", broker.bootstrap, topic, [(0, b"k", b"after")])
+    got = consume(client, broker.bootstrap, topic, [0], expected=2, timeout=60)
+    assert [r[3] for r in got] == [b"before", b"after"]

@@ -76,3 +76,51 @@ def test_topic_beyond_the_descriptor_limit_is_refused_and_the_broker_goes_on(tmp
         assert "too-big" not in topics_of(b.bootstrap)
     finally:
         assert b.stop() == 0, b.log_tail()
+
+
+def test_out_of_descriptors_new_connections_are_refused_at_once_without_a_log_storm(tmp_path: Path) -> None:
+    """Before: at the limit new connections waited in the backlog until they timed out, and
+    the accept loop logged "out of system resource" thousands of times a second."""
+    import socket
+    import time
+
+    b = LimitedBroker(tmp_path / "broker", overrides={"group.initial.rebalance.delay.ms": "0"})
+    b.start(timeout=60)
+    held: list[socket.socket] = []
+    try:
+        refused_at = None
+        for i in range(FD_LIMIT):  # bounded: the broker runs out long before
+            s = socket.create_connection((b.host, b.port), timeout=5)
+            s.settimeout(2)
+            s.sendall(b"\x00\x00\x00\x0e" + bytes.fromhex("00030001") + i.to_bytes(4, "big") + b"\xff\xff" + b"\x00" * 4)
+            try:
+                answered = len(s.recv(4, socket.MSG_WAITALL)) == 4
+            except (TimeoutError, ConnectionResetError):
+                answered = False
+            if not answered:
+                refused_at = i
+                s.close()
+                break
+            held.append(s)
+        assert refused_at is not None, "the broker never ran out of descriptors"
+        t0 = time.monotonic()
+        for _ in range(200):  # many more attempts: each refused at once
+            s = socket.create_connection((b.host, b.port), timeout=5)
+            s.settimeout(5)
+            try:
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+            s.close()
+        assert time.monotonic() - t0 < 30
+        for s in held[:20]:
+            s.close()
+        time.sleep(1)
+        create_topic("confluent", b.bootstrap, "after", 1)  # served again once descriptors free up
+        log = b.log_tail(2_000_000)
+        storm = sum(1 for line in log.splitlines() if "descriptor" in line or "out of system resource" in line)
+        assert 1 <= storm <= 30, storm
+    finally:
+        for s in held:
+            s.close()
+        assert b.stop() == 0, b.log_tail()

@@ -53,7 +53,21 @@ class BrokerConfig:
     auto_create_topics_enable: bool = field(default=True, metadata={"kafka": "auto.create.topics.enable", "parse": _bool})
     delete_topic_enable: bool = field(default=True, metadata={"kafka": "delete.topic.enable", "parse": _bool})
     socket_request_max_bytes: int = field(default=104_857_600, metadata={"kafka": "socket.request.max.bytes", "parse": int})
+    #: oncelog's own: a connection that takes longer than this to send one whole request is closed (slowloris)
+    socket_request_receive_timeout_ms: int = field(
+        default=60_000, metadata={"kafka": "socket.request.receive.timeout.ms", "parse": int}
+    )
+    connections_max_idle_ms: int = field(default=600_000, metadata={"kafka": "connections.max.idle.ms", "parse": int})
+    max_connections: int = field(default=2_147_483_647, metadata={"kafka": "max.connections", "parse": int})
+    max_connections_per_ip: int = field(default=2_147_483_647, metadata={"kafka": "max.connections.per.ip", "parse": int})
+    #: oncelog's own: a Fetch waits for data at most this long, whatever max_wait it asks for
+    fetch_max_wait_ms: int = field(default=500, metadata={"kafka": "fetch.max.wait.ms", "parse": int})
     message_max_bytes: int = field(default=1_048_588, metadata={"kafka": "message.max.bytes", "parse": int})
+    #: oncelog's own: the most a produced batch may expand to when decompressed (a batch that
+    #: expands further is refused with MESSAGE_TOO_LARGE); bounds the memory a decompression bomb costs.
+    message_max_uncompressed_bytes: int = field(
+        default=64 * 1024 * 1024, metadata={"kafka": "message.max.uncompressed.bytes", "parse": int}
+    )
     log_segment_bytes: int = field(default=1 << 30, metadata={"kafka": "log.segment.bytes", "parse": int})
     log_roll_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.roll.ms", "parse": int})
     log_retention_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.retention.ms", "parse": int})

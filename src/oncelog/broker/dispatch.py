@@ -12,6 +12,7 @@ advertised by ApiVersions.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from contextvars import ContextVar
@@ -29,8 +30,14 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["Broker", framing.Request], Awaitable[Any]]
 
+#: Requests larger than this (Produce excepted) are decoded and answered off the event loop.
+OFFLOAD_BYTES = 256 * 1024
+
 #: The peer ("host:port") of the request being handled, for handlers that record it (JoinGroup).
 current_peer: ContextVar[str] = ContextVar("current_peer", default="")
+#: Resolved when the connection of the request being handled closes; a handler that waits on
+#: purpose (Fetch long poll) stops waiting then. Set once per connection by its serving task.
+connection_closed: ContextVar["asyncio.Future[None] | None"] = ContextVar("connection_closed", default=None)
 
 #: The handler modules, one per API (``oncelog.broker.handlers.<name>``).
 HANDLER_MODULES = (
@@ -92,13 +99,19 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[Any] | Non
         raise CloseConnection(
             f"{apis.api_name(head.api_key)} v{head.api_version} from {peer} is outside the supported range {lo}..{hi}"
         )
+    # A large request that is not a Produce (thousands of topics in one Metadata request) is
+    # decoded, and its answer encoded, in a worker thread: both are pure, and the event loop
+    # keeps serving other connections meanwhile. Produce is read in O(partitions), never here.
+    offload = len(frame) > OFFLOAD_BYTES and head.api_key != apis.PRODUCE
     try:
-        request = framing.decode_request(frame)
+        request = await asyncio.to_thread(framing.decode_request, frame) if offload else framing.decode_request(frame)
     except (framing.FrameError, KafkaError) as exc:
         raise CloseConnection(f"{exc} (from {peer})") from None
     current_peer.set(peer)
     try:
         body = await handler(broker, request)
+    except CloseConnection:
+        raise  # a handler's verdict on the connection (a failed acks=0 produce), not a bug
     except KafkaError as exc:
         log.debug("%s v%d failed: %r", apis.api_name(head.api_key), head.api_version, exc)
         body = messages.error_response(head.api_key, head.api_version, exc.code)
@@ -107,4 +120,6 @@ async def dispatch(broker: "Broker", frame: bytes, peer: str) -> list[Any] | Non
         body = messages.error_response(head.api_key, head.api_version, ErrorCode.unknown_server_error)
     if body is None:
         return None
+    if offload:
+        return await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version, head.correlation_id, body)
     return framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)

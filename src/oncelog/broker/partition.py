@@ -142,7 +142,9 @@ class Partition:
         checked (a fenced epoch is refused), sequence numbers are not (as Kafka's
         ``AppendOrigin.COORDINATOR``)."""
         if from_client:
-            header = records.validate_produce_batch(batch, self.config.max_message_bytes)
+            header = records.validate_produce_batch(
+                batch, self.config.max_message_bytes, self.config.max_uncompressed_bytes
+            )
             if verify is not None:
                 verify(header)
             dup = self.producers.check(header)

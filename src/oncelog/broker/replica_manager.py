@@ -3,9 +3,21 @@
 Theory of operation: the set of topics (name, topic id, partition count, topic configs) lives in
 ``<data-dir>/topics.json``, replaced atomically (write a temporary file, fsync, rename, fsync the
 directory) on every change, so a crash leaves either the old or the new set. Each partition's
-log lives in ``<data-dir>/<topic>-<partition>/``. On start, partition directories that belong to
-no known topic (a delete interrupted by a crash) are removed; topics whose directories are
-missing get empty logs.
+log lives in ``<data-dir>/<topic>-<partition>/``, with a ``partition.metadata`` file naming its
+topic id (as Kafka's). Topics whose directories are missing get empty logs.
+
+Data is never deleted on a guess (R22). On start, a partition directory that belongs to no
+known topic (a delete interrupted by a crash, a topics.json restored from an old backup) is
+renamed ``<dir>.<millis>-stray`` and kept, with a warning, as Kafka does with stray logs; if
+topics.json itself is missing while partition directories exist, the topic list is rebuilt from
+the directories (topic ids from ``partition.metadata``; configs are lost, so rebuilt topics keep
+every record: ``retention.ms=-1``), and a warning says so. A topics.json that does not parse
+stops the start with a clear message.
+
+A stored topic config that is no longer valid is ignored with an error line (its broker default
+applies); a topic config is validated completely before anything is written, so a refused
+CreateTopics leaves nothing behind. Many topics created at once (Metadata auto-creation,
+CreateTopics with many topics) write topics.json once.
 
 Single-threaded: called only from the broker's event loop.
 """
@@ -19,6 +31,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from oncelog.broker import topic_config
 from oncelog.broker.config import BrokerConfig
@@ -28,6 +41,7 @@ from oncelog.protocol.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidTopic,
+    KafkaError,
     KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -41,6 +55,19 @@ log = logging.getLogger(__name__)
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITIONS = 10_000
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
+_PARTITION_METADATA = "partition.metadata"
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create: -1 partitions / replication factor mean the broker's defaults."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] | None = None
+    internal: bool = False
 
 
 @dataclass
@@ -89,16 +116,72 @@ class ReplicaManager:
     def open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         meta_file = self.data_dir / "topics.json"
+        dirs = self._partition_dirs()
         if meta_file.exists():
-            for d in json.loads(meta_file.read_text())["topics"]:
-                meta = TopicMeta.from_json(d)
-                self.topics[meta.name] = meta
-                self._by_id[meta.topic_id] = meta
+            try:
+                doc = json.loads(meta_file.read_text())
+                metas = [TopicMeta.from_json(d) for d in doc["topics"]]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise KafkaStorageError(
+                    f"{meta_file} is unreadable ({exc}); refusing to start rather than guess which "
+                    f"partition directories are topics. Restore it from a backup, or move it away to "
+                    f"rebuild the topic list from the partition directories."
+                ) from None
+        elif dirs:
+            metas = self._rebuild_from_dirs(dirs)
+        else:
+            metas = []
+        for meta in metas:
+            meta.configs = topic_config.usable_topic_configs(self.config, meta.name, meta.configs)
+            self.topics[meta.name] = meta
+            self._by_id[meta.topic_id] = meta
         now = self.clock.now_ms()
         for meta in self.topics.values():
             for p in range(meta.num_partitions):
                 self._open_partition(meta, p, now)
-        self._remove_orphans()
+        self._set_aside_strays(dirs, now)
+        if not meta_file.exists() and metas:
+            self._persist()
+
+    def _partition_dirs(self) -> dict[tuple[str, int], Path]:
+        """Every ``<topic>-<partition>`` directory of the data directory."""
+        found: dict[tuple[str, int], Path] = {}
+        for child in self.data_dir.iterdir():
+            topic, _, p = child.name.rpartition("-")
+            if child.is_dir() and topic and p.isdigit() and _LEGAL_TOPIC.match(topic) and not child.name.endswith("-stray"):
+                found[(topic, int(p))] = child
+        return found
+
+    def _rebuild_from_dirs(self, dirs: dict[tuple[str, int], Path]) -> list[TopicMeta]:
+        counts: dict[str, int] = {}
+        for topic, p in dirs:
+            counts[topic] = max(counts.get(topic, 0), p + 1)
+        metas = []
+        for name, count in sorted(counts.items()):
+            first_dir = next((path for (t, _p), path in sorted(dirs.items()) if t == name), None)
+            topic_id = _read_topic_id(first_dir) or uuid.uuid4()
+            internal = name in INTERNAL_TOPICS
+            configs = {"cleanup.policy": "compact"} if internal else {"retention.ms": "-1", "retention.bytes": "-1"}
+            metas.append(TopicMeta(name, topic_id, count, configs, internal))
+        log.warning(
+            "%s/topics.json is missing but %d partition directories exist: rebuilt %d topic(s) from them "
+            "(%s). Their topic configs were lost; rebuilt topics keep every record (retention.ms=-1) "
+            "until configured again.", self.data_dir, len(dirs), len(metas), ", ".join(m.name for m in metas[:20]),
+        )
+        return metas
+
+    def _set_aside_strays(self, dirs: dict[tuple[str, int], Path], now_ms: int) -> None:
+        for (topic, p), path in dirs.items():
+            meta = self.topics.get(topic)
+            if meta is not None and p < meta.num_partitions:
+                continue
+            target = path.with_name(f"{path.name}.{now_ms}-stray")
+            log.warning("partition directory %s belongs to no known topic; kept as %s (remove it by hand "
+                        "once it is not needed)", path, target.name)
+            try:
+                path.rename(target)
+            except OSError as exc:
+                log.error("could not rename stray directory %s: %s", path, exc)
 
     def close(self) -> None:
         for part in self.partitions.values():
@@ -108,21 +191,11 @@ class ReplicaManager:
     def _open_partition(self, meta: TopicMeta, p: int, now_ms: int) -> Partition:
         tp = TopicPartition(meta.name, p)
         cfg = topic_config.log_config(self.config, meta.configs)
-        part = Partition.open(tp, self.data_dir / f"{meta.name}-{p}", cfg, now_ms)
+        path = self.data_dir / f"{meta.name}-{p}"
+        part = Partition.open(tp, path, cfg, now_ms)
         self.partitions[tp] = part
+        _write_topic_id(path, meta.topic_id)
         return part
-
-    def _remove_orphans(self) -> None:
-        for child in self.data_dir.iterdir():
-            if not child.is_dir() or "-" not in child.name:
-                continue
-            topic, _, p = child.name.rpartition("-")
-            if not p.isdigit():
-                continue
-            meta = self.topics.get(topic)
-            if meta is None or int(p) >= meta.num_partitions:
-                log.warning("removing partition directory %s of no known topic", child)
-                shutil.rmtree(child, ignore_errors=True)
 
     def _persist(self) -> None:
         doc = {"version": 1, "topics": [m.to_json() for m in self.topics.values()]}
@@ -140,44 +213,83 @@ class ReplicaManager:
         internal: bool = False,
         validate_only: bool = False,
     ) -> TopicMeta:
-        """Create a topic. Raises TopicAlreadyExists, InvalidTopic, InvalidPartitions,
-        InvalidReplicationFactor, InvalidConfig."""
-        validate_topic_name(name)
-        if name in self.topics:
-            raise TopicAlreadyExists(f"topic {name!r} already exists")
-        if num_partitions == -1:
-            num_partitions = self.config.num_partitions
-        if not 1 <= num_partitions <= MAX_PARTITIONS:
-            raise InvalidPartitions(f"number of partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}")
-        if replication_factor == -1:
-            replication_factor = self.config.default_replication_factor
-        if replication_factor != 1:
-            raise InvalidReplicationFactor(
-                f"replication factor {replication_factor} is larger than the 1 available broker"
-            )
-        clean = topic_config.validate_topic_configs(configs or {})
-        meta = TopicMeta(name, uuid.uuid4(), num_partitions, clean, internal)
-        if validate_only:
-            return meta
-        self.topics[name] = meta
-        self._by_id[meta.topic_id] = meta
+        """Create one topic (``create_topics``). Raises TopicAlreadyExists, InvalidTopic,
+        InvalidPartitions, InvalidReplicationFactor, InvalidConfig, KafkaStorageError."""
+        (result,) = self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, configs, internal)], validate_only=validate_only
+        )
+        if isinstance(result, KafkaError):
+            raise result
+        return result
+
+    def create_topics(self, new: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicMeta | KafkaError]:
+        """Create topics; one result per request, in order: the topic, or the error that refused
+        it. Everything is validated before anything is written; topics.json is written once for
+        the whole list, before the partitions' directories are made. A topic whose partitions
+        cannot be opened (out of descriptors or disk) is undone completely: each topic is either
+        fully there or absent."""
+        results: list[TopicMeta | KafkaError] = []
+        valid: list[TopicMeta] = []
+        for t in new:
+            try:
+                meta = self._new_topic_meta(t)
+                if meta.name in self.topics or any(v.name == meta.name for v in valid):
+                    raise TopicAlreadyExists(f"topic {meta.name!r} already exists")
+            except KafkaError as exc:
+                results.append(exc)
+                continue
+            results.append(meta)
+            valid.append(meta)
+        if validate_only or not valid:
+            return results
+        for meta in valid:
+            self.topics[meta.name] = meta
+            self._by_id[meta.topic_id] = meta
         try:
             self._persist()
-            now = self.clock.now_ms()
-            for p in range(num_partitions):
-                self._open_partition(meta, p, now)
-        except (OSError, KafkaStorageError) as exc:
-            # Out of descriptors or disk: undo, so the topic is either fully there or absent.
-            log.error("creating topic %s failed: %s; rolling back", name, exc)
-            self._undo_create(meta)
-            raise KafkaStorageError(f"cannot create topic {name!r}: {exc}") from None
-        log.info("created topic %s with %d partitions", name, num_partitions)
-        return meta
+        except OSError as exc:
+            for meta in valid:
+                self._forget(meta)
+            log.error("creating %d topic(s) failed: %s", len(valid), exc)
+            return [KafkaStorageError(f"cannot create topic {r.name!r}: {exc}") if isinstance(r, TopicMeta) else r
+                    for r in results]
+        now = self.clock.now_ms()
+        failed: dict[str, KafkaError] = {}
+        for meta in valid:
+            try:
+                for p in range(meta.num_partitions):
+                    self._open_partition(meta, p, now)
+            except (OSError, KafkaError) as exc:
+                # Out of descriptors or disk: undo, so the topic is either fully there or absent.
+                log.error("creating topic %s failed: %s; rolling back", meta.name, exc)
+                self._close_created(meta)
+                self._forget(meta)
+                failed[meta.name] = KafkaStorageError(f"cannot create topic {meta.name!r}: {exc}")
+                continue
+            log.info("created topic %s with %d partitions", meta.name, meta.num_partitions)
+        if failed:
+            try:
+                self._persist()
+            except OSError:
+                log.exception("writing topics.json while rolling back %d topic(s) failed", len(failed))
+        return [failed.get(r.name, r) if isinstance(r, TopicMeta) else r for r in results]
 
-    def _undo_create(self, meta: TopicMeta) -> None:
-        """Remove a topic whose creation failed midway: close what was opened (no client has
-        seen it, so descriptors are released at once, not after file.delete.delay.ms), remove
-        its directories, and write topics.json without it."""
+    def _new_topic_meta(self, t: NewTopic) -> TopicMeta:
+        """Validate a topic request completely; raises InvalidTopic, InvalidPartitions,
+        InvalidReplicationFactor, InvalidConfig."""
+        validate_topic_name(t.name)
+        num_partitions = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(f"number of partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}")
+        rf = self.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor
+        if rf != 1:
+            raise InvalidReplicationFactor(f"replication factor {rf} is larger than the 1 available broker")
+        clean = topic_config.validate_topic_configs(self.config, t.configs or {})
+        return TopicMeta(t.name, uuid.uuid4(), num_partitions, clean, t.internal)
+
+    def _close_created(self, meta: TopicMeta) -> None:
+        """Close and remove what was opened of a topic whose creation failed (no client has seen
+        it, so descriptors are released at once, not after file.delete.delay.ms)."""
         for p in range(meta.num_partitions):
             part = self.partitions.pop(TopicPartition(meta.name, p), None)
             if part is not None:
@@ -186,12 +298,10 @@ class ReplicaManager:
                 except (OSError, KafkaStorageError):
                     log.exception("closing %s-%d while rolling back failed", meta.name, p)
             shutil.rmtree(self.data_dir / f"{meta.name}-{p}", ignore_errors=True)
+
+    def _forget(self, meta: TopicMeta) -> None:
         self.topics.pop(meta.name, None)
         self._by_id.pop(meta.topic_id, None)
-        try:
-            self._persist()
-        except OSError:
-            log.exception("writing topics.json while rolling back topic %s failed", meta.name)
 
     def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMeta:
         """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) unless it
@@ -252,3 +362,26 @@ class ReplicaManager:
     def flush(self) -> None:
         for part in self.partitions.values():
             part.log.flush()
+
+
+def _write_topic_id(path: Path, topic_id: uuid.UUID) -> None:
+    """Record the topic id in the partition directory (Kafka's ``partition.metadata``), once.
+    Not fsynced: it only helps to rebuild a lost topics.json, and costs nothing on the way."""
+    f = path / _PARTITION_METADATA
+    if not f.exists():
+        try:
+            f.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+        except OSError as exc:
+            log.warning("could not write %s: %s", f, exc)
+
+
+def _read_topic_id(path: Path | None) -> uuid.UUID | None:
+    if path is None:
+        return None
+    try:
+        for line in (path / _PARTITION_METADATA).read_text().splitlines():
+            if line.startswith("topic_id:"):
+                return uuid.UUID(line.split(":", 1)[1].strip())
+    except (OSError, ValueError):
+        pass
+    return None

@@ -1,10 +1,20 @@
-"""The asyncio shell: sockets in, frames to the dispatcher, response parts out.
+"""The asyncio shell: accept connections, serve each one's requests in order, send responses.
 
-One task per connection. Requests on a connection are handled one at a time, in arrival order,
-so responses go out in request order; this is what Kafka does too (it mutes a connection while
-one of its requests is in flight). ``_Connection`` (an asyncio Protocol) cuts the byte stream
-into frames as it arrives and stops reading from a client that is more than
-``MAX_QUEUED_BYTES`` ahead.
+Accepting. The broker runs its own accept loop on the listening socket, so it can refuse a
+connection at once instead of letting it time out in the backlog: past ``max.connections`` or
+``max.connections.per.ip`` (Kafka's properties), and when the process is out of file
+descriptors (one descriptor is held in reserve for exactly that: released, the waiting
+connection accepted and closed, the reserve taken again). Every such refusal is logged; the
+broker's log handler cuts repeats (``oncelog.logs``), so an attack is never a log storm.
+
+Serving. One task per connection (``connection.Connection`` cuts frames and does flow control).
+Requests on a connection are handled one at a time, in arrival order, so responses go out in
+request order; this is what Kafka does too (it mutes a connection while one of its requests is
+in flight). A connection that has requests queued gives the event loop back at least every
+``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
+a closed connection's queued requests are dropped at once (connection.py). A sweep closes
+connections idle past ``connections.max.idle.ms`` and connections that take longer than
+``socket.request.receive.timeout.ms`` to send one whole request (slowloris).
 
 Coalescing. A producer keeps up to five Produce requests in flight on one connection. When the
 next request is already here and is a Produce, the response just built is held back and sent
@@ -13,8 +23,8 @@ instead of one each. Holding back is bounded (``MAX_HELD_BYTES``) and never wait
 network: the moment no further Produce is queued, everything held goes out. Requests that may
 wait on purpose (a Fetch long poll, a JoinGroup) never have answers held behind them.
 
-Bad input never takes the broker down: an oversize or malformed frame, an unknown API or version,
-or a peer that disconnects mid-request ends that one connection with one log line.
+Bad input never takes the broker down (R22): an oversize or malformed frame, an unknown API or
+version, or a peer that disconnects mid-request ends that one connection with one log line.
 
 Sending responses. A response is a list of parts (``framing.encode_response``): ``bytes`` and
 file slices of the log (``storage.log.FileSlice``: fd, position, length). Slices are sent one of
@@ -24,27 +34,30 @@ two ways, chosen once per event loop:
   of at least ``SENDFILE_MIN_BYTES`` goes from the page cache to the socket with ``sendfile(2)``
   after the bytes before it have been flushed, so order is kept. Smaller slices are copied: for
   them the fixed cost of a sendfile (flush, pause/resume of the transport, one more syscall)
-  outweighs a copy.
+  outweighs a copy. A failed sendfile on one connection (asyncio reports a peer reset on the
+  first call as "sendfile not available") falls back to a copy for that slice only.
 * copy: elsewhere (uvloop does not implement ``loop.sendfile``) every slice is read with
   ``os.pread`` and written through the transport.
 
-Which one the ``oncelog broker`` process runs is decided by measurement (docs/PERFORMANCE.md,
-``cli._run``). Either way a slice is read while its descriptor is valid: the storage layer keeps
-a retired segment's file open for file.delete.delay.ms after it is deleted, and log files only
-grow under a live slice (whole batches below the log end), so a short read means the file was
-cut under us; the frame size is already promised, so the connection is closed.
+Either way a slice is read while its descriptor is valid: the storage layer keeps a retired
+segment's file open for file.delete.delay.ms after it is deleted, and log files only grow under
+a live slice (whole batches below the log end), so a short read means the file was cut under
+us; the frame size is already promised, so the connection is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import errno
 import logging
 import os
+import socket
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.dispatch import CloseConnection, dispatch
-from oncelog.protocol import apis, framing
+from oncelog.broker.connection import Connection
+from oncelog.broker.dispatch import CloseConnection, connection_closed, dispatch
+from oncelog.protocol import framing
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -53,6 +66,11 @@ log = logging.getLogger(__name__)
 
 #: File slices at least this long are sent with sendfile(2) when the loop supports it.
 SENDFILE_MIN_BYTES = 16 * 1024
+#: Hold back Produce responses (coalescing) only up to this many bytes.
+MAX_HELD_BYTES = 256 * 1024
+#: A connection with queued requests yields to the event loop at least this often (seconds).
+YIELD_AFTER = 0.002
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class _Fd:
@@ -74,134 +92,6 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
     return isinstance(loop, asyncio.BaseEventLoop) and hasattr(os, "sendfile")
 
 
-#: Stop reading from a connection while this many request bytes are queued, unhandled.
-MAX_QUEUED_BYTES = 4 * 1024 * 1024
-#: Hold back Produce responses (coalescing) only up to this many bytes.
-MAX_HELD_BYTES = 256 * 1024
-
-
-class _Connection(asyncio.Protocol):
-    """One client connection's transport side: frames in, flow control both ways.
-
-    ``data_received`` appends to a buffer and moves every complete frame to ``frames``; a bad
-    size prefix is kept as ``error`` and ends the connection when the serving task reaches it.
-    Invariant: ``queued`` is the total size of ``frames``; reading is paused exactly while
-    ``queued + len(buf)`` exceeded MAX_QUEUED_BYTES and the serving task has not yet caught up.
-    """
-
-    def __init__(self, server: "Server", max_bytes: int) -> None:
-        self.server = server
-        self.max_bytes = max_bytes
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self.buf = bytearray()
-        self.frames: collections.deque[bytes] = collections.deque()
-        self.queued = 0
-        self.error: framing.FrameError | None = None
-        self.closed = False  # connection lost
-        self.eof = False  # the client half-closed: no more requests will come
-        self._reading_paused = False
-        self._waiter: asyncio.Future[None] | None = None
-        self._drained: asyncio.Future[None] | None = None  # set while the transport's buffer is full
-        self._loop = asyncio.get_running_loop()  # the factory runs inside the loop
-
-    # -- asyncio.Protocol ---------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's is no subclass)
-        peername = transport.get_extra_info("peername")
-        self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        self.server._start_serving(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.error is not None:
-            return
-        buf = self.buf
-        buf += data
-        pos, end = 0, len(buf)
-        while end - pos >= 4:
-            try:
-                size = framing.frame_size(bytes(buf[pos:pos + 4]), self.max_bytes)
-            except framing.FrameError as exc:
-                self.error = exc
-                break
-            if end - pos - 4 < size:
-                break
-            with memoryview(buf) as view:
-                self.frames.append(bytes(view[pos + 4:pos + 4 + size]))
-            self.queued += size
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        if self.queued + len(buf) > MAX_QUEUED_BYTES and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()  # type: ignore[union-attr]
-        if self.frames or self.error is not None:
-            self._wake()
-
-    def eof_received(self) -> bool:
-        # The client will send nothing more; requests already here are still answered (the
-        # serving task closes the transport when it runs out of them).
-        self.eof = True
-        self._wake()
-        return True
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._wake()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    def pause_writing(self) -> None:
-        if self._drained is None or self._drained.done():
-            self._drained = self._loop.create_future()
-
-    def resume_writing(self) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    # -- used by the serving task --------------------------------------------------------------
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def next_frame(self) -> bytes | None:
-        """The next request frame; None at a clean end of stream. Raises FrameError for a bad
-        size prefix and IncompleteReadError when the peer left in the middle of a frame."""
-        while not self.frames:
-            if self.error is not None:
-                raise self.error
-            if self.closed or self.eof:
-                if self.buf:
-                    raise asyncio.IncompleteReadError(bytes(self.buf), None)
-                return None
-            self._waiter = self._loop.create_future()
-            await self._waiter
-        frame = self.frames.popleft()
-        self.queued -= len(frame)
-        if self._reading_paused and self.queued + len(self.buf) <= MAX_QUEUED_BYTES // 2:
-            self._reading_paused = False
-            if not self.closed:
-                self.transport.resume_reading()  # type: ignore[union-attr]
-        return frame
-
-    def next_is_produce(self) -> bool:
-        """Whether the next request is here already and is a Produce."""
-        return bool(self.frames) and self.frames[0][:2] == _PRODUCE_KEY
-
-    async def drain(self) -> None:
-        if self.closed:
-            raise ConnectionError("connection lost")
-        if self._drained is not None and not self._drained.done():
-            await self._drained
-            if self.closed:
-                raise ConnectionError("connection lost")
-
-
-_PRODUCE_KEY = apis.PRODUCE.to_bytes(2, "big")
-
-
 class Server:
     def __init__(self, broker: "Broker", host: str, port: int, *, sendfile: bool | None = None) -> None:
         """``sendfile``: None (default) uses sendfile(2) when the loop supports it; False never
@@ -209,10 +99,23 @@ class Server:
         self.broker = broker
         self.host = host
         self.port = port
-        self._server: asyncio.AbstractServer | None = None
+        cfg = broker.config
+        self.max_connections = cfg.max_connections
+        self.max_connections_per_ip = cfg.max_connections_per_ip
+        self.idle_s = cfg.connections_max_idle_ms / 1000
+        self.receive_timeout_s = cfg.socket_request_receive_timeout_ms / 1000
+        self._sock: socket.socket | None = None
+        self._reserve_fd: int | None = None
+        self._conns: set[Connection] = set()
+        self._per_ip: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
         self._sendfile_wanted = sendfile
         self.sendfile = False  # decided in start(), once the loop is known
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._conns)
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
@@ -220,60 +123,185 @@ class Server:
         self.sendfile = self._sendfile_wanted is not False and loop_supports_sendfile(loop)
         log.info("event loop %s.%s; fetch data sent by %s", type(loop).__module__, type(loop).__name__,
                  "sendfile(2)" if self.sendfile else "pread + write")
-        max_bytes = self.broker.config.socket_request_max_bytes
-        self._server = await loop.create_server(lambda: _Connection(self, max_bytes), self.host, self.port,
-                                                reuse_address=True)
-        sock = self._server.sockets[0]
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
+        self._take_reserve()
+        self._background.append(loop.create_task(self._accept_loop(sock)))
+        self._background.append(loop.create_task(self._sweep_loop()))
         return self.host, self.port
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._sock is not None:
+            self._sock.close()
+        for conn in list(self._conns):
+            conn.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        if self._reserve_fd is not None:
+            os.close(self._reserve_fd)
+            self._reserve_fd = None
 
-    def _start_serving(self, conn: _Connection) -> None:
+    # -- accepting -------------------------------------------------------------------------------
+
+    def _take_reserve(self) -> None:
+        if self._reserve_fd is None:
+            try:
+                self._reserve_fd = os.open(os.devnull, os.O_RDONLY)
+            except OSError:
+                pass
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        max_bytes = self.broker.config.socket_request_max_bytes
+        while True:
+            try:
+                client, addr = await loop.sock_accept(sock)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    log.warning("accept failed: %s", exc)
+                    await asyncio.sleep(0.1)
+                    continue
+                # Linux's accept(2) fails with EMFILE before it looks at the backlog: wait until
+                # a connection is really waiting (never spin), then try again, since descriptors
+                # may have been freed meanwhile; refuse it only if they have not.
+                await _readable(sock)
+                try:
+                    client, addr = sock.accept()
+                except BlockingIOError:
+                    continue
+                except OSError as again:
+                    if again.errno in _OUT_OF_RESOURCES:
+                        await self._refuse_without_descriptors(sock, again)
+                    else:
+                        log.warning("accept failed: %s", again)
+                        await asyncio.sleep(0.1)
+                    continue
+                client.setblocking(False)
+            ip = str(addr[0])
+            reason = None
+            if len(self._conns) >= self.max_connections:
+                reason = f"max.connections={self.max_connections} reached"
+            elif self._per_ip[ip] >= self.max_connections_per_ip:
+                reason = f"max.connections.per.ip={self.max_connections_per_ip} reached for {ip}"
+            if reason is not None:
+                log.warning("refusing a connection from %s: %s", ip, reason)
+                client.close()
+                continue
+            try:
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.connect_accepted_socket(lambda: Connection(self._start_serving, max_bytes), client)
+            except OSError as exc:
+                log.warning("could not set up a connection from %s: %s", ip, exc)
+                client.close()
+
+    async def _refuse_without_descriptors(self, sock: socket.socket, exc: OSError) -> None:
+        """Out of descriptors with a connection waiting: accept it with the reserve descriptor
+        and close it (the client learns at once instead of timing out in the backlog), then
+        take the reserve again."""
+        if self._reserve_fd is None:
+            log.error("cannot accept connections: %s (no descriptor in reserve)", exc)
+            await asyncio.sleep(0.1)
+            self._take_reserve()
+            return
+        os.close(self._reserve_fd)
+        self._reserve_fd = None
+        try:
+            client, addr = sock.accept()
+            client.close()
+            log.error("out of file descriptors (%s): refused a connection from %s", exc, addr[0])
+        except OSError:
+            pass
+        finally:
+            self._take_reserve()
+
+    # -- timeouts --------------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        interval = max(0.05, min(1.0, self.idle_s / 4, self.receive_timeout_s / 4))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in list(self._conns):
+                if conn.partial_since is not None and now - conn.partial_since > self.receive_timeout_s:
+                    log.warning(
+                        "closing connection from %s: a request of %d bytes so far took longer than "
+                        "socket.request.receive.timeout.ms=%d", conn.peer, len(conn.buf), int(self.receive_timeout_s * 1000))
+                    conn.close()
+                elif not conn.busy and not conn.frames and now - conn.last_active > self.idle_s:
+                    log.debug("closing connection from %s: idle past connections.max.idle.ms", conn.peer)
+                    conn.close()
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def _start_serving(self, conn: Connection) -> None:
+        self._conns.add(conn)
+        self._per_ip[conn.peer_host] += 1
         task = asyncio.get_running_loop().create_task(self._serve(conn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, conn: _Connection) -> None:
+    async def _serve(self, conn: Connection) -> None:
         peer = conn.peer
+        loop = asyncio.get_running_loop()
+        connection_closed.set(conn.closed)
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0
+        last_yield = loop.time()
         try:
             while True:
                 frame = await conn.next_frame()
                 if frame is None:
+                    if conn.lost_mid_frame:
+                        log.info("connection from %s closed in the middle of a request", peer)
                     return
-                parts = await dispatch(self.broker, frame, peer)
+                conn.busy = True
+                try:
+                    parts = await dispatch(self.broker, frame, peer)
+                finally:
+                    conn.busy = False
+                if conn.is_closed:
+                    return  # nobody to answer
                 if parts is not None:
                     held.extend(parts)
                     held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
                 if held and (held_bytes >= MAX_HELD_BYTES or not conn.next_is_produce()):
                     await self._send(conn, held)
                     held, held_bytes = [], 0
-        except asyncio.IncompleteReadError as exc:
-            if len(exc.partial) < 4:
-                log.info("connection from %s closed inside a frame size prefix", peer)
-            else:
-                log.info("connection from %s closed in the middle of a request", peer)
+                if conn.frames and loop.time() - last_yield > YIELD_AFTER:
+                    await asyncio.sleep(0)  # let other connections in
+                    last_yield = loop.time()
         except (framing.FrameError, CloseConnection) as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, TimeoutError) as exc:
             log.info("connection from %s lost: %s", peer, exc)
+        except OSError as exc:  # a read of the log failed while sending (EIO, ...)
+            log.error("closing connection from %s: %s", peer, exc)
         except asyncio.CancelledError:
             pass
         finally:
-            assert conn.transport is not None
-            conn.transport.close()
+            conn.close()
+            self._conns.discard(conn)
+            self._per_ip[conn.peer_host] -= 1
+            if self._per_ip[conn.peer_host] <= 0:
+                del self._per_ip[conn.peer_host]
 
-    async def _send(self, conn: _Connection, parts: list[Any]) -> None:
+    async def _send(self, conn: Connection, parts: list[Any]) -> None:
         """Write responses' parts in order, then wait for the transport to drain."""
         transport = conn.transport
         assert transport is not None
@@ -293,19 +321,32 @@ class Server:
         await conn.drain()
 
     async def _sendfile(self, transport: asyncio.Transport, part: Any) -> None:
-        """Send one slice with sendfile(2); falls back to a copy if the kernel refuses."""
+        """Send one slice with sendfile(2); a copy if the kernel refuses it for this socket."""
         loop = asyncio.get_running_loop()
         if transport.is_closing():
             raise ConnectionError("connection closed before a fetch response was sent")
         try:
             sent = await loop.sendfile(transport, _Fd(part.fd), part.position, part.length, fallback=False)
-        except asyncio.SendfileNotAvailableError as exc:  # nothing was sent
-            log.warning("sendfile unavailable (%s); copying fetch data from now on", exc)
-            self.sendfile = False
+        except asyncio.SendfileNotAvailableError as exc:  # nothing was sent (often: the peer left)
+            if transport.is_closing():
+                raise ConnectionError(f"connection closed during a fetch response ({exc})") from None
+            log.debug("sendfile refused (%s); copying this slice", exc)
             transport.write(_pread(part))
             return
         if sent != part.length:
             raise ConnectionError(f"log file shrank under a fetch ({sent} of {part.length} bytes sent)")
+
+
+async def _readable(sock: socket.socket) -> None:
+    """Wait until ``sock`` is readable (for a listening socket: a connection is waiting)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
 
 
 def _pread(part: Any) -> bytes:

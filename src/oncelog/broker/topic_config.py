@@ -8,12 +8,15 @@ topic's own setting (source TOPIC_CONFIG) from an inherited default (DEFAULT_CON
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import InvalidConfig
 from oncelog.storage.log import LogConfig
+
+log = logging.getLogger(__name__)
 
 
 def _opt(v: str) -> int | None:
@@ -58,8 +61,29 @@ TOPIC_PROPERTIES: dict[str, TopicProperty] = {
 }
 
 
-def validate_topic_configs(configs: dict[str, str]) -> dict[str, str]:
-    """Check names and values; returns the configs normalised. Raises InvalidConfig."""
+#: Lower bounds of the numeric properties (Kafka's ConfigDef validators; segment.bytes: one batch
+#: header, below Kafka 4's 1 MiB so that tests can roll segments quickly).
+_AT_LEAST: dict[str, int] = {
+    "segment.bytes": 61,
+    "segment.ms": 1,
+    "retention.ms": -1,
+    "retention.bytes": -1,
+    "max.message.bytes": 0,
+    "flush.messages": 1,
+    "flush.ms": 0,
+    "index.interval.bytes": 0,
+    "file.delete.delay.ms": 0,
+    "delete.retention.ms": 0,
+    "min.compaction.lag.ms": 0,
+    "min.insync.replicas": 1,
+}
+_INT32_MAX = {"segment.bytes", "max.message.bytes", "index.interval.bytes", "min.insync.replicas"}
+
+
+def validate_topic_configs(broker: BrokerConfig, configs: dict[str, str]) -> dict[str, str]:
+    """Check names, values and ranges, and that the log settings they make are usable; returns
+    the configs normalised. Raises InvalidConfig — before anything is written, so a refused
+    CreateTopics leaves nothing behind."""
     out: dict[str, str] = {}
     for name, raw in configs.items():
         prop = TOPIC_PROPERTIES.get(name)
@@ -71,10 +95,32 @@ def validate_topic_configs(configs: dict[str, str]) -> dict[str, str]:
             value = prop.parse(raw)
         except ValueError as exc:
             raise InvalidConfig(f"invalid value {raw!r} for topic config {name}: {exc}") from None
+        if isinstance(value, int):
+            low = _AT_LEAST.get(name)
+            if low is not None and value < low:
+                raise InvalidConfig(f"invalid value {raw} for topic config {name}: must be at least {low}")
+            if name in _INT32_MAX and value > 0x7FFFFFFF:
+                raise InvalidConfig(f"invalid value {raw} for topic config {name}: must be at most 2147483647")
         if name == "message.timestamp.type" and value not in ("CreateTime",):
             raise InvalidConfig("only message.timestamp.type=CreateTime is supported")
         out[name] = str(raw) if not isinstance(value, str) else value
+    log_config(broker, out)  # raises InvalidConfig if the combination is unusable
     return out
+
+
+def usable_topic_configs(broker: BrokerConfig, topic: str, configs: dict[str, str]) -> dict[str, str]:
+    """The stored configs of ``topic`` without those that are no longer valid (a topic created
+    by an older version, or a hand-edited topics.json): each dropped one is logged and its
+    broker default applies. A broker never refuses to start over a topic config."""
+    kept: dict[str, str] = {}
+    for name, value in configs.items():
+        try:
+            validate_topic_configs(broker, {**kept, name: value})
+        except InvalidConfig as exc:
+            log.error("topic %s: ignoring stored config %s=%r (%s); the broker default applies", topic, name, value, exc)
+            continue
+        kept[name] = value
+    return kept
 
 
 def effective(broker: BrokerConfig, topic_configs: dict[str, str], name: str) -> Any:
@@ -91,7 +137,7 @@ def log_config(broker: BrokerConfig, topic_configs: dict[str, str]) -> LogConfig
         for prop in TOPIC_PROPERTIES.values()
         if prop.log_field is not None
     }
-    return LogConfig(**kwargs)
+    return LogConfig(**kwargs, max_uncompressed_bytes=broker.message_max_uncompressed_bytes)
 
 
 def describe(broker: BrokerConfig, topic_configs: dict[str, str]) -> list[tuple[str, str | None, bool]]:

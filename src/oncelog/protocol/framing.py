@@ -31,7 +31,8 @@ from kio.serial import entity_reader, entity_writer
 
 from oncelog.protocol import apis
 from oncelog.protocol.errors import UnsupportedVersion
-from oncelog.protocol.tolerant import read_tolerant
+from oncelog.protocol.produce_request import read_produce_request
+from oncelog.protocol.schema_reader import check_message, read_message
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
 
@@ -81,24 +82,31 @@ def decode_request(frame: bytes) -> Request:
     """Decode one request frame (without its size prefix).
 
     Raises ``UnsupportedVersion`` for an (api key, version) we have no schema for, and
-    ``FrameError`` for anything malformed. Unknown tagged fields are ignored, as the protocol
-    requires (kio's native reader rejects them; ``read_tolerant`` then re-reads the frame).
+    ``FrameError`` for anything malformed: a length that does not fit in what remains, a null
+    where the schema allows none, a truncated field. Every length is checked before anything is
+    allocated (``schema_reader``; Produce has its own reader, ``produce_request``). Unknown
+    tagged fields are skipped, as the protocol requires.
     """
-    if not isinstance(frame, bytes):  # kio's native readers take bytes, not bytearray
+    if not isinstance(frame, bytes):
         frame = bytes(frame)
     head = peek_head(frame)
     body_cls = apis.message_class(head.api_key, head.api_version, response=False)
     header_cls = RequestHeaderV2 if body_cls.__flexible__ else RequestHeaderV1
     try:
+        used = check_message(header_cls, frame, 0)
         try:
             header, used = entity_reader(header_cls)(frame, 0)
-            body, body_used = entity_reader(body_cls)(frame, used)
-        except KeyError:
-            header, used = read_tolerant(header_cls, frame, 0)
-            body, body_used = read_tolerant(body_cls, frame, used)
-    except UnsupportedVersion:
-        raise
-    except Exception as exc:  # kio raises assorted errors on malformed input
+        except KeyError:  # an unknown tagged field (kio's native reader refuses them)
+            header, used = read_message(header_cls, frame, 0)
+        if head.api_key == apis.PRODUCE:
+            body, _ = read_produce_request(frame, used, head.api_version)
+        else:
+            check_message(body_cls, frame, used)  # every length fits: now kio may allocate
+            try:
+                body, _ = entity_reader(body_cls)(frame, used)
+            except KeyError:
+                body, _ = read_message(body_cls, frame, used)
+    except Exception as exc:  # ValueError, kio's BufferUnderflow, UnicodeDecodeError, ...
         raise FrameError(
             f"malformed {apis.api_name(head.api_key)} v{head.api_version} request "
             f"(correlation id {head.correlation_id}): {type(exc).__name__}: {exc}"

@@ -3,7 +3,8 @@
 Theory of operation. The produce and fetch paths treat a batch as an opaque blob with a 61-byte
 header: ``parse_header`` reads the header with one ``struct.unpack_from``,
 ``validate_produce_batch`` checks what Kafka checks on produce (one batch, magic 2, lengths,
-CRC32C, counts, no control records, size) without looking at a single record, and
+CRC32C, counts, no control records, size, and every record's structure, walked in C after a
+bounded decompression) without making a Python object of a single record, and
 ``with_base_offset`` / ``offset_prefix`` rewrite the fields that lie *outside* the CRC (base offset,
 partition leader epoch), so the broker assigns offsets without recomputing the checksum.
 
@@ -27,11 +28,14 @@ escaping this module is a bug. The module is pure: no I/O, no asyncio.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import cramjam
 import crc32c as _crc32c
+
+from oncelog.protocol import _recordwalk
 
 from oncelog.protocol.errors import (
     CorruptMessage,
@@ -87,6 +91,10 @@ _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _INT32_MAX = 0x7FFFFFFF
+#: Default bound on a batch's decompressed size (broker property message.max.uncompressed.bytes).
+DEFAULT_MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
+_FIRST_GUESS = 8  # first output buffer: this many times the compressed size (grows x8 up to the bound)
+_OVERFLOW = ("failed to write whole buffer", "smaller than required")
 assert _HEADER.size == BATCH_HEADER_SIZE
 
 
@@ -198,18 +206,25 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     return BatchHeader._make(_HEADER.unpack_from(buf, pos))
 
 
-def validate_produce_batch(buf: bytes | bytearray | memoryview, max_message_bytes: int) -> BatchHeader:
-    """Check the records field of a produce request (v3+) the way Kafka's broker does.
+def validate_produce_batch(
+    buf: bytes | bytearray | memoryview,
+    max_message_bytes: int,
+    max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+) -> BatchHeader:
+    """Check the records field of a produce request (v3+) the way Kafka's broker does
+    (LogValidator), so that whatever is acknowledged can be read by every client.
 
     The field must hold exactly one magic-2 batch whose batchLength matches ``len(buf)``, no
     larger than ``max_message_bytes``, with a correct CRC32C, at least one record,
     ``lastOffsetDelta == recordsCount - 1``, not a control batch, and a non-negative base sequence
-    when it carries a producer id. Reads the 61-byte header and runs one CRC over the bytes;
-    never decodes or decompresses a record.
+    when it carries a producer id. Then its records: decompressed into at most
+    ``max_uncompressed`` bytes, they must be exactly ``recordsCount`` well-formed records with
+    offset deltas 0, 1, 2, … (``_recordwalk``, in C: no Python object per record).
 
     Raises: InvalidRecord (empty, several batches, bad counts, control batch, bad sequence,
-    unknown codec, unknown magic), UnsupportedForMessageFormat (magic 0/1), CorruptMessage
-    (lengths, CRC), MessageTooLarge. Returns the parsed header.
+    unknown codec, unknown magic, a malformed record), UnsupportedForMessageFormat (magic 0/1),
+    CorruptMessage (lengths, CRC, a payload that does not decompress), MessageTooLarge (over
+    ``max_message_bytes``, or expanding beyond ``max_uncompressed``). Returns the parsed header.
     """
     n = len(buf)
     if n == 0:
@@ -245,6 +260,13 @@ def validate_produce_batch(buf: bytes | bytearray | memoryview, max_message_byte
         raise InvalidRecord(f"record batch compression codec {h.compression} unknown")
     if h.producer_id >= 0 and h.base_sequence < 0:
         raise InvalidRecord(f"producer {h.producer_id}: invalid base sequence {h.base_sequence}")
+    payload = mv[BATCH_HEADER_SIZE:size]
+    if h.compression != COMPRESSION_NONE:
+        payload = decompress(h.compression, payload, max_uncompressed, reuse=True)
+    try:
+        _recordwalk.walk(payload, h.records_count)
+    except ValueError as e:
+        raise InvalidRecord(f"record batch of {h.records_count} record(s): {e}") from None
     return h
 
 
@@ -310,39 +332,98 @@ def valid_prefix_end(buf: bytes | bytearray | memoryview, pos: int = 0, *, verif
 # Record-level (internal topics, compaction, ListOffsets, tests)
 
 
-def _decompress(codec: int, data: memoryview) -> bytes:
+class _Scratch(threading.local):
+    """A per-thread output buffer reused across decompressions (no allocation and no zero-fill
+    per batch); it grows to the largest payload seen, up to ``_SCRATCH_MAX``."""
+
+    buf = bytearray(1 << 20)
+
+
+_SCRATCH_MAX = 8 * 1024 * 1024
+_scratch = _Scratch()
+
+
+def decompress(
+    codec: int, data: memoryview | bytes, limit: int = DEFAULT_MAX_UNCOMPRESSED_BYTES, *, reuse: bool = False
+) -> memoryview:
+    """The records section of a compressed batch, decompressed into at most ``limit`` bytes.
+
+    Decompression writes into a buffer of fixed size, so a bomb (33 KB of zstd that expands to
+    1 GB) costs at most ``limit`` bytes and the time to fill them: the buffer starts at 1 MiB
+    (or eight times the input) and grows eight-fold up to ``limit``. With ``reuse`` the result
+    lives in this thread's scratch buffer and is valid only until the next ``reuse`` call in the
+    thread (the produce path: walked, then dropped). Raises MessageTooLarge when the data
+    expands beyond ``limit``, CorruptMessage when it does not decompress, InvalidRecord for an
+    unknown codec.
+    """
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy(data, limit)
+    if codec == COMPRESSION_GZIP:
+        into = cramjam.gzip.decompress_into
+    elif codec == COMPRESSION_LZ4:
+        into = cramjam.lz4.decompress_into
+    elif codec == COMPRESSION_ZSTD:
+        into = cramjam.zstd.decompress_into
+    else:
+        raise InvalidRecord(f"record batch compression codec {codec} unknown")
+    size = min(limit, max(1 << 20, _FIRST_GUESS * len(data)))
+    while True:
+        if reuse and size <= _SCRATCH_MAX:
+            if len(_scratch.buf) < size:
+                _scratch.buf = bytearray(size)
+            out = _scratch.buf
+            view = memoryview(out)[:size]
+        else:
+            out = bytearray(size)
+            view = memoryview(out)
+        try:
+            n = into(data, view)
+        except cramjam.DecompressionError as e:
+            if not any(s in str(e) for s in _OVERFLOW):
+                raise CorruptMessage(f"record batch payload does not decompress with codec {codec}: {e}") from None
+            if size >= limit:
+                raise MessageTooLarge(
+                    f"record batch of {len(data)} compressed bytes expands beyond {limit} bytes "
+                    "(message.max.uncompressed.bytes)"
+                ) from None
+            size = min(limit, size * 8)
+            continue
+        return view[:n]
+
+
+def _snappy(data: memoryview | bytes, limit: int) -> memoryview:
+    """Raw snappy (librdkafka) or xerial-framed snappy (Java clients); the decompressed length is
+    announced before each block, so it is checked before anything is decompressed."""
+    blocks: list[memoryview | bytes] = []
+    if bytes(data[:8]) == _XERIAL_MAGIC and len(data) >= 16:
+        pos, n = 16, len(data)
+        while pos < n:
+            if n - pos < 4:
+                raise CorruptMessage("xerial snappy stream truncated in a block length")
+            (length,) = _LENGTH.unpack_from(data, pos)
+            pos += 4
+            if length < 0 or length > n - pos:
+                raise CorruptMessage(f"xerial snappy block of {length} bytes, {n - pos} left")
+            blocks.append(data[pos : pos + length])
+            pos += length
+    else:
+        blocks.append(data)
+    total = 0
+    out: list[memoryview] = []
     try:
-        if codec == COMPRESSION_GZIP:
-            return bytes(cramjam.gzip.decompress(data))
-        if codec == COMPRESSION_SNAPPY:
-            if bytes(data[:8]) == _XERIAL_MAGIC and len(data) >= 16:
-                return _xerial_decode(data)
-            return bytes(cramjam.snappy.decompress_raw(data))
-        if codec == COMPRESSION_LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if codec == COMPRESSION_ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
-    except CorruptMessage:
-        raise
-    except Exception as e:  # cramjam.DecompressionError and friends
-        raise CorruptMessage(f"record batch payload does not decompress with codec {codec}: {e}") from e
-    raise InvalidRecord(f"record batch compression codec {codec} unknown")
-
-
-def _xerial_decode(data: memoryview) -> bytes:
-    """Snappy in xerial block framing (Java clients): 16-byte header, then (int32 len, block)*."""
-    out = []
-    pos, n = 16, len(data)
-    while pos < n:
-        if n - pos < 4:
-            raise CorruptMessage("xerial snappy stream truncated in a block length")
-        (length,) = _LENGTH.unpack_from(data, pos)
-        pos += 4
-        if length < 0 or length > n - pos:
-            raise CorruptMessage(f"xerial snappy block of {length} bytes, {n - pos} left")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + length])))
-        pos += length
-    return b"".join(out)
+        for block in blocks:
+            size = cramjam.snappy.decompress_raw_len(block)
+            total += size
+            if total > limit:
+                raise MessageTooLarge(
+                    f"snappy record batch expands beyond {limit} bytes (message.max.uncompressed.bytes)"
+                )
+            buf = bytearray(size)
+            written = cramjam.snappy.decompress_raw_into(block, buf)
+            out.append(memoryview(buf)[:written])
+    except cramjam.DecompressionError as e:
+        raise CorruptMessage(f"record batch payload does not decompress with snappy: {e}") from None
+    return out[0] if len(out) == 1 else memoryview(b"".join(out))
 
 
 def _compress(codec: int, data: bytes) -> bytes:
@@ -398,12 +479,19 @@ def _bytes_field(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos:end]), end
 
 
-def iter_records(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> Iterator[Record]:
-    """Decode the records of the single batch at the start of ``buf`` (decompressing if needed).
+def iter_records(
+    buf: bytes | bytearray | memoryview,
+    *,
+    verify_crc: bool = True,
+    max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+) -> Iterator[Record]:
+    """Decode the records of the single batch at the start of ``buf`` (decompressing if needed,
+    into at most ``max_uncompressed`` bytes).
 
     Timestamps of a LogAppendTime batch are its maxTimestamp. Raises CorruptMessage on any
     malformation (CRC when ``verify_crc``, lengths, varints, record count mismatch, codec
-    errors); never another exception type. Not for the produce/fetch path.
+    errors, a payload expanding beyond the bound); never another exception type. Not for the
+    produce/fetch path.
     """
     h = parse_header(buf)
     size = h.size
@@ -416,7 +504,10 @@ def iter_records(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
             raise CorruptMessage(f"record batch CRC mismatch: header says {h.crc:#010x}, computed {actual:#010x}")
     data: memoryview = mv[BATCH_HEADER_SIZE:size]
     if h.compression != COMPRESSION_NONE:
-        data = memoryview(_decompress(h.compression, data))
+        try:
+            data = decompress(h.compression, data, max_uncompressed)
+        except (MessageTooLarge, InvalidRecord) as e:
+            raise CorruptMessage(str(e)) from None
     log_append = h.attributes & TIMESTAMP_TYPE_BIT
     return _records(data, h, bool(log_append))
 

@@ -24,11 +24,11 @@ record its offset (records.filter_batch). Cleaning is per record in Python: neve
 or fetch path.
 
 Bad data (R22). A batch whose records do not decode (a client wrote it; its header is sound) is
-kept as it is and supersedes nothing; a marker that does not decode decides nothing. A segment
-with a damaged region (storage/damage.py) is never rewritten — that would drop every batch after
-the damage — and since compaction must start at the log start (a tombstone dropped after a
-skipped segment could let an older value of its key resurface), a pass stops before the first
-damaged segment. Damage found while building (not yet known to the segment) fails that pass
+kept as it is and supersedes nothing (``_Scan.undecodable``); a marker that does not decode
+decides nothing. A segment with a damaged region (storage/damage.py) is never rewritten — that
+would drop every batch after the damage — and since compaction must start at the log start (a
+tombstone dropped after a skipped segment could let an older value of its key resurface), a pass
+stops before the first damaged segment. Damage found while building (not yet known to the segment) fails that pass
 and is remembered, so later passes stop before that segment too.
 
 Crash safety. A pass rewrites groups of consecutive segments (at most segment.bytes together)
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Iterator
 
 from oncelog.protocol import records
-from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.errors import CorruptMessage, InvalidRecord, KafkaError
 from oncelog.storage.log import PartitionLog
 from oncelog.storage.segment import LogSegment, segment_stem
 
@@ -185,6 +185,9 @@ class _Scan:
     aborted: set[int] = field(default_factory=set)  # base offsets of aborted transactional batches
     decided: set[int] = field(default_factory=set)  # base offsets of transactional batches with a marker
     last_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset of its last batch
+    #: base offsets of batches whose records do not decode (corrupt, or expanding beyond the
+    #: bound): kept exactly as they are, their keys unknown, so nothing they might supersede goes
+    undecodable: set[int] = field(default_factory=set)
 
 
 class Cleaner:
@@ -320,8 +323,14 @@ class Cleaner:
         for seg, (fd, size) in zip(plan.segments, plan.fds):
             try:
                 for h, data in _batches(fd, size):
-                    self._scan_batch(h, data, scan, open_txns)
-            except KafkaError as exc:
+                    try:
+                        self._scan_batch(h, data, scan, open_txns)
+                    except (CorruptMessage, InvalidRecord) as exc:
+                        if not scan.undecodable:
+                            log.warning("%s: batch at offset %d does not decode (%s); such batches are kept as they are",
+                                        plan.plog.path, h.base_offset, exc)
+                        scan.undecodable.add(h.base_offset)
+            except KafkaError as exc:  # from _batches: the segment is not a whole chain of batches
                 self._state.setdefault(plan.plog.path, _State()).damaged.add(seg.base_offset)
                 raise KafkaError(f"{seg.log_path}: cannot be read whole ({exc}); it is left out of compaction") from exc
         tmp = plan.plog.path / TMP_DIR
@@ -386,10 +395,7 @@ class Cleaner:
         if h.producer_id >= 0:
             scan.last_batch[h.producer_id] = h.base_offset
         if h.is_control:
-            try:
-                marker = records.read_control_marker(data)
-            except KafkaError:
-                return  # a marker that does not decode decides nothing: its transaction's data stays
+            marker = records.read_control_marker(data)
             for base, recs in open_txns.pop(h.producer_id, []):
                 scan.decided.add(base)
                 if marker.commit:
@@ -399,10 +405,7 @@ class Cleaner:
                 else:
                     scan.aborted.add(base)
             return
-        try:
-            keyed = [(r.key, r.offset) for r in records.iter_records(data) if r.key is not None]
-        except KafkaError:
-            keyed = []  # records that do not decode: the batch is kept whole and supersedes nothing
+        keyed = [(r.key, r.offset) for r in records.iter_records(data) if r.key is not None]
         if h.is_transactional:
             open_txns.setdefault(h.producer_id, []).append((h.base_offset, keyed))
             return
@@ -413,6 +416,8 @@ class Cleaner:
     @staticmethod
     def _rewrite(h: records.BatchHeader, data: bytes, scan: _Scan, retained: dict[int, bool], plan: _Plan) -> bytes | None:
         """The batch to write for ``data`` (``data`` itself when unchanged), or None to drop it."""
+        if h.base_offset in scan.undecodable:
+            return data
         now, keep_for = plan.now_ms, plan.delete_retention_ms
         last_of_producer = h.producer_id >= 0 and scan.last_batch.get(h.producer_id) == h.base_offset
 
@@ -447,10 +452,7 @@ class Cleaner:
 
         # a producer's last batch stays, if need be as an empty header, so that the producer state
         # rebuilt from the log keeps its epoch and sequence (and an open transaction its start)
-        try:
-            kept = records.filter_batch(data, (lambda r: False) if aborted else keep, keep_empty=last_of_producer)
-        except KafkaError:
-            kept = data  # its records do not decode: kept as it is
+        kept = records.filter_batch(data, (lambda r: False) if aborted else keep, keep_empty=last_of_producer)
         if kept is not None and h.is_transactional:
             retained[h.producer_id] = True
         return kept

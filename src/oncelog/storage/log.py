@@ -62,6 +62,8 @@ class LogConfig:
     cleanup_policy: str = "delete"  # cleanup.policy ("delete", "compact", "compact,delete")
     delete_retention_ms: int = _DAY_MS  # delete.retention.ms (compaction: how long tombstones stay)
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    #: a produced batch may expand to at most this many bytes (broker: message.max.uncompressed.bytes)
+    max_uncompressed_bytes: int = 64 * 1024 * 1024
 
     #: Kafka property name -> field name.
     KAFKA_NAMES = {
@@ -82,8 +84,8 @@ class LogConfig:
     def __post_init__(self) -> None:
         if not 61 <= self.segment_bytes <= 0x7FFFFFFF:
             raise InvalidConfig(f"segment.bytes {self.segment_bytes} outside [61, 2147483647]")
-        if self.segment_ms < 1 or self.index_interval_bytes < 1 or self.max_message_bytes < 0:
-            raise InvalidConfig("segment.ms and index.interval.bytes must be >= 1, max.message.bytes >= 0")
+        if self.segment_ms < 1 or self.index_interval_bytes < 0 or self.max_message_bytes < 0:
+            raise InvalidConfig("segment.ms must be >= 1, index.interval.bytes and max.message.bytes >= 0")
         if (self.flush_messages is not None and self.flush_messages < 1) or (
             self.flush_ms is not None and self.flush_ms < 0
         ):
@@ -142,6 +144,7 @@ class PartitionLog:
         self._dir_dirty = False
         # (delete deadline, segment); deadline None: not yet known, set by the next cleanup
         self._graveyard: list[tuple[int | None, LogSegment]] = []
+        self._undecodable: set[int] = set()  # base offsets of batches iter_records refused
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -444,12 +447,17 @@ class PartitionLog:
             if found is None:
                 continue
             pos, h = found
-            try:
-                for rec in iter_records(seg.read_bytes(pos, h.size)):
-                    if rec.timestamp >= ts_ms and rec.offset >= self._log_start:
-                        return rec.offset, rec.timestamp
-            except CorruptMessage:
-                log.warning("%s: batch at offset %d does not decode; answering at batch level", self.path, h.base_offset)
+            if h.base_offset not in self._undecodable:
+                try:
+                    for rec in iter_records(seg.read_bytes(pos, h.size), max_uncompressed=self.config.max_uncompressed_bytes):
+                        if rec.timestamp >= ts_ms and rec.offset >= self._log_start:
+                            return rec.offset, rec.timestamp
+                except CorruptMessage as exc:
+                    # Remembered, so a batch that does not decode (or a decompression bomb
+                    # written before produce validated records) costs one attempt, not one per request.
+                    self._undecodable.add(h.base_offset)
+                    log.warning("%s: batch at offset %d does not decode (%s); ListOffsets answers at batch level",
+                                self.path, h.base_offset, exc)
             return max(h.base_offset, self._log_start), h.max_timestamp
         return None
 

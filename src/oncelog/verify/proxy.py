@@ -11,6 +11,10 @@ Faults, callable from any thread:
   heals immediately: clients see a disconnect mid-request and reconnect.
 * ``set_delay(seconds)``: every chunk forwarded from now on waits this long first (0 removes it).
 
+With ``record=True`` it also keeps every request frame the clients sent (size prefix included)
+in ``requests``, in arrival order per connection: the corpus of the bad-input fuzz test is
+recorded this way from real clients.
+
 The proxy runs its own asyncio loop in a daemon thread; ``close()`` stops it. If the upstream
 is down, an accepted connection is closed at once (the client sees a refused-like disconnect).
 """
@@ -22,8 +26,10 @@ import threading
 
 
 class Proxy:
-    def __init__(self, listen_port: int, upstream_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, listen_port: int, upstream_port: int, host: str = "127.0.0.1", *, record: bool = False) -> None:
         self.host = host
+        self.record = record
+        self.requests: list[bytes] = []
         self.listen_port = listen_port
         self.upstream_port = upstream_port
         self.delay = 0.0
@@ -51,18 +57,36 @@ class Proxy:
         self.connections += 1
         self._writers.update((c_writer, u_writer))
         try:
-            await asyncio.gather(self._pipe(c_reader, u_writer), self._pipe(u_reader, c_writer))
+            await asyncio.gather(self._pipe(c_reader, u_writer, recorder=self._recorder() if self.record else None),
+                                 self._pipe(u_reader, c_writer))
         finally:
             for w in (c_writer, u_writer):
                 self._writers.discard(w)
                 w.close()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _recorder(self):  # type: ignore[no-untyped-def]
+        """A per-connection sink that cuts the client's byte stream into frames."""
+        buf = bytearray()
+
+        def feed(data: bytes) -> None:
+            buf.extend(data)
+            while len(buf) >= 4:
+                size = int.from_bytes(buf[:4], "big", signed=True)
+                if size < 0 or len(buf) < 4 + size:
+                    return
+                self.requests.append(bytes(buf[: 4 + size]))
+                del buf[: 4 + size]
+
+        return feed
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, recorder=None) -> None:  # type: ignore[no-untyped-def]
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
+                if recorder is not None:
+                    recorder(data)
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 writer.write(data)

@@ -3,6 +3,8 @@
 Per-topic errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR (only 1 replica exists), INVALID_CONFIG; manual replica assignments
 are accepted only when they name this broker alone. ``validate_only`` checks without creating.
+Every topic is validated completely (configs included) before anything is written, and the
+request's topics are created together (topics.json written once).
 """
 
 from __future__ import annotations
@@ -12,62 +14,73 @@ from typing import Any
 
 from oncelog.broker import topic_config
 from oncelog.broker.messages import Builder
+from oncelog.broker.replica_manager import NewTopic, TopicMeta
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
 
 API_KEY = apis.CREATE_TOPICS
 
 
+def _new_topic(broker: Any, t: Any, seen: set[str]) -> NewTopic:
+    """The topic a CreatableTopic asks for; raises for what only the request can tell."""
+    if t.name in seen:
+        raise InvalidRequest(f"topic {t.name!r} appears twice in the request")
+    seen.add(t.name)
+    num_partitions, rf = t.num_partitions, t.replication_factor
+    if t.assignments:
+        if num_partitions != -1 or rf != -1:
+            raise InvalidRequest("both replica assignments and partitions/replication factor given")
+        for a in t.assignments:
+            if list(a.broker_ids) != [broker.node_id]:
+                raise InvalidReplicationFactor(f"replica assignment {list(a.broker_ids)} names unknown brokers")
+        num_partitions, rf = len(t.assignments), 1
+    return NewTopic(t.name, num_partitions, rf, {c.name: c.value for c in t.configs})
+
+
 async def handle(broker: Any, request: Any) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    results = []
     seen: set[str] = set()
+    outcome: list[TopicMeta | KafkaError] = []
+    wanted: list[NewTopic] = []
     for t in req.topics:
         try:
-            if t.name in seen:
-                raise InvalidRequest(f"topic {t.name!r} appears twice in the request")
-            seen.add(t.name)
-            num_partitions = t.num_partitions
-            rf = t.replication_factor
-            if t.assignments:
-                if num_partitions != -1 or rf != -1:
-                    raise InvalidRequest("both replica assignments and partitions/replication factor given")
-                for a in t.assignments:
-                    if list(a.broker_ids) != [broker.node_id]:
-                        raise InvalidReplicationFactor(f"replica assignment {list(a.broker_ids)} names unknown brokers")
-                num_partitions, rf = len(t.assignments), 1
-            configs = {c.name: c.value for c in t.configs}
-            meta = broker.replicas.create_topic(
-                t.name, num_partitions, rf, configs, validate_only=bool(getattr(req, "validate_only", False))
-            )
-            described = ()
-            if m.has_class("CreatableTopicConfigs"):  # v5+ describes the new topic's configs
-                described = tuple(
-                    m.CreatableTopicConfigs(name=n, value=v, read_only=False, config_source=5 if d else 1, is_sensitive=False)
-                    for n, v, d in topic_config.describe(broker.config, meta.configs)
-                )
-            results.append(
-                m.CreatableTopicResult(
-                    name=t.name,
-                    topic_id=meta.topic_id,
-                    error_code=ErrorCode.none,
-                    error_message=None,
-                    num_partitions=meta.num_partitions,
-                    replication_factor=1,
-                    configs=described,
-                )
-            )
+            wanted.append(_new_topic(broker, t, seen))
+            outcome.append(None)  # type: ignore[arg-type]  # filled below
         except KafkaError as exc:
+            outcome.append(exc)
+    created = iter(broker.replicas.create_topics(wanted, validate_only=bool(getattr(req, "validate_only", False))))
+    outcome = [next(created) if o is None else o for o in outcome]
+    results = []
+    for t, result in zip(req.topics, outcome):
+        if isinstance(result, KafkaError):
             results.append(
                 m.CreatableTopicResult(
                     name=t.name,
                     topic_id=uuid.UUID(int=0),
-                    error_code=exc.code,
-                    error_message=str(exc),
+                    error_code=result.code,
+                    error_message=str(result),
                     num_partitions=-1,
                     replication_factor=-1,
                     configs=(),
                 )
             )
+            continue
+        described = ()
+        if m.has_class("CreatableTopicConfigs"):  # v5+ describes the new topic's configs
+            described = tuple(
+                m.CreatableTopicConfigs(name=n, value=v, read_only=False, config_source=5 if d else 1, is_sensitive=False)
+                for n, v, d in topic_config.describe(broker.config, result.configs)
+            )
+        results.append(
+            m.CreatableTopicResult(
+                name=t.name,
+                topic_id=result.topic_id,
+                error_code=ErrorCode.none,
+                error_message=None,
+                num_partitions=result.num_partitions,
+                replication_factor=1,
+                configs=described,
+            )
+        )
     return m.CreateTopicsResponse(topics=tuple(results))

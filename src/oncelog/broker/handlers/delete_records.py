@@ -1,7 +1,9 @@
 """DeleteRecords (21): advance a partition's log start offset (offset -1 = the high watermark).
 
 Segments wholly below the new start are deleted; consumers asking below it get
-OFFSET_OUT_OF_RANGE. An offset above the high watermark is OFFSET_OUT_OF_RANGE.
+OFFSET_OUT_OF_RANGE. An offset above the high watermark is OFFSET_OUT_OF_RANGE. Internal topics
+are refused (INVALID_TOPIC_EXCEPTION), as in Kafka: cutting ``__consumer_offsets`` would lose
+committed offsets and cutting ``__transaction_state`` would leave transactions nobody finishes.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 from oncelog.broker.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRange
+from oncelog.protocol.errors import ErrorCode, InvalidTopic, KafkaError, OffsetOutOfRange
 
 API_KEY = apis.DELETE_RECORDS
 
@@ -23,6 +25,8 @@ async def handle(broker: Any, request: Any) -> Any:
         results = []
         for p in t.partitions:
             try:
+                if broker.replicas.topic(t.name).internal:
+                    raise InvalidTopic(f"cannot delete records of internal topic {t.name}")
                 part = broker.replicas.partition(t.name, p.partition_index)
                 offset = part.high_watermark if p.offset == -1 else p.offset
                 if not 0 <= offset <= part.high_watermark:

@@ -5,8 +5,10 @@ objects). Limits: each partition up to its partition_max_bytes, the response up 
 except that the first non-empty partition always returns at least one whole batch even if it
 is larger than both (KIP-74), so a consumer never gets stuck behind a big batch.
 
-Long poll: when fewer than min_bytes are available, the request waits up to max_wait for any of
-its partitions to receive data, then answers with whatever there is.
+Long poll: when fewer than min_bytes are available, the request waits up to max_wait (at most
+the broker's ``fetch.max.wait.ms``, 500 ms: a request asking for 24 days is answered in half a
+second) for any of its partitions to receive data, then answers with whatever there is. It stops
+waiting at once when its connection closes, so a parked fetch never outlives its client.
 
 Isolation: read_uncommitted reads up to the high watermark; read_committed up to the last stable
 offset (R15).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from oncelog.broker.dispatch import connection_closed
 from oncelog.broker.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
@@ -97,15 +100,18 @@ async def handle(broker: Any, request: Any) -> Any:
     m = Builder(API_KEY, request.api_version)
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(req.max_wait.total_seconds(), 0.0)
+    wait = min(max(req.max_wait.total_seconds(), 0.0), broker.config.fetch_max_wait_ms / 1000)
+    deadline = loop.time() + wait
+    closed = connection_closed.get()
     while True:
         topics, total, parts, any_error = _collect(broker, req, m, read_committed)
         remaining = deadline - loop.time()
-        if total >= req.min_bytes or any_error or remaining <= 0 or not parts:
+        if total >= req.min_bytes or any_error or remaining <= 0 or not parts or (closed is not None and closed.done()):
             break
         waiters = [p.waiter() for p in parts]
         try:
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([*waiters, closed] if closed is not None else waiters, timeout=remaining,
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waiters:
                 w.cancel()

@@ -5,18 +5,26 @@ allows it (v4+ ``allow_auto_topic_creation``; always allowed before v4), with
 ``num.partitions`` partitions, as Kafka does. A null topic list means all topics; internal topics
 are listed too (clients filter them). With one broker, every partition's leader, replica set
 and ISR is this broker.
+
+A request may name thousands of topics: missing ones are created in chunks (topics.json written
+once per chunk) and the handler yields to the event loop between chunks and while it builds a
+large answer, so other connections are served meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 from oncelog.broker.messages import Builder
+from oncelog.broker.replica_manager import NewTopic
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = apis.METADATA
+CREATE_CHUNK = 100  # topics auto-created per topics.json write
+YIELD_EVERY = 1000  # topics answered between yields to the event loop
 
 
 async def handle(broker: Any, request: Any) -> Any:
@@ -42,20 +50,23 @@ async def handle(broker: Any, request: Any) -> Any:
                 name = meta.name
             names.append(name)
     allow_create = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
-    for name in names:
+    refused: dict[str, ErrorCode] = {}
+    if allow_create:
+        missing = list(dict.fromkeys(n for n in names if n not in rm.topics))
+        for i in range(0, len(missing), CREATE_CHUNK):
+            chunk = missing[i : i + CREATE_CHUNK]
+            for name, result in zip(chunk, rm.create_topics([NewTopic(n) for n in chunk])):
+                if isinstance(result, KafkaError):
+                    refused[name] = result.code
+            await asyncio.sleep(0)
+    for i, name in enumerate(names):
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)
         meta = rm.topics.get(name)
         if meta is None:
-            error = ErrorCode.unknown_topic_or_partition
-            if allow_create:
-                try:
-                    meta = rm.create_topic(name)
-                except KafkaError as exc:
-                    error = exc.code
-            if meta is None:
-                topics.append(
-                    m.MetadataResponseTopic(error_code=error, name=name, topic_id=uuid.UUID(int=0), partitions=())
-                )
-                continue
+            error = refused.get(name, ErrorCode.unknown_topic_or_partition)
+            topics.append(m.MetadataResponseTopic(error_code=error, name=name, topic_id=uuid.UUID(int=0), partitions=()))
+            continue
         node = broker.node_id
         parts = tuple(
             m.MetadataResponsePartition(

@@ -7,6 +7,10 @@ closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are e
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
 answer goes out (R2).
 
+Internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by the
+broker's coordinators; a client's batch for one is refused with INVALID_TOPIC_EXCEPTION, as
+Kafka does (one stray record there used to stop the next start, R22).
+
 Transactional batches (R12) must come with the request's transactional.id and go only to
 partitions their transaction has added (the coordinator's ``verify_produce``, as Kafka 3.6+'s
 KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written.
@@ -19,7 +23,7 @@ from typing import Any
 
 from oncelog.protocol import apis
 from oncelog.protocol import records
-from oncelog.protocol.errors import CorruptMessage, InvalidRequest, InvalidRequiredAcks, KafkaError
+from oncelog.protocol.errors import CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError
 from oncelog.protocol.framing import EncodedBody
 from oncelog.protocol.produce_response import PartitionResult, encode_body
 from oncelog.types import TopicPartition
@@ -36,12 +40,16 @@ async def handle(broker: Any, request: Any) -> Any:
     txn_id = req.transactional_id
     failed: list[str] = []
     topics: list[tuple[str, list[PartitionResult]]] = []
+    known = broker.replicas.topics
     for t in req.topic_data:
         results: list[PartitionResult] = []
+        meta = known.get(t.name)
         for p in t.partition_data:
             try:
                 if acks not in (-1, 0, 1):
                     raise InvalidRequiredAcks(f"acks={acks} (must be -1, 0 or 1)")
+                if meta is not None and meta.internal:
+                    raise InvalidTopic(f"cannot append to internal topic {t.name}")
                 part = broker.replicas.partition(t.name, p.index)
                 if not p.records:
                     raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")

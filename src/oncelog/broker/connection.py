@@ -1,0 +1,171 @@
+"""One client connection's transport side: bytes in, request frames out, flow control both ways.
+
+``Connection`` is the asyncio Protocol of a client socket. ``data_received`` cuts the byte
+stream into frames as it arrives; the connection's serving task (server.py) takes them with
+``next_frame`` and writes responses through the transport.
+
+Invariants (R22: one client can neither exhaust the broker nor hold it up):
+
+* Complete frames wait in ``frames``; reading pauses while more than ``MAX_QUEUED_BYTES`` or
+  ``MAX_QUEUED_FRAMES`` of them are queued, and resumes when the serving task has taken half.
+  The frame still arriving is not counted: it is bounded by ``socket.request.max.bytes`` (its
+  size prefix is checked first), so a request of any allowed size is always read whole (a
+  5 MB produce used to stall at the 4 MiB mark forever).
+* A connection the client closed, or half-closed (EOF: Kafka closes on it too), is closed at
+  once: the transport (and its descriptor) is released, queued frames are dropped, and
+  ``closed`` (a future) is resolved so a request parked on purpose (a Fetch long poll) returns
+  at once instead of holding the connection in CLOSE_WAIT.
+* ``partial_since`` is when the frame still arriving started (None when none is), and
+  ``last_active`` when bytes last moved either way; the server closes connections that take
+  too long to send one request (slowloris) or stay idle past ``connections.max.idle.ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Callable
+
+from oncelog.protocol import apis, framing
+
+#: Stop reading from a connection while this many request bytes, or frames, are queued unhandled.
+MAX_QUEUED_BYTES = 4 * 1024 * 1024
+MAX_QUEUED_FRAMES = 1000
+
+_PRODUCE_KEY = apis.PRODUCE.to_bytes(2, "big")
+
+
+class Connection(asyncio.Protocol):
+    """See the module docstring. ``on_open(conn)`` is called once the transport exists; the
+    serving task is started there. Single-threaded: event-loop callbacks only."""
+
+    def __init__(self, on_open: Callable[["Connection"], None], max_request_bytes: int) -> None:
+        self._on_open = on_open
+        self.max_bytes = max_request_bytes
+        self._loop = asyncio.get_running_loop()  # the factory runs inside the loop
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.peer_host = "?"
+        self.buf = bytearray()
+        self.frames: collections.deque[bytes] = collections.deque()
+        self.queued = 0
+        self.error: framing.FrameError | None = None
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self.partial_since: float | None = None
+        self.last_active = self._loop.time()
+        self.eof = False  # the peer half-closed (or closed): no more requests will be taken
+        self.lost_mid_frame = False  # the peer left in the middle of a request
+        self.busy = False  # a request of this connection is being handled (set by its serving task)
+        self._reading_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None  # set while the transport's buffer is full
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed.done()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
+        peername = transport.get_extra_info("peername")
+        if peername:
+            self.peer_host = str(peername[0])
+            self.peer = f"{peername[0]}:{peername[1]}"
+        self._on_open(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.error is not None or self.is_closed:
+            return
+        self.last_active = self._loop.time()
+        buf = self.buf
+        buf += data
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            try:
+                size = framing.frame_size(bytes(buf[pos : pos + 4]), self.max_bytes)
+            except framing.FrameError as exc:
+                self.error = exc
+                break
+            if end - pos - 4 < size:
+                break
+            with memoryview(buf) as view:
+                self.frames.append(bytes(view[pos + 4 : pos + 4 + size]))
+            self.queued += size
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        self.partial_since = (self.partial_since or self.last_active) if buf else None
+        if not self._reading_paused and (self.queued > MAX_QUEUED_BYTES or len(self.frames) > MAX_QUEUED_FRAMES):
+            self._reading_paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+        if self.frames or self.error is not None:
+            self._wake()
+
+    def eof_received(self) -> bool:
+        # As Kafka: a client that stops sending is gone; what it queued is not answered.
+        self.eof = True
+        return False  # the transport closes itself, then connection_lost runs
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.lost_mid_frame = bool(self.buf)
+        self.frames.clear()
+        self.queued = 0
+        self.buf.clear()
+        self.partial_since = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._drained is None or self._drained.done():
+            self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        self.last_active = self._loop.time()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- used by the serving task --------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next_frame(self) -> bytes | None:
+        """The next request frame; None once the connection is closed (queued frames are then
+        dropped). Raises FrameError for a bad size prefix."""
+        while True:
+            if self.eof or self.is_closed:
+                return None
+            if self.frames:
+                break
+            if self.error is not None:
+                raise self.error
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        frame = self.frames.popleft()
+        self.queued -= len(frame)
+        if self._reading_paused and self.queued <= MAX_QUEUED_BYTES // 2 and len(self.frames) <= MAX_QUEUED_FRAMES // 2:
+            self._reading_paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        return frame
+
+    def next_is_produce(self) -> bool:
+        """Whether the next request is here already and is a Produce."""
+        return bool(self.frames) and self.frames[0][:2] == _PRODUCE_KEY
+
+    async def drain(self) -> None:
+        if self.is_closed:
+            raise ConnectionError("connection lost")
+        if self._drained is not None and not self._drained.done():
+            await self._drained
+            if self.is_closed:
+                raise ConnectionError("connection lost")
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
