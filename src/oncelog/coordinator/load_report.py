@@ -11,7 +11,8 @@ Rate limit, by count rather than time so that it is deterministic: the first ``d
 skips of a partition get one WARNING line each, naming the topic-partition, the offset and the
 reason; the rest are only counted, and ``finish`` writes one summary line with how many were
 skipped and the range of their offsets. A partition full of garbage therefore costs
-``detail_limit + 1`` log lines, whatever its size.
+``detail_limit + 1`` log lines, whatever its size. A coordinator also logs one total line per
+load (``total_line``), so a global limit on repeated lines cannot hide skips either.
 
 Not thread-safe; one report per partition load.
 """
@@ -61,3 +62,11 @@ class SkipReport:
             )
         self._finished = True
         return self.skipped
+
+    @staticmethod
+    def total_line(topic: str, skipped: dict[int, int]) -> str:
+        """One line for a whole coordinator load: how many skips in which partitions. Logged
+        once per load, it survives any rate limit applied to the per-partition lines (such as
+        ``oncelog.logs.StormFilter``, which keys lines by their template)."""
+        parts = ", ".join(f"{topic}-{p} ({n})" for p, n in sorted(skipped.items()))
+        return f"{sum(skipped.values())} unreadable record(s) or batch(es) skipped while loading, in {parts}"

@@ -97,6 +97,8 @@ class TransactionCoordinator:
         self.crash = crash or CrashPoints("")
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMetadata] = {}
+        #: partition -> records or batches the last ``load`` skipped there (R22)
+        self.skipped_on_load: dict[int, int] = {}
         #: transactional.id -> partitions whose marker is still to be written
         self.unfinished_markers: dict[str, set[TopicPartition]] = {}
 
@@ -111,11 +113,15 @@ class TransactionCoordinator:
         offset (``SkipReport``, R22): one bad record never keeps the broker from starting.
         Finishing a Prepare* transaction that cannot be written now (the log is not writable)
         is logged and left to ``retry_markers``. Returns the number of transactional ids loaded."""
+        self.skipped_on_load = {}
         for p in range(self.settings.num_partitions):
             report = SkipReport(f"{TXN_TOPIC}-{p}", log)
             for h, batch in batches_of_partition(p):
                 self._replay_batch(h, batch, report)
-            report.finish()
+            if report.finish():
+                self.skipped_on_load[p] = report.skipped
+        if self.skipped_on_load:
+            log.warning("transaction coordinator: %s", SkipReport.total_line(TXN_TOPIC, self.skipped_on_load))
         for meta in [m for m in self.txns.values() if self._is_unfinished(m)]:
             log.info("finishing transaction %r left in %s", meta.transactional_id, meta.state.kafka_name)
             self._finish(meta)
