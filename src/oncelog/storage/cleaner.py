@@ -23,6 +23,14 @@ A rewritten batch keeps its base offset, lastOffsetDelta, producer fields and co
 record its offset (records.filter_batch). Cleaning is per record in Python: never on the produce
 or fetch path.
 
+Bad data (R22). A batch whose records do not decode (a client wrote it; its header is sound) is
+kept as it is and supersedes nothing (``_Scan.undecodable``); a marker that does not decode
+decides nothing. A segment with a damaged region (storage/damage.py) is never rewritten — that
+would drop every batch after the damage — and since compaction must start at the log start (a
+tombstone dropped after a skipped segment could let an older value of its key resurface), a pass
+stops before the first damaged segment. Damage found while building (not yet known to the segment) fails that pass
+and is remembered, so later passes stop before that segment too.
+
 Crash safety. A pass rewrites groups of consecutive segments (at most segment.bytes together)
 into one new segment each, based at the group's first offset X, built in
 ``<partition>/cleaner.tmp/`` (fsynced). The swap of a group then is: rename the new files'
@@ -165,6 +173,8 @@ class CleanResult:
 class _State:
     clean_end: int = -1  # offsets below it were cleaned by the last pass
     next_deadline: int | None = None  # when a kept tombstone or marker becomes removable
+    damaged: set[int] = field(default_factory=set)  # bases of segments a build could not read
+    reported: set[int] = field(default_factory=set)  # bases of damaged segments already logged
 
 
 @dataclass
@@ -196,16 +206,21 @@ class Cleaner:
         c = plog.config
         if not is_compacted(c.cleanup_policy):
             return None
+        state = self._state.setdefault(plog.path, _State())
         cleanable: list[LogSegment] = []
         for seg in plog.segments[:-1]:
             if seg.next_offset > upper:
+                break
+            if seg.damage or seg.base_offset in state.damaged:
+                if seg.base_offset not in state.reported:
+                    state.reported.add(seg.base_offset)
+                    log.warning("%s: compaction stops before segment %d: it holds damaged data", plog.path, seg.base_offset)
                 break
             if c.min_compaction_lag_ms > 0 and seg.max_timestamp > now_ms - c.min_compaction_lag_ms:
                 break
             cleanable.append(seg)
         if not cleanable:
             return None
-        state = self._state.setdefault(plog.path, _State())
         total = sum(s.size for s in cleanable)
         dirty = sum(s.size for s in cleanable if s.base_offset >= state.clean_end)
         due = state.next_deadline is not None and now_ms >= state.next_deadline
@@ -305,15 +320,19 @@ class Cleaner:
     def _build(self, plan: _Plan) -> None:
         scan = _Scan()
         open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]] = {}
-        for fd, size in plan.fds:
-            for h, data in _batches(fd, size):
-                try:
-                    self._scan_batch(h, data, scan, open_txns)
-                except (CorruptMessage, InvalidRecord) as exc:
-                    if not scan.undecodable:
-                        log.warning("%s: batch at offset %d does not decode (%s); such batches are kept as they are",
-                                    plan.plog.path, h.base_offset, exc)
-                    scan.undecodable.add(h.base_offset)
+        for seg, (fd, size) in zip(plan.segments, plan.fds):
+            try:
+                for h, data in _batches(fd, size):
+                    try:
+                        self._scan_batch(h, data, scan, open_txns)
+                    except (CorruptMessage, InvalidRecord) as exc:
+                        if not scan.undecodable:
+                            log.warning("%s: batch at offset %d does not decode (%s); such batches are kept as they are",
+                                        plan.plog.path, h.base_offset, exc)
+                        scan.undecodable.add(h.base_offset)
+            except KafkaError as exc:  # from _batches: the segment is not a whole chain of batches
+                self._state.setdefault(plan.plog.path, _State()).damaged.add(seg.base_offset)
+                raise KafkaError(f"{seg.log_path}: cannot be read whole ({exc}); it is left out of compaction") from exc
         tmp = plan.plog.path / TMP_DIR
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -440,7 +459,8 @@ class Cleaner:
 
 
 def _batches(fd: int, size: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
-    """Every batch of a segment file (read through ``fd``), with its bytes."""
+    """Every batch of a segment file (read through ``fd``), with its bytes. Raises KafkaError at
+    the first position that does not hold a whole batch (a damaged segment)."""
     pos = 0
     while pos < size:
         buf = os.pread(fd, min(_CHUNK, size - pos), pos)
@@ -450,7 +470,7 @@ def _batches(fd: int, size: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
             consumed = p + h.size
         if consumed == 0:  # a batch larger than the chunk
             h = records.parse_header(buf)
-            if h.size <= len(buf):
+            if h.size <= len(buf) or pos + h.size > size:
                 raise KafkaError(f"unreadable batch at position {pos}")
             yield h, os.pread(fd, h.size, pos)
             consumed = h.size

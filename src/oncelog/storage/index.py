@@ -134,6 +134,13 @@ class OffsetIndex:
             return self.base_offset, 0
         return self.base_offset + self._rel[i], self._pos[i]
 
+    def next_entry(self, position: int) -> tuple[int, int] | None:
+        """(offset, position) of the first entry whose position >= ``position``; None if none."""
+        i = bisect_left(self._pos, position)
+        if i == len(self._pos):
+            return None
+        return self.base_offset + self._rel[i], self._pos[i]
+
     def truncate_to_position(self, position: int) -> None:
         """Drop every entry whose position >= ``position``."""
         keep = bisect_left(self._pos, position)

@@ -12,7 +12,10 @@ renamed ``*.deleted`` and their descriptors stay open for ``file.delete.delay.ms
 file slices remain readable.
 
 ``open`` recovers: every segment's indexes are validated (rebuilt from the ``.log`` when missing
-or damaged) and its tail is CRC-checked; a torn or corrupt tail is cut with a warning.
+or damaged) and its tail is CRC-checked; a torn or corrupt tail of the active segment is cut with
+a warning. Damage inside an inactive segment is never cut (segment.py, damage.py): reads serve
+everything before it, answer CORRUPT_MESSAGE for the offsets it covers, and go on after it;
+``iter_batches`` and ``iter_headers`` step over it (R22).
 
 Concurrency: everything is synchronous and single-threaded; the broker calls a ``PartitionLog``
 from its event loop only. Time is injected (``now_ms``); nothing here reads the clock.
@@ -172,7 +175,7 @@ class PartitionLog:
                 _unlink(path / name)
         bases.sort()
         kw = dict(index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
-        segments = [LogSegment.open(path, b, **kw) for b in bases]
+        segments = [LogSegment.open(path, b, active=i == len(bases) - 1, **kw) for i, b in enumerate(bases)]
         if not segments:
             segments = [LogSegment.create(path, 0, **kw)]
         for seg, nxt in zip(segments, segments[1:]):
@@ -341,7 +344,8 @@ class PartitionLog:
         log end), at most ``max_bytes`` in total except that with ``min_one_batch`` the first
         batch is returned even when larger (KIP-74). One slice per segment touched.
         ``offset == log_end_offset`` gives ``[]``; outside [log_start_offset, log_end_offset]
-        raises OffsetOutOfRange. Reads only batch headers, never the data."""
+        raises OffsetOutOfRange; an offset in a damaged region raises CorruptMessage (a read that
+        starts before one stops there). Reads only batch headers, never the data."""
         self._check_offset(offset)
         end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
         slices: list[FileSlice] = []
@@ -350,7 +354,12 @@ class PartitionLog:
         for seg in self._segments[i:]:
             if offset >= end_offset:
                 break
-            r = seg.read(max(offset, seg.base_offset), remaining, end_offset, min_one_batch and not slices)
+            try:
+                r = seg.read(max(offset, seg.base_offset), remaining, end_offset, min_one_batch and not slices)
+            except CorruptMessage:
+                if slices:
+                    break  # serve what precedes the damage; the next read at it gets the error
+                raise
             if r is None:
                 continue
             pos, length = r
@@ -366,11 +375,19 @@ class PartitionLog:
         return b"".join(os.pread(s.fd, s.length, s.position) for s in self.read(offset, max_bytes, max_offset))
 
     def iter_batches(self, from_offset: int | None = None, chunk_bytes: int = 1 << 20) -> Iterator[tuple[BatchHeader, bytes]]:
-        """Every batch from ``from_offset`` (default: the log start) to the end, with its bytes:
-        for loading internal topics (coordinator state) and compaction, never for fetch."""
+        """Every readable batch from ``from_offset`` (default: the log start) to the end, with its
+        bytes: for loading internal topics (coordinator state), never for fetch. Damaged regions
+        are stepped over with a warning naming the offsets skipped."""
         offset = self._log_start if from_offset is None else max(from_offset, self._log_start)
         while offset < self.log_end_offset:
-            data = self.read_batches(offset, chunk_bytes)
+            try:
+                data = self.read_batches(offset, chunk_bytes)
+            except CorruptMessage:
+                resume = self._after_damage(offset)
+                log.warning("%s: offsets %d..%d cannot be read (damaged segment, see above); skipped", self.path.name,
+                            offset, resume - 1)
+                offset = resume
+                continue
             if not data:
                 return
             progressed = False
@@ -382,16 +399,25 @@ class PartitionLog:
             if not progressed:
                 raise KafkaStorageError(f"{self.path}: no readable batch at offset {offset}")
 
+    def _after_damage(self, offset: int) -> int:
+        """The first offset after the damaged region that covers ``offset`` (which must be one)."""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        seg = self._segments[i]
+        d = next((d for d in seg.damage if d.covers(offset)), None)
+        if d is not None and d.resume_offset is not None:
+            return d.resume_offset
+        if i + 1 < len(self._segments):
+            return self._segments[i + 1].base_offset
+        return max(self.log_end_offset, offset + 1)
+
     def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        """Headers of every batch whose last offset >= ``from_offset``, oldest first, with their
-        final offsets. Reads headers only (producer-state rebuild, transaction index rebuild)."""
+        """Headers of every readable batch whose last offset >= ``from_offset``, oldest first,
+        with their final offsets; damaged regions are stepped over. Reads headers only
+        (producer-state rebuild, transaction index rebuild)."""
         start = max(from_offset, self._log_start)
         i = max(bisect_right(self._bases, start) - 1, 0)
         for seg in self._segments[i:]:
-            found = seg.find_batch(start)
-            if found is None:
-                continue
-            for _pos, h in seg.headers(found[0]):
+            for _pos, h in seg.readable_batches(start):
                 yield h
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
@@ -404,10 +430,7 @@ class PartitionLog:
                 best = seg
         if best is None:
             return None
-        found = best.find_batch(max(best.base_offset, self._log_start))
-        if found is None:
-            return None
-        for _pos, h in best.headers(found[0]):
+        for _pos, h in best.readable_batches(max(best.base_offset, self._log_start)):
             if h.max_timestamp == best.max_timestamp:
                 return h.max_timestamp, h.base_offset
         return None

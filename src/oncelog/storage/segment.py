@@ -8,13 +8,21 @@ The index files are derived data, maintained after each successful write and nev
 
 Opening a segment always validates its indexes and re-reads its *tail* (from the last offset
 index entry to the end; at most about ``index.interval.bytes`` plus one batch) with full CRC32C
-checks, truncating the ``.log`` at the first torn or corrupt batch. When an index is missing or
-inconsistent with the ``.log``, both are rebuilt by a CRC scan of the whole segment (``recover``).
-After ``open`` the ``.log`` therefore ends on a batch boundary and the in-memory state
-(``next_offset``, ``size``, ``max_timestamp``) is exact.
+checks. In the *active* segment the first torn or corrupt batch there and everything after it are
+cut: they were being written when the broker died. An *inactive* segment was fsynced when the log
+rolled past it, so bad bytes there are damage, not a torn write: they are recorded as a damaged
+region (damage.py) and never cut. When an index is missing or inconsistent with the ``.log``,
+both are rebuilt by a CRC scan of the whole segment (``recover``), with the same rule. After
+``open`` the in-memory state (``next_offset``, ``size``, ``max_timestamp``) is exact.
 
 Reads never copy batch data into Python: they locate positions through the sparse index and then
-read only batch headers (``os.pread`` of a small buffer).
+read only batch headers (``os.pread`` of a small buffer). Every header walk checks that the chain
+of headers is sound; a walk that meets damage the open did not see (bytes before the tail, rot
+since) records it, logs it once, and stops there. So a read returns only checked bytes: every
+batch before a damaged region, CORRUPT_MESSAGE for offsets inside it, and what follows it from
+the next sound index entry on (R22). Each byte is walked at most once per process (``CheckedRuns``);
+bytes appended since the open, and the tail recovery checked, need no walk. Opening does not walk
+the rest of a segment (docs/RELIABILITY.md has the measured cost a full walk would add).
 
 Not thread-safe: a segment belongs to one ``PartitionLog`` driven from one thread.
 """
@@ -28,15 +36,16 @@ from pathlib import Path
 
 import crc32c as _crc32c
 
-from oncelog.protocol.errors import KafkaError, KafkaStorageError
+from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError
 from oncelog.protocol.records import BATCH_HEADER_SIZE, CRC_START, BatchHeader, iter_batches, parse_header
+from oncelog.storage.chain import HeaderChain
+from oncelog.storage.damage import Damage, why_unreadable
 from oncelog.storage.index import IndexDamaged, OffsetIndex, TimeIndex
 
 __all__ = ["LogSegment", "segment_stem"]
 
 log = logging.getLogger(__name__)
 
-_READ_AHEAD = 4096  # header reads: one small pread serves every header within it
 _SCAN_CHUNK = 1 << 20  # recovery scans: CRC-checked in chunks of this size
 DELETED_SUFFIX = ".deleted"
 
@@ -86,6 +95,9 @@ class LogSegment:
         self._last_batch_base = -1
         self._bytes_since_index = 0
         self._deleted = False
+        #: False for a segment the log has rolled past when it was opened: recovery never cuts it
+        self.active = True
+        self._chain = HeaderChain(self)  # walks, checked runs, damaged regions
 
     # -- construction ------------------------------------------------------------------------
 
@@ -107,9 +119,11 @@ class LogSegment:
         return cls(directory, base_offset, fd, index, timeindex, index_interval_bytes=index_interval_bytes, now_ms=now_ms)
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int, now_ms: int) -> LogSegment:
-        """Open an existing segment: validate (or rebuild) its indexes, CRC-check its tail and
-        truncate a torn or corrupt tail (logged as a warning). See ``truncated_on_open``."""
+    def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int, now_ms: int,
+             active: bool = True) -> LogSegment:
+        """Open an existing segment: validate (or rebuild) its indexes and CRC-check its tail.
+        A torn or corrupt tail of the ``active`` segment is cut (logged as a warning, see
+        ``truncated_on_open``); in an inactive one it is recorded as damage (see ``damage``)."""
         stem = directory / segment_stem(base_offset)
         try:
             fd = os.open(f"{stem}.log", os.O_RDWR | os.O_APPEND)
@@ -126,6 +140,7 @@ class LogSegment:
             index = OffsetIndex.create(index_path, base_offset)
             timeindex = TimeIndex.create(time_path, base_offset)
         seg = cls(directory, base_offset, fd, index, timeindex, index_interval_bytes=index_interval_bytes, now_ms=now_ms)
+        seg.active = active
         if damaged is not None and size > 0:
             log.warning("segment %s.log: %s; rebuilding its indexes", stem, damaged)
         seg.truncated_on_open = seg.recover(from_start=damaged is not None)
@@ -142,8 +157,13 @@ class LogSegment:
 
     @property
     def size(self) -> int:
-        """Bytes in the ``.log`` (always a batch boundary)."""
+        """Bytes in the ``.log``: a batch boundary, unless the segment's tail is damaged."""
         return self._size
+
+    @property
+    def damage(self) -> tuple[Damage, ...]:
+        """The damaged regions known so far (found at open or by a read), by position."""
+        return tuple(self._chain.damage)
 
     @property
     def next_offset(self) -> int:
@@ -195,6 +215,11 @@ class LogSegment:
         except ValueError:
             self._cut_back(pos)
             raise
+        if self._chain.damage.open_ended is not None:
+            # the file's tail was damaged (an inactive segment that is being written again after a
+            # truncation): reads resume at this batch, which gets an index entry
+            self._chain.damage.close_open_ended(pos, header.base_offset)
+            self._bytes_since_index = self._interval
         self._note(pos, header)
         return pos
 
@@ -218,10 +243,12 @@ class LogSegment:
         self._next_offset = h.base_offset + h.last_offset_delta + 1
         self._last_batch_base = h.base_offset
         self._size = pos + h.batch_length + 12
+        self._chain.checked.add(pos, self._size, self._next_offset)
 
     def mark_inactive(self) -> None:
         """Called when the log rolls past this segment: record its final max timestamp in the
         time index so a later open knows it without a scan."""
+        self.active = False
         if self._max_ts > self.timeindex.last_timestamp and self._last_batch_base >= 0:
             last = self.timeindex.last_offset
             if last is None or self._last_batch_base > last:
@@ -237,17 +264,19 @@ class LogSegment:
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= ``offset`` (a batch containing ``offset`` goes
         entirely, so ``next_offset`` may end below ``offset``). Returns the bytes removed."""
-        found = self.find_batch(offset)
+        found = self._chain.locate(offset)
         if found is None:
             return 0
-        pos, h = found
+        # an offset inside a damaged region: the cut goes where the damage starts
+        pos, base = (found.position, found.first_offset) if isinstance(found, Damage) else (found[0], found[1].base_offset)
         removed = self._size - pos
         try:
             os.ftruncate(self.fd, pos)
         except OSError as e:
             raise KafkaStorageError(f"{self.log_path}: truncate to {pos} failed: {e}") from e
         self.index.truncate_to_position(pos)
-        self.timeindex.truncate_to_offset(h.base_offset)
+        self.timeindex.truncate_to_offset(base)
+        self._chain.damage.drop_from(pos)
         self._load_tail()
         return removed
 
@@ -279,6 +308,7 @@ class LogSegment:
             self._bytes_since_index = 0
             self._max_ts = self.timeindex.last_timestamp
             self._last_batch_base = -1
+            self._chain.forget_from(start_pos, start_off)
             end = start_pos
             for pos, h in self._scan(start_pos, file_size):
                 if pos == start_pos and entry is not None and h.base_offset != start_off:
@@ -289,7 +319,12 @@ class LogSegment:
                 end = pos + h.size
             if entry is not None and end == start_pos:
                 raise IndexDamaged(f"no valid batch at the last index entry (offset {start_off}, position {start_pos})")
-            if end < file_size:
+            damaged = end < file_size and not self.active
+            if damaged:
+                # fsynced when the log rolled past it: damage, not a torn write; never cut
+                self._size = file_size
+                self._chain.add_damage(end, self._next_offset, why_unreadable(self.fd, end, file_size, self._next_offset))
+            elif end < file_size:
                 log.warning(
                     "segment %s: cut %d bytes of torn or corrupt data at position %d; log now ends at offset %d",
                     self.log_path, file_size - end, end, self._next_offset,
@@ -302,7 +337,7 @@ class LogSegment:
                 file_size = end
             stale = self.timeindex.last_offset
             if stale is not None and stale >= self._next_offset:
-                if not truncated:
+                if not truncated and not damaged:
                     raise IndexDamaged(f"time index names offset {stale}, log ends at {self._next_offset}")
                 self.timeindex.truncate_to_offset(self._next_offset)
                 continue  # re-seed the running max timestamp from the shortened time index
@@ -346,40 +381,37 @@ class LogSegment:
     # -- reading -----------------------------------------------------------------------------
 
     def headers(self, pos: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of consecutive batches from ``pos`` (a batch boundary) up to
-        ``end`` (default: the segment size), reading only headers through a small buffer."""
+        """``(position, header)`` of consecutive sound batches from ``pos`` (a batch boundary) up
+        to ``end`` (default: the segment size), reading only headers through a small buffer.
+        Stops before a damaged region (recording it if it is new)."""
         end = self._size if end is None else min(end, self._size)
-        buf, buf_start = b"", 0
-        while pos < end:
-            off = pos - buf_start
-            if off < 0 or off + BATCH_HEADER_SIZE > len(buf):
-                buf, buf_start, off = os.pread(self.fd, _READ_AHEAD, pos), pos, 0
-            try:
-                h = parse_header(buf, off)
-            except KafkaError as e:
-                raise KafkaStorageError(f"{self.log_path}: unreadable batch header at {pos}: {e}") from e
-            if h.size < BATCH_HEADER_SIZE:
-                raise KafkaStorageError(f"{self.log_path}: batch at {pos} claims {h.size} bytes")
-            yield pos, h
-            pos += h.size
+        for p, h in self._chain.walk(pos, None):
+            if p >= end:
+                return
+            yield p, h
+
+    def readable_batches(self, from_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Every sound batch whose last offset >= ``from_offset``, in order, stepping over damaged
+        regions (each logged once when found). For loaders and rebuilds; never raises for damage."""
+        return self._chain.readable_batches(from_offset)
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset >= ``offset``, or None."""
-        if offset >= self._next_offset:
-            return None
-        _, start = self.index.lookup(offset)
-        for pos, h in self.headers(start):
-            if h.base_offset + h.last_offset_delta >= offset:
-                return pos, h
-        return None
+        """Position and header of the first batch whose last offset >= ``offset``, or None.
+        Raises CorruptMessage when ``offset`` lies in a damaged region."""
+        found = self._chain.locate(offset)
+        if isinstance(found, Damage):
+            raise CorruptMessage(f"{self.log_path}: offset {offset} cannot be read: {found.describe()}")
+        return found
 
     def boundary_at_or_before(self, start: int, limit: int) -> int:
-        """The largest batch boundary ``b`` with ``start <= b <= limit`` (``start`` is one)."""
+        """The largest batch boundary ``b`` with ``start <= b <= limit`` (``start`` is one) such
+        that every batch between them is sound."""
+        limit = min(limit, self._chain.readable_end(start, limit))
         if limit >= self._size:
             return self._size
         _, pos = self.index.lookup_position(limit)
         best = max(pos, start)
-        for p, h in self.headers(best):
+        for p, h in self._chain.walk(best, None):
             if p + h.size > limit:
                 break
             best = p + h.size
@@ -388,9 +420,10 @@ class LogSegment:
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> tuple[int, int] | None:
         """The file range of whole batches starting with the one containing ``offset``: only
         batches whose last offset < ``max_offset``, at most ``max_bytes`` unless
-        ``min_one_batch`` and the first batch alone is larger. Returns ``(position, length)``
-        (length 0 when the first batch is not readable under the limits), or None when no batch
-        of this segment has an offset >= ``offset``."""
+        ``min_one_batch`` and the first batch alone is larger, and never past a damaged region.
+        Returns ``(position, length)`` (length 0 when the first batch is not readable under the
+        limits), or None when no batch of this segment has an offset >= ``offset``. Raises
+        CorruptMessage when ``offset`` lies in a damaged region."""
         found = self.find_batch(offset)
         if found is None:
             return None
@@ -399,9 +432,13 @@ class LogSegment:
             return pos, 0
         limit = self._size
         if max_offset < self._next_offset:
-            stop = self.find_batch(max_offset)
-            if stop is not None:
+            stop = self._chain.locate(max_offset)
+            if isinstance(stop, Damage):
+                limit = stop.position
+            elif stop is not None:
                 limit = stop[0]
+        want = min(limit, pos + max(max_bytes, h.size if min_one_batch else 0))
+        limit = min(limit, self._chain.readable_end(pos, want))
         if limit - pos <= max_bytes:
             return pos, limit - pos
         end = self.boundary_at_or_before(pos, pos + max_bytes)
@@ -410,14 +447,11 @@ class LogSegment:
         return pos, end - pos
 
     def find_timestamp(self, ts: int, min_offset: int) -> tuple[int, BatchHeader] | None:
-        """The first batch with max timestamp >= ``ts`` and last offset >= ``min_offset``."""
+        """The first sound batch with max timestamp >= ``ts`` and last offset >= ``min_offset``."""
         if self._max_ts < ts:
             return None
         before = self.timeindex.lookup_before(ts)
-        found = self.find_batch(max(before if before is not None else self.base_offset, min_offset))
-        if found is None:
-            return None
-        for pos, h in self.headers(found[0]):
+        for pos, h in self._chain.readable_batches(max(before if before is not None else self.base_offset, min_offset)):
             if h.max_timestamp >= ts:
                 return pos, h
         return None

@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from oncelog.clock import Clock
 from oncelog.coordinator.group import records as rec
-from oncelog.coordinator.group.loader import replay_batch
+from oncelog.coordinator.group.loader import new_report, replay_batch
+from oncelog.coordinator.load_report import SkipReport
 from oncelog.coordinator.group.offsets import CommittedOffset
 from oncelog.coordinator.group.shard import GroupShard, _random_member_id
 from oncelog.coordinator.group.types import (
@@ -111,6 +112,8 @@ class GroupCoordinator:
         self.new_member_id = new_member_id
         self.shards: dict[int, GroupShard] = {}
         self.loading: set[int] = set()
+        #: partition -> records or batches its load skipped (R22)
+        self.skipped_on_load: dict[int, int] = {}
         self._reply_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -169,16 +172,21 @@ class GroupCoordinator:
             except Exception:
                 log.exception("bug: loading __consumer_offsets-%d failed; its groups stay unavailable", p)
         self.loaded.set()
+        if self.skipped_on_load:
+            log.warning("group coordinator: %s", SkipReport.total_line(OFFSETS_TOPIC, self.skipped_on_load))
         log.info("group coordinator loaded %d group(s) from %d partition(s) in %d ms", groups,
                  self.num_partitions, self.clock.monotonic_ms() - started)
 
     async def _load(self, p: int) -> int:
         shard = GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
         plog = self.replicas.partition(OFFSETS_TOPIC, p).log
+        report = new_report(p)
         for n, (header, data) in enumerate(plog.iter_batches(), 1):
-            replay_batch(shard, header, data, self.clock.now_ms())
+            replay_batch(shard, header, data, self.clock.now_ms(), report)
             if n % _LOAD_YIELD_EVERY == 0:
                 await asyncio.sleep(0)
+        if report.finish():
+            self.skipped_on_load[p] = report.skipped
         self.shards[p] = shard
         self.loading.discard(p)
         return len(shard.groups)

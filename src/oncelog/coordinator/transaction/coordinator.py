@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
+from oncelog.coordinator.load_report import SkipReport
 from oncelog.coordinator.placement import partition_for
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction import log as txnlog
@@ -96,38 +97,59 @@ class TransactionCoordinator:
         self.crash = crash or CrashPoints("")
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMetadata] = {}
+        #: partition -> records or batches the last ``load`` skipped there (R22)
+        self.skipped_on_load: dict[int, int] = {}
         #: transactional.id -> partitions whose marker is still to be written
         self.unfinished_markers: dict[str, set[TopicPartition]] = {}
 
     # -- loading -----------------------------------------------------------------------------
 
-    def load(self, batches_of_partition: Callable[[int], object]) -> int:
+    def load(self, batches_of_partition: Callable[[int], Iterable[tuple[records.BatchHeader, bytes]]]) -> int:
         """Replay every ``__transaction_state`` partition, then finish what was in flight (R19).
 
-        ``batches_of_partition(p)`` yields (header, bytes) of partition p's batches.
-        Returns the number of transactional ids loaded."""
+        ``batches_of_partition(p)`` yields (header, bytes) of partition p's batches. A record that
+        does not decode, a batch whose records do not parse or decompress, and a control batch
+        (a marker has no place here) are skipped and logged with their topic-partition and
+        offset (``SkipReport``, R22): one bad record never keeps the broker from starting.
+        Finishing a Prepare* transaction that cannot be written now (the log is not writable)
+        is logged and left to ``retry_markers``. Returns the number of transactional ids loaded."""
+        self.skipped_on_load = {}
         for p in range(self.settings.num_partitions):
-            for _h, batch in batches_of_partition(p):  # type: ignore[attr-defined]
-                for rec in records.iter_records(batch):
-                    self.replay(rec.key, rec.value)
-        for meta in list(self.txns.values()):
-            if meta.state is TxnState.PREPARE_EPOCH_FENCE:
-                self._abort_after_fence(meta)
-            elif meta.state.is_prepare:
-                log.info("finishing transaction %r left in %s", meta.transactional_id, meta.state.kafka_name)
-                self._write_markers_and_complete(meta)
+            report = SkipReport(f"{TXN_TOPIC}-{p}", log)
+            for h, batch in batches_of_partition(p):
+                self._replay_batch(h, batch, report)
+            if report.finish():
+                self.skipped_on_load[p] = report.skipped
+        if self.skipped_on_load:
+            log.warning("transaction coordinator: %s", SkipReport.total_line(TXN_TOPIC, self.skipped_on_load))
+        for meta in [m for m in self.txns.values() if self._is_unfinished(m)]:
+            log.info("finishing transaction %r left in %s", meta.transactional_id, meta.state.kafka_name)
+            self._finish(meta)
         return len(self.txns)
+
+    def _replay_batch(self, h: records.BatchHeader, batch: bytes, report: SkipReport) -> None:
+        if h.is_control:
+            report.skip(h.base_offset, "control batch", "a transaction marker has no place in the transaction log")
+            return
+        try:
+            recs = list(records.iter_records(batch))
+        except KafkaError as exc:
+            report.skip(h.base_offset, f"batch of {h.records_count} record(s) (offsets {h.base_offset}..{h.last_offset})", exc)
+            return
+        for rec in recs:
+            try:
+                self.replay(rec.key, rec.value)
+            except txnlog.TxnLogFormatError as exc:
+                report.skip(rec.offset, "record", exc)
 
     def replay(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one ``__transaction_state`` record (the load path; live writes apply the same
-        records through ``TxnMetadata.complete``)."""
+        records through ``TxnMetadata.complete``). A null value is a tombstone (R21). Raises
+        TxnLogFormatError, changing nothing, for a record that does not decode (null key
+        included)."""
         if key is None:
-            return
-        try:
-            tid = txnlog.decode_key(key)
-        except (ValueError, KafkaError):
-            log.warning("skipping an unreadable transaction log key")
-            return
+            raise txnlog.TxnLogFormatError("record without a key")
+        tid = txnlog.decode_key(key)
         if value is None:
             self.txns.pop(tid, None)
             return
@@ -344,12 +366,30 @@ class TransactionCoordinator:
             except KafkaError as exc:
                 log.warning("completing %r failed, will retry: %s", meta.transactional_id, exc)
 
+    @staticmethod
+    def _is_unfinished(meta: TxnMetadata) -> bool:
+        return meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE
+
+    def _finish(self, meta: TxnMetadata) -> None:
+        """Push a transaction left between states (on load, or because its markers or its next
+        record could not be written) one step further: the abort after an epoch fence, the
+        markers and the completion of a Prepare*. Failures are logged, left for the next retry."""
+        if meta.pending is not None:
+            return
+        if meta.state is TxnState.PREPARE_EPOCH_FENCE:
+            try:
+                self._abort_after_fence(meta)
+            except KafkaError as exc:
+                log.warning("aborting %r after its epoch fence failed, will retry: %s", meta.transactional_id, exc)
+            return
+        self._retry_unfinished(meta)
+
     def retry_markers(self) -> int:
-        """Retry every transaction whose markers are not all written; returns how many remain."""
-        for meta in list(self.txns.values()):
-            if meta.state.is_prepare:
-                self._retry_unfinished(meta)
-        return sum(1 for m in self.txns.values() if m.state.is_prepare)
+        """Retry every unfinished transaction (markers not all written, or an abort after an
+        epoch fence not yet logged); returns how many remain."""
+        for meta in [m for m in self.txns.values() if self._is_unfinished(m)]:
+            self._finish(meta)
+        return sum(1 for m in self.txns.values() if self._is_unfinished(m))
 
     # -- fencing and aborting --------------------------------------------------------------------
 

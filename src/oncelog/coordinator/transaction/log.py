@@ -10,6 +10,11 @@ readers skip unknown tags). A null value is a tombstone: the transactional.id ex
 
 Version 0 values (non-flexible) are read too, so a log written by an older writer loads.
 Primitive encoders and decoders are kio's (generated from Kafka's schemas' primitive types).
+
+Decoding contract: ``decode_key`` and ``decode_value`` return a value for well-formed input and
+raise ``TxnLogFormatError`` (a ValueError) for anything else — truncated data, bytes after the
+last field, an unknown key or value version, an unknown transaction state — never a reader's own
+exception type; the loader skips such records (R22).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 
 from kio.serial import readers as r
 from kio.serial import writers as w
+from kio.serial.errors import SerialError
 
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.types import TopicPartition
@@ -28,6 +34,14 @@ KEY_VERSION = 0
 VALUE_VERSION = 1
 _TAG_PREVIOUS_PRODUCER_ID = 0
 _TAG_LAST_PRODUCER_EPOCH = 100
+
+
+#: What kio's readers and our own checks raise on malformed bytes.
+_DECODE_ERRORS = (SerialError, ValueError, OverflowError, IndexError, struct.error, UnicodeDecodeError)
+
+
+class TxnLogFormatError(ValueError):
+    """A ``__transaction_state`` key or value that does not decode."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +67,23 @@ def encode_key(transactional_id: str) -> bytes:
 
 
 def decode_key(data: bytes) -> str:
-    version, n = r.read_int16(data, 0)
-    if version != KEY_VERSION:
-        raise ValueError(f"transaction log key version {version} is unknown")
-    tid, _ = r.read_legacy_string(data, n)
+    """The transactional.id of a record key. Raises TxnLogFormatError (see the module doc)."""
+    try:
+        version, n = r.read_int16(data, 0)
+        if version != KEY_VERSION:
+            raise TxnLogFormatError(f"transaction log key version {version} is unknown")
+        tid, size = r.read_legacy_string(data, n)
+    except TxnLogFormatError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise TxnLogFormatError(f"transaction log key of {len(data)} bytes does not decode: {_describe(e)}") from None
+    if n + size != len(data):
+        raise TxnLogFormatError(f"transaction log key: {len(data) - n - size} bytes after the transactional.id")
     return tid
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def encode_value(rec: TxnRecord) -> bytes:
@@ -95,7 +121,16 @@ def _write_tag(buf: io.BytesIO, tag: int, payload: bytes) -> None:
 
 
 def decode_value(data: bytes) -> TxnRecord:
-    """Raises ValueError (or a kio reader error) on malformed data."""
+    """The record of a non-null value. Raises TxnLogFormatError (see the module doc)."""
+    try:
+        return _decode_value(data)
+    except TxnLogFormatError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise TxnLogFormatError(f"transaction log value of {len(data)} bytes does not decode: {_describe(e)}") from None
+
+
+def _decode_value(data: bytes) -> TxnRecord:
     pos = 0
 
     def take(reader):  # type: ignore[no-untyped-def]
@@ -106,12 +141,14 @@ def decode_value(data: bytes) -> TxnRecord:
 
     version = take(r.read_int16)
     if version not in (0, 1):
-        raise ValueError(f"transaction log value version {version} is unknown")
+        raise TxnLogFormatError(f"transaction log value version {version} is unknown")
     flexible = version >= 1
     pid = take(r.read_int64)
     epoch = take(r.read_int16)
     timeout = take(r.read_int32)
-    status = TxnState(take(r.read_int8))
+    status = take(r.read_int8)
+    if status not in _STATES:
+        raise TxnLogFormatError(f"transaction state {status} is unknown")
     partitions: set[TopicPartition] = set()
     count = take(r.read_compact_array_length if flexible else r.read_legacy_array_length)
     for _ in range(count or 0):
@@ -120,27 +157,34 @@ def decode_value(data: bytes) -> TxnRecord:
         for _ in range(n or 0):
             partitions.add(TopicPartition(topic, take(r.read_int32)))
         if flexible:
-            _skip_tags(data, take)
+            _read_tags(data, take)
     last_update = take(r.read_int64)
     start = take(r.read_int64)
     last_pid, last_epoch = -1, -1
     if flexible:
-        for tag, payload in _read_tags(take):
+        for tag, payload in _read_tags(data, take):
             if tag == _TAG_PREVIOUS_PRODUCER_ID:
                 (last_pid,) = struct.unpack(">q", payload)
             elif tag == _TAG_LAST_PRODUCER_EPOCH:
                 (last_epoch,) = struct.unpack(">h", payload)
-    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, status, frozenset(partitions), start, last_update)
+    if pos != len(data):
+        raise TxnLogFormatError(f"transaction log value: {len(data) - pos} bytes after the last field")
+    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, TxnState(status), frozenset(partitions), start, last_update)
 
 
-def _read_tags(take):  # type: ignore[no-untyped-def]
+_STATES = frozenset(int(s) for s in TxnState)
+
+
+def _read_tags(data: bytes, take):  # type: ignore[no-untyped-def]
     out = []
     for _ in range(take(r.read_unsigned_varint)):
         tag = take(r.read_unsigned_varint)
         size = take(r.read_unsigned_varint)
-        out.append((tag, take(lambda d, p: (bytes(d[p : p + size]), size))))
+
+        def payload(d: bytes, p: int) -> tuple[bytes, int]:
+            if p + size > len(d):
+                raise TxnLogFormatError(f"tagged field {tag} of {size} bytes runs past the {len(d)}-byte value")
+            return bytes(d[p : p + size]), size
+
+        out.append((tag, take(payload)))
     return out
-
-
-def _skip_tags(data: bytes, take) -> None:  # type: ignore[no-untyped-def]
-    _read_tags(take)
