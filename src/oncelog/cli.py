@@ -27,7 +27,7 @@ from rich.table import Table
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.verify.cli import verify_app
+from oncelog_tools.verify.cli import verify_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="oncelog: a Kafka-compatible, exactly-once broker")
 topics_app = typer.Typer(no_args_is_help=True, help="Create, list, describe and delete topics.")

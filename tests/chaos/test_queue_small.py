@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from oncelog.process import BrokerProcess, free_port
-from oncelog.verify import queue
+from oncelog_tools.verify import queue
 
 pytestmark = pytest.mark.integration
 

@@ -57,7 +57,6 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     value=v,
                     read_only=res.resource_type == BROKER,
                     config_source=src,
-                    is_default=src == SOURCE_DEFAULT,
                     is_sensitive=False,
                     synonyms=(),
                     config_type=0,
