@@ -30,14 +30,14 @@ from oncelog.types import TopicPartition
 
 class _FlakyMarkers(LocalMarkerWriter):
     def __init__(self, node: "TxnNode") -> None:
-        super().__init__(node.rm, node.clock)
+        super().__init__(node.rm)
         self.node = node
 
-    async def write(self, job: MarkerJob, tp: TopicPartition) -> None:
+    async def write(self, job: MarkerJob, tp: TopicPartition, now_ms: int) -> None:
         if tp in self.node.fail_markers:
             raise KafkaStorageError(f"injected failure on {tp}")
         self.replicas = self.node.rm
-        await super().write(job, tp)
+        await super().write(job, tp, now_ms)
 
 
 class Sync:

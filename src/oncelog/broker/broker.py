@@ -110,7 +110,7 @@ class Broker:
                 id_expiration_ms=cfg.transactional_id_expiration_ms,
                 offsets_partitions=cfg.offsets_topic_num_partitions,
             ),
-            producer_ids=self.producer_ids, markers=LocalMarkerWriter(self.replicas, self.clock), groups=self.groups,
+            producer_ids=self.producer_ids, markers=LocalMarkerWriter(self.replicas), groups=self.groups,
             coordinator_epoch=epoch, crash=CrashPoints(),
         )
         loaded = await self.transactions.load()

@@ -11,23 +11,22 @@ from __future__ import annotations
 from typing import Protocol
 
 from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.clock import Clock
 from oncelog.coordinator.transaction.shard import MarkerJob
 from oncelog.types import TopicPartition
 
 
 class MarkerWriter(Protocol):
-    async def write(self, job: MarkerJob, tp: TopicPartition) -> None:
-        """Write ``job``'s marker on ``tp``. Raises UnknownTopicOrPartition when the partition is
-        gone (nothing left to mark), another KafkaError when it should be retried."""
+    async def write(self, job: MarkerJob, tp: TopicPartition, now_ms: int) -> None:
+        """Write ``job``'s marker on ``tp`` (timestamped ``now_ms``). Raises
+        UnknownTopicOrPartition when the partition is gone (nothing left to mark), another
+        KafkaError when it should be retried."""
         ...
 
 
 class LocalMarkerWriter:
-    def __init__(self, replicas: ReplicaManager, clock: Clock) -> None:
+    def __init__(self, replicas: ReplicaManager) -> None:
         self.replicas = replicas
-        self.clock = clock
 
-    async def write(self, job: MarkerJob, tp: TopicPartition) -> None:
+    async def write(self, job: MarkerJob, tp: TopicPartition, now_ms: int) -> None:
         part = self.replicas.partition(tp.topic, tp.partition)
-        part.append_marker(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, self.clock.now_ms())
+        part.append_marker(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, now_ms)

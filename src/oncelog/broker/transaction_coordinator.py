@@ -239,7 +239,7 @@ class TransactionCoordinator:
         failed: list[TopicPartition] = []
         for tp in sorted(job.partitions):
             try:
-                await self.markers.write(job, tp)
+                await self.markers.write(job, tp, now)
             except UnknownTopicOrPartition:
                 done.append(tp)  # the topic was deleted: nothing left to mark
                 continue
@@ -252,9 +252,9 @@ class TransactionCoordinator:
                 self.groups.complete_transaction(tp.partition, job.producer_id, job.commit)
         if end_txn:
             self.crash.reached("end_txn.after_markers")
-        follow = shard.markers_written(job.transactional_id, done, failed, self.clock.now_ms())
+        follow = shard.markers_written(job.transactional_id, done, failed, now)
         if follow:
-            await self._execute(shard, follow, self.clock.now_ms())
+            await self._execute(shard, follow, now)
             if end_txn:
                 self.crash.reached("end_txn.after_complete")
 

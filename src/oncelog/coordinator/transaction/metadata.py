@@ -16,20 +16,18 @@ from oncelog.coordinator.transaction.log import TxnRecord
 from oncelog.coordinator.transaction.rules import check_transition
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol.errors import ConcurrentTransactions
-from oncelog.types import TopicPartition
+from oncelog.types import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerEpoch, ProducerId, TopicPartition, TransactionalId
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767
 
 
 @dataclass
 class TxnMetadata:
-    transactional_id: str
-    producer_id: int = NO_PRODUCER_ID
-    last_producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    transactional_id: TransactionalId
+    producer_id: ProducerId = NO_PRODUCER_ID
+    last_producer_id: ProducerId = NO_PRODUCER_ID
+    producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
+    last_producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
     timeout_ms: int = 60_000
     state: TxnState = TxnState.EMPTY
     partitions: frozenset[TopicPartition] = field(default_factory=frozenset)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from oncelog.coordinator.transaction import log as txnlog
-from oncelog.coordinator.transaction.metadata import MAX_EPOCH, NO_PRODUCER_ID, TxnMetadata
+from oncelog.coordinator.transaction.metadata import MAX_EPOCH, TxnMetadata
 from oncelog.coordinator.transaction.rules import RULES, Cell, Request
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol.errors import (
@@ -53,7 +53,7 @@ from oncelog.protocol.errors import (
     KafkaError,
     ProducerFenced,
 )
-from oncelog.types import TopicPartition
+from oncelog.types import ProducerEpoch, ProducerId, TopicPartition, TransactionalId
 
 __all__ = ["MarkerJob", "TxnResult", "TxnSettings", "TransactionShard"]
 
@@ -70,9 +70,9 @@ class TxnSettings:
 class MarkerJob:
     """COMMIT or ABORT markers to write for one transaction, one per partition."""
 
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
+    transactional_id: TransactionalId
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
     commit: bool
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
@@ -83,7 +83,7 @@ class TxnResult:
     """What a request decided: records to append (transactional id, record; None: tombstone),
     markers to write after them, and the answer (``response``, or ``error`` to raise)."""
 
-    records: list[tuple[str, txnlog.TxnRecord | None]] = field(default_factory=list)
+    records: list[tuple[TransactionalId, txnlog.TxnRecord | None]] = field(default_factory=list)
     markers: list[MarkerJob] = field(default_factory=list)
     response: object = None
     error: KafkaError | None = None
@@ -384,12 +384,6 @@ class TransactionShard:
                 result.records.append((tid, None))
                 result.response.append(tid)  # type: ignore[attr-defined]
         return result
-
-    # -- introspection ------------------------------------------------------------------------------
-
-    def producer_id_of(self, transactional_id: str) -> int:
-        meta = self.txns.get(transactional_id)
-        return NO_PRODUCER_ID if meta is None else meta.producer_id
 
 
 def _why(state: TxnState, cell: Cell) -> str:
