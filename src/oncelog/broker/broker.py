@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from oncelog.broker import periodic
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import GroupCoordinator
@@ -130,22 +131,9 @@ class Broker:
             log.info("expired %d transactional id(s)", len(expired))
 
     def _every(self, interval_ms: int, job: Callable[[], Awaitable[None] | None]) -> None:
-        """Run ``job`` (a function or a coroutine function) every ``interval_ms`` on the event
-        loop until stop(); a failing run is logged as a bug and the next one still happens."""
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    out = job()
-                    if out is not None:
-                        await out
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("bug: housekeeping job %s failed", getattr(job, "__name__", job))
-
-        self._housekeeping.append(asyncio.get_running_loop().create_task(loop()))
+        """Run ``job`` every ``interval_ms`` on the event loop until stop() (broker/periodic.py)."""
+        what = f"housekeeping job {getattr(job, '__name__', job)}"
+        self._housekeeping.append(periodic.every(interval_ms / 1000, job, what, log))
 
     async def stop(self) -> None:
         self.cleaner.stop.set()

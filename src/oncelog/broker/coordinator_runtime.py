@@ -26,6 +26,7 @@ import asyncio
 import logging
 from typing import Callable, Generic, Iterable, Protocol, TypeVar
 
+from oncelog.broker import periodic
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.load_report import SkipReport
@@ -112,19 +113,5 @@ class CoordinatorRuntime(Generic[S]):
         return self.replicas.partition(self.topic, partition).append_internal(batch, now).base_offset
 
     def every(self, interval_s: float, job: Callable[[], object], what: str) -> asyncio.Task[None]:
-        """Run ``job`` (a function or a coroutine function) every ``interval_s`` until cancelled;
-        a run that raises is logged as a bug and the next one still happens."""
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_s)
-                try:
-                    out = job()
-                    if asyncio.iscoroutine(out):
-                        await out
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    self.log.exception("bug: %s failed", what)
-
-        return asyncio.get_running_loop().create_task(loop())
+        """Run ``job`` every ``interval_s`` until cancelled (broker/periodic.py)."""
+        return periodic.every(interval_s, job, what, self.log)
