@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m oncelog.demo
+	$(PY) -m oncelog_tools.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -49,7 +49,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.process import BrokerProcess
-from oncelog.spark.procs import descendants
+from oncelog_tools.spark.procs import descendants
 
 MODES = ("at_least_once", "exactly_once")
 
@@ -243,7 +243,7 @@ def main() -> int:
         rate = fill(bs, "in", args.records, args.size, args.partitions)
         print(f"input: {args.records:,} records of {args.size} B in {args.partitions} partitions ({rate:,.0f} rec/s to write)")
 
-        from oncelog.spark.session import loopback_session
+        from oncelog_tools.spark.session import loopback_session
 
         t0 = time.perf_counter()
         spark = loopback_session(args.master, "oncelog-bench", shuffle_partitions=args.partitions)

@@ -44,7 +44,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.process import BrokerProcess, free_port
-from oncelog.spark.procs import descendants, kill_tree
+from oncelog_tools.spark.procs import descendants, kill_tree
 
 PARTITIONS = 4
 HOST = "127.0.0.1"
@@ -170,7 +170,7 @@ def main() -> int:
             w.wait_for(r"Successfully registered with master")
             say(f"{w.name} registered (pid {w.proc.pid}, 1 core)")
 
-        from oncelog.spark.session import loopback_session
+        from oncelog_tools.spark.session import loopback_session
 
         spark = loopback_session(url, "oncelog-standalone", shuffle_partitions=PARTITIONS, conf={
             "spark.pyspark.python": sys.executable, "spark.executor.memory": "512m",

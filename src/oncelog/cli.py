@@ -27,7 +27,7 @@ from rich.table import Table
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.verify.cli import verify_app
+from oncelog_tools.verify.cli import verify_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="oncelog: a Kafka-compatible, exactly-once broker")
 topics_app = typer.Typer(no_args_is_help=True, help="Create, list, describe and delete topics.")
@@ -186,7 +186,7 @@ def _metadata(c: ProtocolClient, names: list[str] | None) -> object:
     m = c.classes(apis.METADATA, v)
     topics = None if names is None else tuple(m["MetadataRequestTopic"](topic_id=uuid.UUID(int=0), name=n) for n in names)
     kw = {"topics": topics}
-    from oncelog.broker.messages import make
+    from oncelog.protocol.messages import make
 
     return c.request(apis.METADATA, make(m["MetadataRequest"], allow_auto_topic_creation=False,
                                          include_topic_authorized_operations=False,
@@ -252,7 +252,7 @@ def topics_delete(name: str, bootstrap: str = BOOTSTRAP) -> None:
 
 
 def _group_request(c: ProtocolClient, api_key: int, cls: str, **fields: object) -> object:
-    from oncelog.broker.messages import make
+    from oncelog.protocol.messages import make
 
     v = c.version_for(api_key)
     return c.request(api_key, make(c.classes(api_key, v)[cls], **fields), version=v)
@@ -268,7 +268,7 @@ def _committed(c: ProtocolClient, group: str) -> dict[tuple[str, int], int]:
     """Every committed offset of ``group``."""
     v = c.version_for(apis.OFFSET_FETCH)
     m = c.classes(apis.OFFSET_FETCH, v)
-    from oncelog.broker.messages import make
+    from oncelog.protocol.messages import make
 
     if "OffsetFetchRequestGroup" in m:
         req = make(m["OffsetFetchRequest"], groups=(make(m["OffsetFetchRequestGroup"], group_id=group, topics=None),),
@@ -391,7 +391,7 @@ def groups_reset_offsets(
             console.print(f"[red]group {group} has {len(d.members)} active member(s); stop them first[/red]")  # type: ignore[attr-defined]
             raise typer.Exit(1)
         m = c.classes(apis.OFFSET_COMMIT)
-        from oncelog.broker.messages import make
+        from oncelog.protocol.messages import make
 
         by_topic: dict[str, list[object]] = {}
         for name, p, _, new in plan:

@@ -1,25 +1,20 @@
-"""Distinct types for the identifiers that flow through the broker.
+"""Distinct types for the identifiers of the transaction machinery, and topic-partitions.
 
-``NewType`` gives the type checker a way to tell a producer id from an offset; at run time they
-are plain ints and strings, so they cost nothing on hot paths.
+``NewType`` gives the type checker a way to tell a producer id from an epoch or an offset; at run
+time they are plain ints and strings, so they cost nothing. They are used where ids of several
+kinds meet: the transaction log records, the transaction shard and its marker jobs.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, NewType
 
-Offset = NewType("Offset", int)
 ProducerId = NewType("ProducerId", int)
 ProducerEpoch = NewType("ProducerEpoch", int)
-Sequence = NewType("Sequence", int)
 TransactionalId = NewType("TransactionalId", str)
-GroupId = NewType("GroupId", str)
-TopicName = NewType("TopicName", str)
-TimestampMs = NewType("TimestampMs", int)
 
 NO_PRODUCER_ID = ProducerId(-1)
 NO_PRODUCER_EPOCH = ProducerEpoch(-1)
-NO_SEQUENCE = Sequence(-1)
 
 
 class TopicPartition(NamedTuple):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.verify import copy
+from oncelog_tools.verify import copy
 
 pytestmark = pytest.mark.integration
 

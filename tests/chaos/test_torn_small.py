@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.verify import torn
+from oncelog_tools.verify import torn
 
 pytestmark = pytest.mark.integration
 

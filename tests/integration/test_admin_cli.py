@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from kafka_clients import create_topic, produce
-from oncelog.broker.messages import make
+from oncelog.protocol.messages import make
 from oncelog.client import ProtocolClient
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis, records

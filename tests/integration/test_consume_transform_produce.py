@@ -22,7 +22,7 @@ RECORDS = {"confluent": 50_000, "kafka-python": 30_000, "aiokafka": 60_000}
 
 def _start(client: str, bootstrap: str, seed: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "oncelog.verify.copier", client, bootstrap, "input", "output", str(PARTITIONS), f"copier-{client}",
+        [sys.executable, "-m", "oncelog_tools.verify.copier", client, bootstrap, "input", "output", str(PARTITIONS), f"copier-{client}",
          f"copy-{client}", str(seed)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         # paced so that the kills land while copying, however fast the machine is

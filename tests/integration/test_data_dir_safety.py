@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafka_clients import consume, create_topic, produce
-from oncelog.broker.messages import make
+from oncelog.protocol.messages import make
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis
 

@@ -25,7 +25,7 @@ from kafka_clients import consume, create_topic, produce
 from oncelog.process import BrokerProcess, free_port
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import UnsupportedVersion
-from oncelog.verify.proxy import Proxy
+from oncelog_tools.verify.proxy import Proxy
 from txn_clients import TxnProducer
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kafka_clients import create_topic
-from oncelog.broker.messages import make
+from oncelog.protocol.messages import make
 from oncelog.client import ProtocolClient
 from oncelog.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
 from oncelog.protocol import apis

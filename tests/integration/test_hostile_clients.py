@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from kafka_clients import consume, create_topic, produce
-from oncelog.broker.messages import make
+from oncelog.protocol.messages import make
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, framing
 from oncelog.protocol import records as R

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kafka_clients import consume, create_topic, produce
 from oncelog.client import ProtocolClient
-from oncelog.broker.messages import make
+from oncelog.protocol.messages import make
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from oncelog.spark.procs import kill_tree
+from oncelog_tools.spark.procs import kill_tree
 
 DRIVER = Path(__file__).with_name("eos_driver.py")
 #: Bound on every wait for the child (Spark's start alone takes up to 20 s on a loaded machine).

@@ -29,8 +29,15 @@ def main() -> int:
     ap.add_argument("--sink-option", action="append", default=[], help="key=value, passed to the sink")
     args = ap.parse_args()
 
-    from oncelog.spark.session import loopback_session
+    import os
 
+    from oncelog.spark import faults
+    from oncelog_tools.spark.session import loopback_session
+
+    if args.faults:  # armed before Spark starts: its JVM and Python workers inherit the variable
+        spec_file = os.path.join(args.fault_dir, "armed")
+        faults.arm(spec_file, args.faults, args.fault_dir)
+        os.environ[faults.ENV] = spec_file
     spark = loopback_session(args.master, "oncelog-eos-driver")
     df = (
         spark.readStream.format("oncelog")
@@ -47,8 +54,6 @@ def main() -> int:
         .option("topic", "out")
         .option("checkpointLocation", args.checkpoint)  # exactly once: the default
     )
-    if args.faults:
-        w = w.option("faultInjection", args.faults).option("faultInjection.dir", args.fault_dir)
     for kv in args.sink_option:
         key, _, value = kv.partition("=")
         w = w.option(key, value)

@@ -141,33 +141,45 @@ def test_every_client_of_the_connector_skips_re_bootstrapping_unless_told_otherw
         SinkOptions.parse({**BS, "requestTimeoutMs": "0"})
 
 
-def test_fault_injection_fires_once_per_point_and_batch(tmp_path) -> None:
+def test_fault_injection_fires_once_per_point_and_batch(tmp_path, monkeypatch) -> None:
     from oncelog.spark import faults
 
-    s = SinkOptions.parse({**BS, "faultInjection": "before_commit:fail@1, driver_commit:hang", "faultInjection.dir": str(tmp_path)})
-    assert s.faults == (faults.Fault("before_commit", "fail", 1), faults.Fault("driver_commit", "hang", None))
-    faults.maybe_fire(s.faults, s.fault_dir, "before_commit", 0)  # another batch: nothing
-    faults.maybe_fire(s.faults, s.fault_dir, "after_commit", 1)  # another point: nothing
+    armed = tmp_path / "armed"
+    monkeypatch.setenv(faults.ENV, str(armed))
+    faults.maybe_fire("before_commit", 1)  # not armed: nothing
+    faults.arm(armed, "before_commit:fail@1, driver_commit:hang", tmp_path)
+    assert faults.parse("before_commit:fail@1, driver_commit:hang") == (
+        faults.Fault("before_commit", "fail", 1), faults.Fault("driver_commit", "hang", None))
+    faults.maybe_fire("before_commit", 0)  # another batch: nothing
+    faults.maybe_fire("after_commit", 1)  # another point: nothing
     with pytest.raises(faults.InjectedFault, match="before_commit in batch 1"):
-        faults.maybe_fire(s.faults, s.fault_dir, "before_commit", 1)
-    faults.maybe_fire(s.faults, s.fault_dir, "before_commit", 1)  # fired already (the file says so)
+        faults.maybe_fire("before_commit", 1)
+    faults.maybe_fire("before_commit", 1)  # fired already (the file says so)
     assert (tmp_path / "before_commit@1").read_text().startswith("before_commit fail batch 1 pid ")
     for bad, match in [("later:fail", "not <point>"), ("before_commit:explode", "not <point>"), ("after_commit@x", "batch id")]:
         with pytest.raises(ValueError, match=match):
-            SinkOptions.parse({**BS, "faultInjection": bad, "faultInjection.dir": str(tmp_path)})
-    with pytest.raises(ValueError, match="faultInjection.dir"):
-        SinkOptions.parse({**BS, "faultInjection": "after_commit"})
+            faults.arm(armed, bad, tmp_path)
+    faults.disarm(armed)
+    faults.maybe_fire("driver_commit", 3)  # disarmed: nothing
 
 
-def test_a_pausing_fault_waits_for_its_release_file_then_lets_the_task_go_on(tmp_path) -> None:
+def test_fault_injection_is_not_a_sink_option() -> None:
+    """A test hook, armed from the environment (issue 14): the sink's options know nothing of it."""
+    s = SinkOptions.parse({**BS, "faultInjection": "before_commit:fail"})
+    assert not any("fault" in f for f in vars(s))
+
+
+def test_a_pausing_fault_waits_for_its_release_file_then_lets_the_task_go_on(tmp_path, monkeypatch) -> None:
     import threading
     import time
 
     from oncelog.spark import faults
 
-    s = SinkOptions.parse({**BS, "faultInjection": "after_produce:pause@2", "faultInjection.dir": str(tmp_path)})
+    armed = tmp_path / "armed"
+    monkeypatch.setenv(faults.ENV, str(armed))
+    faults.arm(armed, "after_produce:pause@2", tmp_path)
     done = threading.Event()
-    t = threading.Thread(target=lambda: (faults.maybe_fire(s.faults, s.fault_dir, "after_produce", 2), done.set()))
+    t = threading.Thread(target=lambda: (faults.maybe_fire("after_produce", 2), done.set()))
     t.start()
     deadline = time.monotonic() + 10
     while not (tmp_path / "after_produce@2").exists():

@@ -86,7 +86,7 @@ def test_pipeline_output_is_exact_and_input_offsets_commit_with_it(spark, broker
 
 
 @pytest.mark.parametrize("point", ["after_commit", "before_commit"])
-def test_task_failure_then_restart_writes_every_record_once(spark, broker, tmp_path, point: str) -> None:
+def test_task_failure_then_restart_writes_every_record_once(spark, spark_faults, broker, tmp_path, point: str) -> None:
     """A task of batch 1 fails once — after its transaction committed, or with its transaction
     still open — the query dies; restarted from its checkpoint, Spark re-executes batch 1: the
     committed task partition is skipped, the open transaction is aborted by the new attempt's
@@ -94,8 +94,13 @@ def test_task_failure_then_restart_writes_every_record_once(spark, broker, tmp_p
     bs = broker.bootstrap
     want = _setup(bs)
     ckpt = str(tmp_path / "ckpt")
-    faulty = _eos(bs, **{"faultInjection": f"{point}:fail@1", "faultInjection.dir": str(tmp_path)})
-    err = run_expect_failure(_pipeline(spark, bs), ckpt, fmt="oncelog", **faulty)
+    from oncelog.spark import faults
+
+    faults.arm(spark_faults, f"{point}:fail@1", tmp_path)
+    try:
+        err = run_expect_failure(_pipeline(spark, bs), ckpt, fmt="oncelog", **_eos(bs))
+    finally:
+        faults.disarm(spark_faults)
     assert "injected fault" in err
     if point == "before_commit":
         # The failed attempt really wrote records, in a transaction that never committed.

@@ -2,7 +2,7 @@
 
 One pipeline (``eos_driver.py``: ``in`` → map → ``out``, exactly-once sink, master
 ``local[2,3]`` = 2 threads, 3 attempts per task) runs in a child process and is killed — the
-driver's Python, its JVM and every Python worker, at once (``oncelog.spark.procs.kill_tree``) —
+driver's Python, its JVM and every Python worker, at once (``oncelog_tools.spark.procs.kill_tree``) —
 at each point where Spark can lose its driver, then restarted from its checkpoint:
 
 1. task attempts fail and are retried within the run (one with its transaction open, one after

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncelog.broker import messages
+from oncelog.protocol import messages
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode, UnsupportedVersion
 

@@ -19,7 +19,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group import records as rec
-from oncelog.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.coordinator.group.shard import GroupShard
 from oncelog.coordinator.group.types import OffsetCommitData
 from oncelog.protocol import records
@@ -88,7 +88,7 @@ def _run_with_bad_batch(tmp: Path, make_batch, caplog: pytest.LogCaptureFixture)
         gc = await _started(rm, tmp, clock)
         assert gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)}) == {T0: None}
         p = gc.partition_for("g")
-        bad = rm.partition(OFFSETS_TOPIC, p).append(make_batch(), clock.now_ms(), from_client=False).base_offset
+        bad = rm.partition(OFFSETS_TOPIC, p).append_internal(make_batch(), clock.now_ms()).base_offset
         assert gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)}) == {T0: None}
         gc.commit_offsets("h", -1, "", None, {T0: OffsetCommitData(3)})
         await gc.stop()
@@ -161,7 +161,7 @@ def test_a_record_whose_replay_fails_does_not_keep_the_partition_loading(
         gc = await _started(rm, tmp_path, clock)
         gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)})
         p = gc.partition_for("g")
-        bad = rm.partition(OFFSETS_TOPIC, p).append(make(), clock.now_ms(), from_client=False).base_offset
+        bad = rm.partition(OFFSETS_TOPIC, p).append_internal(make(), clock.now_ms()).base_offset
         gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)})
         await gc.stop()
         rm.close()

@@ -15,7 +15,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
-from oncelog.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.coordinator.group.types import JoinRequest, OffsetCommitData
 from oncelog.protocol.errors import CoordinatorLoadInProgress, MemberIdRequired
 from oncelog.storage.cleaner import Cleaner

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.broker.messages import Builder
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.produce_response import MAX_VERSION, MIN_VERSION, PartitionResult, encode_body

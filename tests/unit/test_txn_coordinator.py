@@ -7,25 +7,22 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
-from oncelog.coordinator.producer_ids import ProducerIdManager
-from oncelog.coordinator.transaction.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
-from oncelog.coordinator.transaction.state import VALID_PREVIOUS, TxnState, check_transition, is_valid_transition
-from oncelog.protocol import records
+from oncelog.coordinator.transaction.rules import RULES, VALID_PREVIOUS, Request, check_transition, is_valid_transition
+from oncelog.coordinator.transaction.state import TxnState
+from txn_harness import TxnNode
 from oncelog.protocol.errors import (
     ConcurrentTransactions,
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
     InvalidTxnState,
-    KafkaStorageError,
     ProducerFenced,
 )
 from oncelog.types import TopicPartition
@@ -35,85 +32,15 @@ ORDERS1 = TopicPartition("orders", 1)
 INVENTORY0 = TopicPartition("inventory", 0)
 
 
-class Cluster:
+class Cluster(TxnNode):
     """A broker's storage and a transaction coordinator, restartable, without any sockets."""
-
-    def __init__(self, root: Path, clock: ManualClock) -> None:
-        self.root = root
-        self.clock = clock
-        self.fail_markers: set[TopicPartition] = set()
-        self.config = BrokerConfig(
-            data_dir=root, transaction_state_log_num_partitions=3, offsets_topic_num_partitions=3,
-            transaction_max_timeout_ms=60_000, transactional_id_expiration_ms=3_600_000,
-        )
-        self.start(first=True)
-        self.seq: dict[tuple[int, int, TopicPartition], int] = {}
-
-    def start(self, first: bool = False) -> None:
-        self.rm = ReplicaManager(self.config, self.clock)
-        self.rm.open()
-        if first:
-            self.rm.create_topic("orders", 2)
-            self.rm.create_topic("inventory", 1)
-        self.rm.ensure_internal_topic(TXN_TOPIC, 3, {"cleanup.policy": "compact"})
-        self.coord = TransactionCoordinator(
-            settings=TxnSettings(num_partitions=3, max_timeout_ms=60_000, id_expiration_ms=3_600_000, offsets_partitions=3),
-            partition=self._partition,
-            producer_ids=ProducerIdManager(self.root / "pids.json"),
-            now_ms=self.clock.now_ms,
-        )
-        self.coord.load(lambda p: self.rm.partition(TXN_TOPIC, p).log.iter_batches())
-
-    def _partition(self, topic: str, p: int):  # type: ignore[no-untyped-def]
-        part = self.rm.partition(topic, p)
-        fail = self.fail_markers
-        tp = TopicPartition(topic, p)
-
-        class Guarded:
-            def append(self, *a, **kw):  # type: ignore[no-untyped-def]
-                return part.append(*a, **kw)
-
-            def append_marker(self, *a, **kw):  # type: ignore[no-untyped-def]
-                if tp in fail:
-                    raise KafkaStorageError(f"injected failure on {tp}")
-                return part.append_marker(*a, **kw)
-
-        return Guarded()
-
-    def restart(self) -> None:
-        self.rm.close()
-        self.start()
-
-    def produce(self, pid: int, epoch: int, tp: TopicPartition, value: bytes, tid: str = "tx") -> int:
-        self.coord.verify_produce(tid, pid, epoch, tp)
-        seq = self.seq.get((pid, epoch, tp), 0)
-        batch = records.build_batch([(None, value, [])], timestamp_ms=self.clock.now_ms(), producer_id=pid,
-                                    producer_epoch=epoch, base_sequence=seq, transactional=True)
-        res = self.rm.partition(*tp).append(batch, self.clock.now_ms())
-        self.seq[(pid, epoch, tp)] = seq + 1
-        return res.base_offset
-
-    def committed_values(self, tp: TopicPartition) -> list[bytes]:
-        """What a read_committed consumer sees: data below the LSO minus aborted transactions."""
-        part = self.rm.partition(*tp)
-        res = part.read(part.log_start_offset, 1 << 30, read_committed=True)
-        data = part.log.read_batches(part.log_start_offset, 1 << 30, part.last_stable_offset)
-        aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in part.aborted.collect(0, 1 << 62)}
-        out = []
-        for _pos, h in records.iter_batches(data):
-            if h.is_control:
-                continue
-            if any(pid == h.producer_id and first <= h.base_offset <= last for pid, first, last in aborted):
-                continue
-            batch = data[_pos:_pos + h.size]
-            out.extend(r.value for r in records.iter_records(batch))
-        assert res.last_stable_offset == part.last_stable_offset
-        return out
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Cluster:
-    return Cluster(tmp_path, ManualClock())
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, ManualClock())
+    yield c
+    c.close()
 
 
 # -- the transition table ------------------------------------------------------------------------
@@ -252,7 +179,7 @@ def test_marker_failure_does_not_block_other_partitions_and_is_retried(cluster: 
     with pytest.raises(ConcurrentTransactions):
         c.add_partitions("tx", pid, epoch, {ORDERS0})
     cluster.fail_markers.clear()
-    assert c.retry_markers() == 0
+    assert c.retry_unfinished() == 0
     assert c.txns["tx"].state is TxnState.COMPLETE_COMMIT
     assert cluster.committed_values(INVENTORY0) == [b"i"]
 
@@ -264,8 +191,7 @@ def test_restart_after_prepare_finishes_the_transaction(cluster: Cluster) -> Non
     c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0})
     cluster.produce(pid, epoch, ORDERS0, b"o")
     cluster.produce(pid, epoch, INVENTORY0, b"i")
-    meta = c.txns["tx"]
-    c._append(meta, meta.prepare(TxnState.PREPARE_COMMIT, cluster.clock.now_ms()))
+    cluster.write_record("tx", TxnState.PREPARE_COMMIT)
     cluster.restart()
     assert cluster.coord.txns["tx"].state is TxnState.COMPLETE_COMMIT
     assert cluster.committed_values(ORDERS0) == [b"o"]
@@ -378,7 +304,7 @@ def test_random_operations_keep_invariants(tmp_path_factory, ops: list[str]) -> 
             part = cluster.rm.partition(*tp)
             if meta is None or meta.state is not TxnState.ONGOING:
                 assert part.last_stable_offset == part.high_watermark
-    cluster.rm.close()
+    cluster.close()
 
 
 # -- every state x every request ------------------------------------------------------------------------
@@ -402,8 +328,7 @@ def _put_in_state(cluster: Cluster, state: TxnState) -> tuple[int, int]:
         c.end_txn("tx", pid, epoch, commit=state is TxnState.COMPLETE_COMMIT)
         return pid, epoch
     if state is TxnState.PREPARE_EPOCH_FENCE:
-        meta = c.txns["tx"]
-        c._append(meta, meta.prepare(TxnState.PREPARE_EPOCH_FENCE, cluster.clock.now_ms(), producer_epoch=epoch + 1))
+        cluster.write_record("tx", TxnState.PREPARE_EPOCH_FENCE, producer_epoch=epoch + 1)
         return pid, epoch
     raise AssertionError(state)
 
@@ -425,28 +350,52 @@ EXPECTED: dict[TxnState, dict[str, type[Exception] | None]] = {
 }
 
 
+def _observe(tmp_path: Path, state: TxnState, request_kind: str) -> type[Exception] | None:
+    """Put "tx" in ``state``, send ``request_kind`` with the producer's own id and epoch, and
+    return what it was answered (None: success). A refusal must change nothing."""
+    cluster = Cluster(tmp_path, ManualClock())
+    try:
+        pid, epoch = _put_in_state(cluster, state)
+        assert cluster.coord.txns["tx"].state is state
+        c = cluster.coord
+        calls = {
+            "init": lambda: c.init_producer_id("tx", 10_000),
+            "add": lambda: c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0}),
+            "commit": lambda: c.end_txn("tx", pid, epoch, commit=True),
+            "abort": lambda: c.end_txn("tx", pid, epoch, commit=False),
+            "produce": lambda: cluster.produce(pid, epoch, ORDERS0, b"w"),
+        }
+        before = c.txns["tx"].record()
+        try:
+            calls[request_kind]()
+        except Exception as exc:  # noqa: BLE001 - what the client is told is the observation
+            if not (isinstance(exc, ConcurrentTransactions) and state is TxnState.ONGOING):
+                assert c.txns["tx"].record() == before, "a refused request changed the state"
+            assert c.txns["tx"].pending is None
+            return type(exc)
+        assert c.txns["tx"].pending is None
+        return None
+    finally:
+        cluster.close()
+
+
 @pytest.mark.parametrize("state", list(EXPECTED), ids=lambda s: s.kafka_name)
 @pytest.mark.parametrize("request_kind", ["init", "add", "commit", "abort", "produce"])
 def test_every_state_against_every_request(tmp_path: Path, state: TxnState, request_kind: str) -> None:
-    cluster = Cluster(tmp_path, ManualClock())
-    pid, epoch = _put_in_state(cluster, state)
-    assert cluster.coord.txns["tx"].state is state
-    c = cluster.coord
-    calls = {
-        "init": lambda: c.init_producer_id("tx", 10_000),
-        "add": lambda: c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0}),
-        "commit": lambda: c.end_txn("tx", pid, epoch, commit=True),
-        "abort": lambda: c.end_txn("tx", pid, epoch, commit=False),
-        "produce": lambda: cluster.produce(pid, epoch, ORDERS0, b"w"),
-    }
-    expected = EXPECTED[state][request_kind]
-    before = c.txns["tx"].record()
-    if expected is None:
-        calls[request_kind]()
-    else:
-        with pytest.raises(expected):
-            calls[request_kind]()
-        if expected is not ConcurrentTransactions or state is not TxnState.ONGOING:
-            assert c.txns["tx"].record() == before, "a refused request changed the state"
-    assert c.txns["tx"].pending is None
-    cluster.rm.close()
+    assert _observe(tmp_path, state, request_kind) is EXPECTED[state][request_kind]
+
+
+@pytest.mark.parametrize(("state", "request_kind", "kind", "changed"), [
+    (TxnState.COMPLETE_ABORT, "commit", Request.COMMIT, "OK"),
+    (TxnState.PREPARE_COMMIT, "abort", Request.ABORT, "BUSY"),
+    (TxnState.EMPTY, "commit", Request.COMMIT, "BUSY"),
+    (TxnState.COMPLETE_COMMIT, "add", Request.ADD, "WRONG"),
+])
+def test_the_rules_table_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: TxnState,
+                                 request_kind: str, kind: Request, changed: str) -> None:
+    """Changing one cell of ``rules.RULES`` changes what the coordinator answers: the table in
+    the code is the authority, and the behaviour test above catches any edit of it."""
+    from oncelog.coordinator.transaction import rules
+
+    monkeypatch.setitem(RULES[state], kind, getattr(rules, changed))
+    assert _observe(tmp_path, state, request_kind) is not EXPECTED[state][request_kind]

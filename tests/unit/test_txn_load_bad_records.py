@@ -15,70 +15,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bad_batches
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.clock import ManualClock
-from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.broker.transaction_coordinator import TXN_TOPIC
 from oncelog.coordinator.transaction import log as txnlog
-from oncelog.coordinator.transaction.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol import records
-from oncelog.protocol.errors import KafkaStorageError
 from oncelog.types import TopicPartition
+from txn_harness import TxnNode
 
 PARTITIONS = 3
 ORDERS0 = TopicPartition("orders", 0)
 
 
-class Node:
+class Node(TxnNode):
     """Storage plus a transaction coordinator, restartable; ``fail_txn_log`` makes appends to
     ``__transaction_state`` fail (a full disk)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.clock = ManualClock()
-        self.config = BrokerConfig(data_dir=root, transaction_state_log_num_partitions=PARTITIONS,
-                                   offsets_topic_num_partitions=PARTITIONS)
-        self.fail_txn_log = False
-        self.rm = ReplicaManager(self.config, self.clock)
-        self.rm.open()
-        self.rm.create_topic("orders", 1)
-        self.rm.ensure_internal_topic(TXN_TOPIC, PARTITIONS, {"cleanup.policy": "compact"})
-        self.coord = self._coordinator()
-        self.coord.load(self._batches)
-
-    def _partition(self, topic: str, p: int):  # type: ignore[no-untyped-def]
-        part = self.rm.partition(topic, p)
-        node = self
-
-        class Guarded:
-            def append(self, *a, **kw):  # type: ignore[no-untyped-def]
-                if topic == TXN_TOPIC and node.fail_txn_log:
-                    raise KafkaStorageError(f"injected: {topic}-{p} is on a full disk")
-                return part.append(*a, **kw)
-
-            def append_marker(self, *a, **kw):  # type: ignore[no-untyped-def]
-                return part.append_marker(*a, **kw)
-
-        return Guarded()
-
-    def _coordinator(self) -> TransactionCoordinator:
-        return TransactionCoordinator(
-            settings=TxnSettings(num_partitions=PARTITIONS, offsets_partitions=PARTITIONS),
-            partition=self._partition,
-            producer_ids=ProducerIdManager(self.root / "pids.json"),
-            now_ms=self.clock.now_ms,
-        )
-
-    def _batches(self, p: int):  # type: ignore[no-untyped-def]
-        return self.rm.partition(TXN_TOPIC, p).log.iter_batches()
-
-    def restart(self) -> int:
-        self.rm.close()
-        self.rm = ReplicaManager(self.config, self.clock)
-        self.rm.open()
-        self.coord = self._coordinator()
-        return self.coord.load(self._batches)
+        super().__init__(root, partitions=PARTITIONS, topics={"orders": 1})
 
     def committed_txn(self, tid: str) -> tuple[int, int]:
         pid, epoch = self.coord.init_producer_id(tid, 10_000)
@@ -89,7 +42,7 @@ class Node:
     def append_raw(self, p: int, batch: bytes) -> int:
         """Append a batch to ``__transaction_state-p`` as the storage API takes it (what a client
         could get in before Produce refused internal topics). Returns its base offset."""
-        return self.rm.partition(TXN_TOPIC, p).append(batch, self.clock.now_ms(), from_client=False).base_offset
+        return self.rm.partition(TXN_TOPIC, p).append_internal(batch, self.clock.now_ms()).base_offset
 
 
 @pytest.fixture
@@ -231,7 +184,7 @@ def test_load_finishes_what_it_can_when_the_transaction_log_cannot_be_written(no
     node.restart()
     assert node.coord.txns["tx"].state is TxnState.PREPARE_COMMIT
     node.fail_txn_log = False
-    assert node.coord.retry_markers() == 0
+    assert node.coord.retry_unfinished() == 0
     assert node.coord.txns["tx"].state is TxnState.COMPLETE_COMMIT
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.verify import history as h
-from oncelog.verify.checker import KINDS, check
-from oncelog.verify.history import Op
+from oncelog_tools.verify import history as h
+from oncelog_tools.verify.checker import KINDS, check
+from oncelog_tools.verify.history import Op
 
 
 def clean() -> list[Op]:

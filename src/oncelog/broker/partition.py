@@ -2,11 +2,11 @@
 fetchers waiting for data.
 
 With a single replica the high watermark is the log end offset: a batch is committed (R2) once
-it is in the log. ``append`` validates a produce batch at the header level (records.py: one
-magic-2 batch, CRC, lengths, size), checks it against the producer state (R6: duplicates are
-answered with their original offsets and not written again; gaps, stale epochs and unknown
-producers are refused), appends it whole, and only then updates the producer state. Nothing here
-looks at single records.
+it is in the log. ``append_validated`` takes a producer's batch that the Produce handler has
+validated (records.py), checks it against the producer state (R6: duplicates are answered with
+their original offsets and not written again; gaps, stale epochs and unknown producers are
+refused), appends it whole, and only then updates the producer state; ``append_internal`` is
+the coordinators' way in. Nothing here looks at single records.
 
 Producer state survives restarts (R7): a snapshot is written whenever the log rolls a segment and
 on clean close; on open the newest snapshot at or below the log end is loaded and the batch
@@ -121,40 +121,32 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def append(
-        self,
-        batch: bytes,
-        now_ms: int,
-        *,
-        from_client: bool = True,
-        verify: Callable[[records.BatchHeader], None] | None = None,
-    ) -> AppendResult:
-        """Validate and append one batch. Raises a KafkaError on invalid input.
-
-        ``verify``: called with the validated header before anything else is checked or
-        written (the Produce handler's transactional check); whatever it raises propagates and
-        nothing is written.
-
-        ``from_client``: a producer's batch (Produce API): fully validated and checked against
-        the producer state. Batches written by the broker's own coordinators (offset commits,
-        transactional offset commits carrying a producer id without sequence numbers, group
-        metadata) pass ``from_client=False``: the header is parsed and the producer epoch is
-        checked (a fenced epoch is refused), sequence numbers are not (as Kafka's
-        ``AppendOrigin.COORDINATOR``)."""
-        if from_client:
-            header = records.validate_produce_batch(
-                batch, self.config.max_message_bytes, self.config.max_uncompressed_bytes
-            )
-            if verify is not None:
-                verify(header)
-            dup = self.producers.check(header)
-            if dup is not None:
-                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
-        else:
-            header = records.parse_header(batch)
-            self.producers.check_epoch(header)
+    def append_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
+        """Append a producer's batch that ``records.validate_produce_batch`` accepted (``header``
+        is its result): checked against the producer state first (R6: a duplicate is answered
+        with its original offsets and not written again; gaps, stale epochs and unknown producers
+        are refused with their KafkaError), then written whole."""
+        dup = self.producers.check(header)
+        if dup is not None:
+            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
         base, last = self._append(batch, header, now_ms)
         return AppendResult(base, last, self.log.log_start_offset)
+
+    def append_internal(self, batch: bytes, now_ms: int) -> AppendResult:
+        """Append a batch written by the broker's own coordinators (offset commits, group
+        metadata, transaction log records, transactional offset commits carrying a producer id
+        without sequence numbers): the header is parsed and the producer epoch checked (a fenced
+        epoch is refused), sequence numbers are not (as Kafka's ``AppendOrigin.COORDINATOR``)."""
+        header = records.parse_header(batch)
+        self.producers.check_epoch(header)
+        base, last = self._append(batch, header, now_ms)
+        return AppendResult(base, last, self.log.log_start_offset)
+
+    def delete_records(self, offset: int) -> None:
+        """DeleteRecords: the log start moves up to ``offset`` (the caller checked it is at most
+        the high watermark); segments wholly below it are deleted. A lower offset changes nothing."""
+        if offset > self.log.log_start_offset:
+            self.log.set_log_start_offset(offset)
 
     def _append(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[int, int]:
         active = self.log.active_base_offset

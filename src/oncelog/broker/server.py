@@ -53,14 +53,16 @@ import logging
 import os
 import socket
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable
 
+from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection import Connection
-from oncelog.broker.dispatch import CloseConnection, connection_closed, dispatch
+from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 
-if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+#: The one thing the server knows of the broker: a request frame in, response parts out (None:
+#: no response is due). It raises CloseConnection when the connection must be closed.
+Handle = Callable[[bytes, Client], Awaitable["list[Any] | None"]]
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +95,14 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 class Server:
-    def __init__(self, broker: "Broker", host: str, port: int, *, sendfile: bool | None = None) -> None:
-        """``sendfile``: None (default) uses sendfile(2) when the loop supports it; False never
-        (for measurements)."""
-        self.broker = broker
+    def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None) -> None:
+        """``config``: the connection limits and timeouts. ``sendfile``: None (default) uses
+        sendfile(2) when the loop supports it; False never (for measurements)."""
+        self.handle = handle
         self.host = host
         self.port = port
-        cfg = broker.config
+        cfg = config
+        self.max_request_bytes = cfg.socket_request_max_bytes
         self.max_connections = cfg.max_connections
         self.max_connections_per_ip = cfg.max_connections_per_ip
         self.idle_s = cfg.connections_max_idle_ms / 1000
@@ -167,7 +170,7 @@ class Server:
 
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        max_bytes = self.broker.config.socket_request_max_bytes
+        max_bytes = self.max_request_bytes
         while True:
             try:
                 client, addr = await loop.sock_accept(sock)
@@ -259,7 +262,7 @@ class Server:
     async def _serve(self, conn: Connection) -> None:
         peer = conn.peer
         loop = asyncio.get_running_loop()
-        connection_closed.set(conn.closed)
+        client = Client(peer, conn.closed)
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0
         last_yield = loop.time()
@@ -272,7 +275,7 @@ class Server:
                     return
                 conn.busy = True
                 try:
-                    parts = await dispatch(self.broker, frame, peer)
+                    parts = await self.handle(frame, client)
                 finally:
                     conn.busy = False
                 if conn.is_closed:

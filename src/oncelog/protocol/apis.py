@@ -56,8 +56,8 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
-#: api key -> (min version, max version) we implement. Only APIs with a registered handler are
-#: advertised (see ``oncelog.broker.dispatch``), so this table is the upper bound.
+#: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
+#: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
     FETCH: (4, 12),
@@ -80,16 +80,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 3),
     ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3),
-    WRITE_TXN_MARKERS: (1, 1),
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_CONFIGS: (1, 4),
-    CREATE_PARTITIONS: (0, 3),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
-    DESCRIBE_PRODUCERS: (0, 0),
-    DESCRIBE_TRANSACTIONS: (0, 0),
-    LIST_TRANSACTIONS: (0, 1),
 }
 
 

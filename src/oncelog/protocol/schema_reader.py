@@ -28,21 +28,12 @@ malformed; the caller closes the connection. Produce, the hot path, has its own 
 from __future__ import annotations
 
 import struct
-from dataclasses import MISSING, Field, fields
 from functools import cache
 from typing import Any, Callable
 
-from kio._kio_native import get_field_reader
 from kio.serial import readers as kr
-from kio.serial._implicit_defaults import get_tagged_field_default
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    is_optional,
-)
+
+from oncelog.protocol.schema import FieldKind, field_kinds, implicit_default, scalar_reader
 
 __all__ = ["check_message", "read_message"]
 
@@ -99,16 +90,15 @@ def _min_size(cls: type) -> int:
     """The fewest bytes one ``cls`` entity can be encoded in (at least 1)."""
     flexible = bool(cls.__flexible__)
     total = 1 if flexible else 0  # the tagged-field count
-    for f in fields(cls):
-        if get_field_tag(f) is not None:
+    for k in field_kinds(cls):
+        if k.tag is not None:
             continue
-        kind = classify_field(f)
-        if kind.is_array:
+        if k.array:
             total += 1 if flexible else 4
-        elif isinstance(kind, EntityField):
-            total += 1 if is_optional(f) else _min_size(kind.type_)
+        elif k.entity is not None:
+            total += 1 if k.nullable else _min_size(k.entity)
         else:
-            total += _SCALAR_MIN.get(f.metadata.get("kafka_type", ""), (1, 1))[flexible]
+            total += _SCALAR_MIN.get(k.kafka_type, (1, 1))[flexible]
     return max(total, 1)
 
 
@@ -119,14 +109,13 @@ def _entity_reader(cls: type) -> Reader:
     plain: list[tuple[str, Reader]] = []
     tagged: dict[int, tuple[str, Reader]] = {}
     defaults: dict[str, Any] = {}
-    for f in fields(cls):
-        tag = get_field_tag(f)
-        reader = _field_reader(cls, f, is_header, tag is not None)
-        if tag is None:
-            plain.append((f.name, reader))
+    for k in field_kinds(cls):
+        reader = _field_reader(cls, k, is_header)
+        if k.tag is None:
+            plain.append((k.name, reader))
         else:
-            tagged[int(tag)] = (f.name, reader)
-            defaults[f.name] = f.default if f.default is not MISSING else get_tagged_field_default(f)
+            tagged[k.tag] = (k.name, reader)
+            defaults[k.name] = implicit_default(k)
 
     def read(buf: bytes, offset: int) -> tuple[Any, int]:
         pos = offset
@@ -157,30 +146,20 @@ def _entity_reader(cls: type) -> Reader:
     return read
 
 
-def _field_reader(cls: type, f: Field[Any], is_header: bool, is_tag: bool) -> Reader:
-    kind = classify_field(f)
+def _field_reader(cls: type, k: FieldKind, is_header: bool) -> Reader:
     flexible = bool(cls.__flexible__)
-    nullable = is_optional(f)
-    where = f"{cls.__qualname__}.{f.name}"
-    if isinstance(kind, EntityField):
-        inner = _entity_reader(kind.type_)
-        return _nullable_entity(inner) if nullable and not is_tag else inner
-    if isinstance(kind, EntityTupleField):
-        return _array(_entity_reader(kind.type_), _min_size(kind.type_), flexible, nullable, where)
-    if isinstance(kind, PrimitiveTupleField):
-        kafka_type = f.metadata.get("kafka_type", "")
-        table = _NULLABLE_ITEM_READERS if _items_nullable(f) else _ITEM_READERS
-        if kafka_type not in table:
-            raise TypeError(f"{where}: no bounded reader for arrays of {kafka_type}")  # a new schema: extend the table
-        item = table[kafka_type][flexible]
-        return _array(item, _SCALAR_MIN[kafka_type][flexible], flexible, nullable, where)
-    return get_field_reader(cls, f, is_header, is_tag)
-
-
-def _items_nullable(f: Field[Any]) -> bool:
-    # tuple[str | None, ...]: the items may be null; Optional[tuple[...]]: the array may be.
-    args = getattr(f.type, "__args__", ())
-    return bool(args) and type(None) in getattr(args[0], "__args__", ())
+    where = f"{cls.__qualname__}.{k.name}"
+    if k.entity is not None:
+        inner = _entity_reader(k.entity)
+        if k.array:
+            return _array(inner, _min_size(k.entity), flexible, k.nullable, where)
+        return _nullable_entity(inner) if k.nullable and k.tag is None else inner
+    if k.array:
+        table = _NULLABLE_ITEM_READERS if k.items_nullable else _ITEM_READERS
+        if k.kafka_type not in table:
+            raise TypeError(f"{where}: no bounded reader for arrays of {k.kafka_type}")  # a new schema: extend the table
+        return _array(table[k.kafka_type][flexible], _SCALAR_MIN[k.kafka_type][flexible], flexible, k.nullable, where)
+    return scalar_reader(k, flexible, header=is_header)
 
 
 def _nullable_entity(inner: Reader) -> Reader:
@@ -336,47 +315,44 @@ def _checker(cls: type) -> Check:
         unpack = "_I16" if width == 2 else "_I32"
         return _T_LEGACY_SIZED.format(w=where, width=width, unpack=unpack, on_null=null(nullable, where))
 
-    for i, f in enumerate(fields(cls)):
-        if get_field_tag(f) is not None:
+    for i, k in enumerate(field_kinds(cls)):
+        if k.tag is not None:
             continue  # tagged fields are checked by their size in the tag section
-        kind = classify_field(f)
-        nullable = is_optional(f)
-        where = f"{cls.__qualname__}.{f.name}"
-        kafka_type = f.metadata.get("kafka_type", "")
-        if kind.is_array:
+        where = f"{cls.__qualname__}.{k.name}"
+        if k.array:
             flush()
             head = _T_COMPACT_ARRAY if flexible else _T_LEGACY_ARRAY
-            if isinstance(kind, EntityTupleField):
-                env[f"_c{i}"] = _checker(kind.type_)
-                item, item_min = f"pos = _c{i}(buf, pos)", _min_size(kind.type_)
-            elif kafka_type in _FIXED:
-                item = f"pos += {_FIXED[kafka_type]}"
-                item_min = _FIXED[kafka_type]  # the count check already bounds the whole array
+            if k.entity is not None:
+                env[f"_c{i}"] = _checker(k.entity)
+                item, item_min = f"pos = _c{i}(buf, pos)", _min_size(k.entity)
+            elif k.kafka_type in _FIXED:
+                item = f"pos += {_FIXED[k.kafka_type]}"
+                item_min = _FIXED[k.kafka_type]  # the count check already bounds the whole array
             else:
-                body = sized(flexible, 2 if kafka_type == "string" else 4, _items_nullable(f), where)
+                body = sized(flexible, 2 if k.kafka_type == "string" else 4, k.items_nullable, where)
                 env[f"_c{i}"] = _compile(f"{where}[]", body, env)
-                item, item_min = f"pos = _c{i}(buf, pos)", _SCALAR_MIN[kafka_type][flexible]
+                item, item_min = f"pos = _c{i}(buf, pos)", _SCALAR_MIN[k.kafka_type][flexible]
             lines.append(head.format(w=where))
-            on_null = null(nullable, where, "null array where the schema requires one")
+            on_null = null(k.nullable, where, "null array where the schema requires one")
             lines.append(_T_ARRAY_BODY.format(w=where, on_null=on_null, item_min=item_min, item=item))
-        elif isinstance(kind, EntityField):
+        elif k.entity is not None:
             flush()
-            env[f"_c{i}"] = _checker(kind.type_)
-            if nullable:
+            env[f"_c{i}"] = _checker(k.entity)
+            if k.nullable:
                 lines.append(_T_NULLABLE_ENTITY.format(w=where, check=f"_c{i}"))
             else:
                 lines.append(f"\n    pos = _c{i}(buf, pos)")
-        elif kafka_type in _FIXED:
-            fixed += _FIXED[kafka_type]
-        elif kafka_type == "string":
+        elif k.kafka_type in _FIXED:
+            fixed += _FIXED[k.kafka_type]
+        elif k.kafka_type == "string":
             flush()
             # The request header's client id is a legacy nullable string even in header v2.
-            lines.append(sized(flexible and not is_header, 2, nullable or is_header, where))
-        elif kafka_type in ("bytes", "records"):
+            lines.append(sized(flexible and not is_header, 2, k.nullable or is_header, where))
+        elif k.kafka_type in ("bytes", "records"):
             flush()
-            lines.append(sized(flexible, 4, nullable, where))
+            lines.append(sized(flexible, 4, k.nullable, where))
         else:
-            raise TypeError(f"{where}: no checker for kafka type {kafka_type!r}")  # a new schema: extend
+            raise TypeError(f"{where}: no checker for kafka type {k.kafka_type!r}")  # a new schema: extend
     flush()
     if flexible:
         lines.append(_T_TAGS)

@@ -247,7 +247,7 @@ def write_task(
     try:
         produced = produce_batches(producer.raw, ([first] if first is not None else []), options.topic)
         more = produce_batches(producer.raw, rows, options.topic)
-        faults.maybe_fire(options.faults, options.fault_dir, "after_produce", ident.batch_id)
+        faults.maybe_fire("after_produce", ident.batch_id)
         if inputs is None:
             inputs = collect_inputs()
         if inputs:
@@ -256,12 +256,12 @@ def write_task(
             producer.send_offsets_to_transaction(
                 f"input offsets of batch {ident.batch_id}", tps, group_metadata(options, group))
         t_produced = time.monotonic()
-        faults.maybe_fire(options.faults, options.fault_dir, "before_commit", ident.batch_id)
+        faults.maybe_fire("before_commit", ident.batch_id)
         producer.commit_transaction(
             f"batch {ident.batch_id}, {produced.records + more.records} records")
     except BaseException as exc:
         _failed(options, tid, exc, ident)
-    faults.maybe_fire(options.faults, options.fault_dir, "after_commit", ident.batch_id)
+    faults.maybe_fire("after_commit", ident.batch_id)
     in_json: dict[str, dict[str, int]] = {}
     for (t, p), end in sorted(inputs.items()):
         in_json.setdefault(t, {})[str(p)] = end

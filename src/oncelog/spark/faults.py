@@ -1,13 +1,19 @@
-"""Fault injection for the sink's tests: make the sink fail, or stop and wait to be killed, at a
-chosen point of a chosen micro-batch — once.
+"""A test hook of the sink: make it fail, or stop and wait to be killed, at a chosen point of a
+chosen micro-batch — once. Not an option of the data source: it is armed from the environment,
+as the broker's crash points are (``oncelog.faults``), and does nothing unless armed.
 
-Enabled only by two sink options; without them this module does nothing:
+Arming: ``ONCELOG_SPARK_FAULTS`` names a file (every process of the Spark application must see
+the variable: set it before the SparkSession starts, and its JVM and Python workers inherit it).
+The file holds a spec line, and a directory line::
 
-- ``faultInjection`` — a comma list of ``<point>:<action>[@<batchId>]``, e.g.
-  ``before_commit:fail@1,driver_commit:hang@3``.
-- ``faultInjection.dir`` — a directory; each fault fires once, recorded by creating the file
-  ``<dir>/<point>@<batchId or any>`` atomically (O_EXCL), so it fires exactly once even across
-  processes, task retries and query restarts. The file holds the point, batch and pid.
+    before_commit:fail@1,driver_commit:hang
+    dir /tmp/x/faults
+
+``arm(path, spec, directory)`` writes it atomically and ``disarm(path)`` removes it, so one
+Spark application can arm different faults for different queries, one after the other. Each
+fault fires once, recorded by creating ``<dir>/<point>@<batchId or any>`` atomically (O_EXCL):
+exactly once even across processes, task retries and query restarts. The file holds the point,
+the batch and the pid. Processes read the file again whenever it changes (mtime).
 
 Points (where the sink calls ``maybe_fire``):
 
@@ -31,7 +37,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+ENV = "ONCELOG_SPARK_FAULTS"
 POINTS = frozenset({"after_produce", "before_commit", "after_commit", "driver_commit"})
 ACTIONS = frozenset({"fail", "hang", "pause"})
 #: How often a hanging or pausing fault looks at the clock and for its release file.
@@ -41,7 +49,7 @@ HANG_LIMIT_S = 300.0
 
 
 class InjectedFault(RuntimeError):
-    """A failure requested by the faultInjection options (tests only)."""
+    """A failure requested through ``ONCELOG_SPARK_FAULTS`` (tests only)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class Fault:
 
 
 def parse(spec: str | None) -> tuple[Fault, ...]:
-    """Parse the ``faultInjection`` option; raises ValueError naming the option."""
+    """Parse ``<point>:<action>[@<batchId>]`` items (comma separated); raises ValueError."""
     out = []
     for item in (spec or "").split(","):
         item = item.strip()
@@ -67,19 +75,54 @@ def parse(spec: str | None) -> tuple[Fault, ...]:
         action = action or "fail"
         if point not in POINTS or action not in ACTIONS:
             raise ValueError(
-                f"option faultInjection: {item!r} is not <point>:<action>[@<batchId>] with point in "
+                f"fault {item!r} is not <point>:<action>[@<batchId>] with point in "
                 f"{sorted(POINTS)} and action in {sorted(ACTIONS)}"
             )
         try:
             batch_id = int(batch) if batch else None
         except ValueError:
-            raise ValueError(f"option faultInjection: bad batch id in {item!r}") from None
+            raise ValueError(f"fault {item!r}: bad batch id") from None
         out.append(Fault(point, action, batch_id))
     return tuple(out)
 
 
-def maybe_fire(faults: tuple[Fault, ...], directory: str | None, point: str, batch_id: int) -> None:
-    """Fire the first configured fault for ``point`` and ``batch_id`` that has not fired yet."""
+def arm(path: str | os.PathLike[str], spec: str, directory: str | os.PathLike[str]) -> None:
+    """Arm ``spec`` (see ``parse``), recording fired faults in ``directory``."""
+    parse(spec)  # refuse a bad spec here, not in a Spark task
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(f"{spec}\ndir {directory}\n")
+    os.replace(tmp, p)
+
+
+def disarm(path: str | os.PathLike[str]) -> None:
+    Path(path).unlink(missing_ok=True)
+
+
+_cache: dict[str, tuple[int, tuple[Fault, ...], str]] = {}  # path -> (mtime_ns, faults, directory)
+
+
+def _armed() -> tuple[tuple[Fault, ...], str]:
+    path = os.environ.get(ENV)
+    if not path:
+        return (), ""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return (), ""
+    cached = _cache.get(path)
+    if cached is not None and cached[0] == mtime:
+        return cached[1], cached[2]
+    lines = Path(path).read_text().splitlines()
+    faults = parse(lines[0] if lines else "")
+    directory = next((line[4:] for line in lines[1:] if line.startswith("dir ")), "")
+    _cache[path] = (mtime, faults, directory)
+    return faults, directory
+
+
+def maybe_fire(point: str, batch_id: int) -> None:
+    """Fire the first armed fault for ``point`` and ``batch_id`` that has not fired yet."""
+    faults, directory = _armed()
     if not faults or not directory:
         return
     for f in faults:

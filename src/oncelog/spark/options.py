@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from oncelog.spark import faults as faults_mod
 from oncelog.spark import offsets as off
 
 KAFKA_PREFIX = "kafka."
@@ -219,8 +218,6 @@ class SinkOptions:
     write_id: str | None = None
     flush_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
-    faults: tuple[faults_mod.Fault, ...] = ()
-    fault_dir: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -238,10 +235,6 @@ class SinkOptions:
         prefix = opts.get("transactionalidprefix", "oncelog-spark")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
             raise ValueError(f"option transactionalIdPrefix: use letters, digits, '.', '_' and '-', got {prefix!r}")
-        injected = faults_mod.parse(opts.get("faultinjection"))
-        fault_dir = opts.get("faultinjection.dir") or None
-        if injected and not fault_dir:
-            raise ValueError("option faultInjection needs faultInjection.dir (where fired faults are recorded)")
         return cls(
             client=client,
             topic=opts.get("topic") or None,
@@ -251,8 +244,6 @@ class SinkOptions:
             write_id=opts.get("writeid") or None,
             flush_timeout_ms=_int(opts, "flushTimeoutMs", 120_000, minimum=1) or 120_000,
             request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=1) or 30_000,
-            faults=injected,
-            fault_dir=fault_dir,
         )
 
     def producer_config(self) -> dict[str, str]:

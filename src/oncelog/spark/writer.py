@@ -140,7 +140,7 @@ class OncelogStreamWriter(_Writing, DataSourceStreamArrowWriter):
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         # Every task committed its own transaction; a repeated call for the same batch (after a
         # driver failure) is as harmless as the first.
-        faults.maybe_fire(self.options.faults, self.options.fault_dir, "driver_commit", batchId)
+        faults.maybe_fire("driver_commit", batchId)
         self._summarise(messages, f"batch {batchId} committed")
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:

@@ -1,23 +1,16 @@
-"""Shared by the group handlers: finding the group coordinator, and request field conversions."""
+"""Shared by the group handlers: request field conversions."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
+from oncelog.broker.context import BrokerContext, Client
 from oncelog.coordinator.group.types import OffsetCommitData
-from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode
+from oncelog.protocol.errors import ErrorCode
 from oncelog.types import TopicPartition
 
 _MS = datetime.timedelta(milliseconds=1)
-
-
-def coordinator(broker: Any) -> Any:
-    """The broker's GroupCoordinator; COORDINATOR_NOT_AVAILABLE while it does not exist."""
-    groups = getattr(broker, "groups", None)
-    if groups is None:
-        raise CoordinatorNotAvailable("this broker has no group coordinator")
-    return groups
 
 
 def ms(value: datetime.timedelta | int) -> int:
@@ -27,16 +20,12 @@ def ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
-def client_host() -> str:
+def client_host(client: Client) -> str:
     """The requesting client's address as Kafka shows it ("/127.0.0.1")."""
-    from oncelog.broker.dispatch import current_peer
-
-    peer = current_peer.get()
-    host = peer.rpartition(":")[0] if ":" in peer else peer
-    return f"/{host}" if host else ""
+    return f"/{client.host}" if client.host else ""
 
 
-def requested_offsets(broker: Any, topics: Any) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitData]]:
+def requested_offsets(broker: BrokerContext, topics: Any) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitData]]:
     """The offsets of an OffsetCommit / TxnOffsetCommit request: (codes already decided, offsets
     to commit). Partitions the broker does not have get UNKNOWN_TOPIC_OR_PARTITION."""
     codes: dict[TopicPartition, ErrorCode] = {}

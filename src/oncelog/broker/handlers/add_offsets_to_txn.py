@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers._txn import error_code
-from oncelog.broker.messages import Builder
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.ADD_OFFSETS_TO_TXN
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     try:
-        broker.transactions.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
+        await broker.transactions.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
     except KafkaError as exc:
         return m.AddOffsetsToTxnResponse(error_code=error_code(exc, API_KEY, request.api_version))
     return m.AddOffsetsToTxnResponse(error_code=ErrorCode.none)

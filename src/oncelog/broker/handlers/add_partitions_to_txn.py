@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers._txn import error_code
-from oncelog.broker.messages import Builder
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.ADD_PARTITIONS_TO_TXN
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     wanted = [TopicPartition(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
@@ -28,7 +30,7 @@ async def handle(broker: Any, request: Any) -> Any:
         codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted for tp in wanted}
     else:
         try:
-            broker.transactions.add_partitions(
+            await broker.transactions.add_partitions(
                 req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, set(wanted)
             )
             codes = {tp: ErrorCode.none for tp in wanted}

@@ -12,16 +12,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker import topic_config
-from oncelog.broker.messages import Builder
+from oncelog.protocol.messages import Builder
 from oncelog.broker.replica_manager import NewTopic, TopicMeta
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.CREATE_TOPICS
 
 
-def _new_topic(broker: Any, t: Any, seen: set[str]) -> NewTopic:
+def _new_topic(broker: BrokerContext, t: Any, seen: set[str]) -> NewTopic:
     """The topic a CreatableTopic asks for; raises for what only the request can tell."""
     if t.name in seen:
         raise InvalidRequest(f"topic {t.name!r} appears twice in the request")
@@ -37,7 +39,7 @@ def _new_topic(broker: Any, t: Any, seen: set[str]) -> NewTopic:
     return NewTopic(t.name, num_partitions, rf, {c.name: c.value for c in t.configs})
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     seen: set[str] = set()

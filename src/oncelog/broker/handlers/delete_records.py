@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidTopic, KafkaError, OffsetOutOfRange
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.DELETE_RECORDS
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     topics = []
@@ -33,8 +35,7 @@ async def handle(broker: Any, request: Any) -> Any:
                     raise OffsetOutOfRange(
                         f"delete-records offset {offset} of {t.name}-{p.partition_index} is above the high watermark {part.high_watermark}"
                     )
-                if offset > part.log_start_offset:
-                    part.log.set_log_start_offset(offset)
+                part.delete_records(offset)
                 results.append(
                     m.DeleteRecordsPartitionResult(
                         partition_index=p.partition_index, low_watermark=part.log_start_offset, error_code=ErrorCode.none

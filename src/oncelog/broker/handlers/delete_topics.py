@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, TopicDeletionDisabled, UnknownTopicId
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.DELETE_TOPICS
 _ZERO = uuid.UUID(int=0)
@@ -19,7 +21,7 @@ def _requested(req: Any) -> list[tuple[str | None, uuid.UUID]]:
     return [(t.name, t.topic_id) for t in req.topics]
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     rm = broker.replicas

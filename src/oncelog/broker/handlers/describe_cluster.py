@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.DESCRIBE_CLUSTER
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     m = Builder(API_KEY, request.api_version)
     return m.DescribeClusterResponse(
         error_code=ErrorCode.none,

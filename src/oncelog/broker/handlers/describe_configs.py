@@ -10,17 +10,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker import topic_config
-from oncelog.broker.messages import Builder
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.DESCRIBE_CONFIGS
 TOPIC, BROKER = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 
 
-def _broker_rows(broker: Any) -> list[tuple[str, str | None, int]]:
+def _broker_rows(broker: BrokerContext) -> list[tuple[str, str | None, int]]:
     rows = []
     defaults = type(broker.config)()
     for f in dataclasses.fields(broker.config):
@@ -30,7 +32,7 @@ def _broker_rows(broker: Any) -> list[tuple[str, str | None, int]]:
     return rows
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     results = []
@@ -55,7 +57,6 @@ async def handle(broker: Any, request: Any) -> Any:
                     value=v,
                     read_only=res.resource_type == BROKER,
                     config_source=src,
-                    is_default=src == SOURCE_DEFAULT,
                     is_sensitive=False,
                     synonyms=(),
                     config_type=0,

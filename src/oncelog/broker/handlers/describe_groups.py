@@ -6,24 +6,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.broker.context import BrokerContext, Client
+
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.DESCRIBE_GROUPS
 _NO_OPERATIONS = -2147483648
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     out = []
     for group_id in req.groups:
         try:
             validate_group_id(group_id, allow_empty=True)
-            s = coordinator(broker).describe_group(group_id)
+            s = broker.groups.describe_group(group_id)
         except KafkaError as exc:
             out.append(
                 m.DescribedGroup(

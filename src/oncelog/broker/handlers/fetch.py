@@ -22,17 +22,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from oncelog.broker.dispatch import connection_closed
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from oncelog.protocol.framing import FileRecords
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1
 
 
-def _collect(broker: Any, req: Any, m: Builder, read_committed: bool) -> tuple[list[Any], int, list[Any], bool]:
+def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) -> tuple[list[Any], int, list[Any], bool]:
     """One pass over the requested partitions: (topic responses, bytes, partitions, any_error)."""
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     total = 0
@@ -95,22 +96,22 @@ def _collect(broker: Any, req: Any, m: Builder, read_committed: bool) -> tuple[l
     return topics, total, parts_seen, any_error
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     loop = asyncio.get_running_loop()
     wait = min(max(req.max_wait.total_seconds(), 0.0), broker.config.fetch_max_wait_ms / 1000)
     deadline = loop.time() + wait
-    closed = connection_closed.get()
+    closed = client.closed
     while True:
         topics, total, parts, any_error = _collect(broker, req, m, read_committed)
         remaining = deadline - loop.time()
-        if total >= req.min_bytes or any_error or remaining <= 0 or not parts or (closed is not None and closed.done()):
+        if total >= req.min_bytes or any_error or remaining <= 0 or not parts or closed.done():
             break
         waiters = [p.waiter() for p in parts]
         try:
-            await asyncio.wait([*waiters, closed] if closed is not None else waiters, timeout=remaining,
+            await asyncio.wait([*waiters, closed], timeout=remaining,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waiters:

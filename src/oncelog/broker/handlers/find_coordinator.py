@@ -11,31 +11,31 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode, InvalidRequest, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
 
 
-def _group_key(broker: Any, key: str) -> None:
+def _group_key(broker: BrokerContext, key: str) -> None:
     validate_group_id(key)
-    if getattr(broker, "groups", None) is None:
-        raise CoordinatorNotAvailable("this broker has no group coordinator")
 
 
-def _transaction_key(broker: Any, key: str) -> None:
+def _transaction_key(broker: BrokerContext, key: str) -> None:
     if not key:
         raise InvalidRequest("transactional id must not be empty")
 
 
 #: key type -> check of a key (raises the KafkaError to answer; returns: this broker coordinates it)
-RESOLVERS: dict[int, Callable[[Any, str], None]] = {GROUP: _group_key, TRANSACTION: _transaction_key}
+RESOLVERS: dict[int, Callable[[BrokerContext, str], None]] = {GROUP: _group_key, TRANSACTION: _transaction_key}
 
 
-def _resolve(broker: Any, key_type: int, key: str) -> ErrorCode:
+def _resolve(broker: BrokerContext, key_type: int, key: str) -> ErrorCode:
     check = RESOLVERS.get(key_type)
     if check is None:
         return ErrorCode.invalid_request
@@ -46,7 +46,7 @@ def _resolve(broker: Any, key_type: int, key: str) -> ErrorCode:
     return ErrorCode.none
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     node, host, port = broker.node_id, broker.advertised_host, broker.advertised_port

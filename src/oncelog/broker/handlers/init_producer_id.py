@@ -11,20 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.INIT_PRODUCER_ID
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     try:
         if req.transactional_id is not None:
-            pid, epoch = broker.transactions.init_producer_id(
+            pid, epoch = await broker.transactions.init_producer_id(
                 req.transactional_id,
                 int(req.transaction_timeout.total_seconds() * 1000),
                 getattr(req, "producer_id", -1),

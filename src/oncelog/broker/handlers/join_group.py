@@ -9,23 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import client_host, coordinator, ms
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers._group import client_host, ms
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.coordinator.group.types import JoinRequest
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.JOIN_GROUP
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     v = request.api_version
     m = Builder(API_KEY, v)
     instance_id = getattr(req, "group_instance_id", None)
     try:
-        groups = coordinator(broker)
+        groups = broker.groups
         validate_group_id(req.group_id)
         session = ms(req.session_timeout)
         rebalance = ms(req.rebalance_timeout) if v >= 1 else session
@@ -39,7 +41,7 @@ async def handle(broker: Any, request: Any) -> Any:
                 session_timeout_ms=session,
                 rebalance_timeout_ms=rebalance if rebalance >= 0 else session,
                 client_id=request.client_id or "",
-                client_host=client_host(),
+                client_host=client_host(client),
                 require_known_member_id=v >= 4 and instance_id is None,
             )
         )

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.broker.context import BrokerContext, Client
+
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.LEAVE_GROUP
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     v = request.api_version
     m = Builder(API_KEY, v)
@@ -27,7 +29,7 @@ async def handle(broker: Any, request: Any) -> Any:
     else:
         leaving = [(req.member_id, None)]
     try:
-        groups = coordinator(broker)
+        groups = broker.groups
         validate_group_id(req.group_id)
         errors = groups.leave_group(req.group_id, leaving)
     except KafkaError as exc:

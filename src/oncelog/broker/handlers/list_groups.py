@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.LIST_GROUPS
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    groups, loading = coordinator(broker).list_groups()
+    groups, loading = broker.groups.list_groups()
     wanted = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
     return m.ListGroupsResponse(
         error_code=ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none,

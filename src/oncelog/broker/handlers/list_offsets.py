@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.LIST_OFFSETS
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -33,7 +35,7 @@ def _lookup(part: Any, ts: int, read_committed: bool) -> tuple[int, int]:
     return found_ts, offset
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     read_committed = getattr(req, "isolation_level", 0) == 1

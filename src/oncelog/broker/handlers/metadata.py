@@ -17,17 +17,19 @@ import asyncio
 import uuid
 from typing import Any
 
-from oncelog.broker.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol.messages import Builder
 from oncelog.broker.replica_manager import NewTopic
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.METADATA
 CREATE_CHUNK = 100  # topics auto-created per topics.json write
 YIELD_EVERY = 1000  # topics answered between yields to the event loop
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     rm = broker.replicas

@@ -11,23 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator, ms, requested_offsets
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers._group import ms, requested_offsets
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.OFFSET_COMMIT
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     codes, offsets = requested_offsets(broker, req.topics)
     retention = getattr(req, "retention_time", None)
     try:
-        groups = coordinator(broker)
+        groups = broker.groups
         validate_group_id(req.group_id, allow_empty=True)
         if offsets:
             errors = groups.commit_offsets(

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.broker.context import BrokerContext, Client
+
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.OFFSET_DELETE
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     codes: dict[TopicPartition, ErrorCode] = {}
@@ -33,7 +35,7 @@ async def handle(broker: Any, request: Any) -> Any:
                 codes[tp] = ErrorCode.unknown_topic_or_partition
     try:
         validate_group_id(req.group_id)
-        errors = coordinator(broker).delete_offsets(req.group_id, known)
+        errors = broker.groups.delete_offsets(req.group_id, known)
     except KafkaError as exc:
         return m.OffsetDeleteResponse(error_code=exc.code, topics=())
     for tp, err in errors.items():

@@ -11,21 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.broker.context import BrokerContext, Client
+
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.OFFSET_FETCH
 
 
-def _fetch(broker: Any, group_id: str, topics: Any, require_stable: bool) -> tuple[list[Any], ErrorCode]:
+def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bool) -> tuple[list[Any], ErrorCode]:
     """[(tp, committed or None, error code)] in request order (or all committed), group error."""
     wanted = None if topics is None else [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        groups = coordinator(broker)
+        groups = broker.groups
         validate_group_id(group_id, allow_empty=True)
         rows = groups.fetch_offsets(group_id, wanted, require_stable)
     except KafkaError as exc:
@@ -48,7 +50,7 @@ def _topics(m: Builder, rows: list[Any], topic_cls: str, part_cls: str) -> tuple
     return tuple(getattr(m, topic_cls)(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     v = request.api_version
     m = Builder(API_KEY, v)

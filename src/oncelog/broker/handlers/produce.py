@@ -1,7 +1,8 @@
 """Produce (0): append one record batch per partition, whole.
 
-Each partition's batch is validated at the header level and appended as bytes (partition.py);
-errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
+Each partition's batch is validated (header, CRC, every record: ``records.validate_produce_batch``),
+checked by the transaction coordinator if transactional, then appended whole as bytes
+(``Partition.append_validated``: producer-state check, then the append); errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
 byte-for-byte what kio would write), since this is the broker's hottest path. acks=0 gets no response; if such a request fails, the connection is
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
@@ -18,22 +19,19 @@ KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from oncelog.protocol import apis
-from oncelog.protocol import records
+from oncelog.broker.context import BrokerContext, Client, CloseConnection
+from oncelog.protocol import apis, records
 from oncelog.protocol.errors import CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError
-from oncelog.protocol.framing import EncodedBody
+from oncelog.protocol.framing import EncodedBody, Request
 from oncelog.protocol.produce_response import PartitionResult, encode_body
 from oncelog.types import TopicPartition
 
 API_KEY = apis.PRODUCE
 
 
-async def handle(broker: Any, request: Any) -> Any:
-    from oncelog.broker.dispatch import CloseConnection
-
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     now = broker.clock.now_ms()
     acks = req.acks
@@ -53,7 +51,10 @@ async def handle(broker: Any, request: Any) -> Any:
                 part = broker.replicas.partition(t.name, p.index)
                 if not p.records:
                     raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")
-                res = part.append(p.records, now, verify=partial(_check_transactional, broker, txn_id, t.name, p.index))
+                header = records.validate_produce_batch(p.records, part.config.max_message_bytes,
+                                                        part.config.max_uncompressed_bytes)
+                _check_transactional(broker, txn_id, TopicPartition(t.name, p.index), header)
+                res = part.append_validated(p.records, header, now)
                 results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset))
             except KafkaError as exc:
                 failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
@@ -66,15 +67,13 @@ async def handle(broker: Any, request: Any) -> Any:
     return EncodedBody(encode_body(request.api_version, topics))
 
 
-def _check_transactional(
-    broker: Any, transactional_id: str | None, topic: str, partition: int, h: records.BatchHeader
-) -> None:
+def _check_transactional(broker: BrokerContext, transactional_id: str | None, tp: TopicPartition,
+                         h: records.BatchHeader) -> None:
+    """A transactional batch needs the request's transactional id and a partition its Ongoing
+    transaction added (the coordinator's verification); a plain batch needs no id."""
     if h.is_transactional:
         if transactional_id is None:
-            raise InvalidRequest(
-                f"transactional batch for {topic}-{partition} in a produce request without a transactional id"
-            )
-        broker.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch,
-                                           TopicPartition(topic, partition))
+            raise InvalidRequest(f"transactional batch for {tp} in a produce request without a transactional id")
+        broker.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
     elif transactional_id is not None:
-        raise InvalidRequest(f"non-transactional batch for {topic}-{partition} in a transactional produce request")
+        raise InvalidRequest(f"non-transactional batch for {tp} in a transactional produce request")

@@ -14,23 +14,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.handlers._group import coordinator, requested_offsets
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers._group import requested_offsets
 from oncelog.broker.handlers._txn import error_code
-from oncelog.broker.messages import Builder
-from oncelog.coordinator.group.service import validate_group_id
+from oncelog.protocol.messages import Builder
+from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
+from oncelog.protocol.framing import Request
 
 API_KEY = apis.TXN_OFFSET_COMMIT
 
 
-async def handle(broker: Any, request: Any) -> Any:
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
     codes, offsets = requested_offsets(broker, req.topics)
     try:
-        groups = coordinator(broker)
+        groups = broker.groups
         validate_group_id(req.group_id)
         if offsets:
             # Only the current producer of an Ongoing transaction that added this group's

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.coordinator.group import records as rec
+from oncelog.protocol.errors import InvalidGroupId
 
 #: A record for ``__consumer_offsets``: key and value (None: a tombstone).
 Record = tuple[rec.OffsetKey | rec.GroupKey, rec.OffsetValue | rec.GroupValue | None]
@@ -105,3 +106,17 @@ class GroupSummary:
     protocol_type: str
     protocol_data: str
     members: tuple[MemberSummary, ...]
+
+
+MAX_GROUP_ID_LENGTH = 255
+
+
+def validate_group_id(group_id: str | None, *, allow_empty: bool = False) -> str:
+    """Raises InvalidGroupId for a null, empty (unless ``allow_empty``: Kafka accepts the empty
+    group id in OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups) or too long id.
+    Kafka has no length limit; ours (255 characters) keeps group ids storable and printable."""
+    if group_id is None or (not group_id and not allow_empty):
+        raise InvalidGroupId(f"group id {group_id!r} is not valid: it must not be empty")
+    if len(group_id) > MAX_GROUP_ID_LENGTH:
+        raise InvalidGroupId(f"group id of {len(group_id)} characters is longer than {MAX_GROUP_ID_LENGTH}")
+    return group_id

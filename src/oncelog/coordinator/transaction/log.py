@@ -28,7 +28,7 @@ from kio.serial import writers as w
 from kio.serial.errors import SerialError
 
 from oncelog.coordinator.transaction.state import TxnState
-from oncelog.types import TopicPartition
+from oncelog.types import ProducerEpoch, ProducerId, TopicPartition
 
 KEY_VERSION = 0
 VALUE_VERSION = 1
@@ -48,10 +48,10 @@ class TxnLogFormatError(ValueError):
 class TxnRecord:
     """The whole state of one transactional.id, as written to the transaction log."""
 
-    producer_id: int
-    last_producer_id: int
-    producer_epoch: int
-    last_producer_epoch: int
+    producer_id: ProducerId
+    last_producer_id: ProducerId
+    producer_epoch: ProducerEpoch
+    last_producer_epoch: ProducerEpoch
     timeout_ms: int
     state: TxnState
     partitions: frozenset[TopicPartition]

@@ -1,11 +1,11 @@
-"""The state of one transactional.id, and its prepare -> append -> complete transitions.
+"""The state of one transactional.id, and its prepare -> append -> replay transitions.
 
-``TxnMetadata`` changes only through ``apply(record)``: a live request *prepares* a
-``TxnRecord`` (the complete next state, checked against the transition table and marked
-pending), the coordinator appends it to ``__transaction_state``, and only once the append has
-returned does ``complete(record)`` apply it. Loading the log on start applies the same records
-through the same ``apply``. While a record is pending, every other request for this
-transactional.id is answered CONCURRENT_TRANSACTIONS (R11).
+``TxnMetadata`` changes only through ``apply(record)``: the shard *prepares* a ``TxnRecord``
+(the complete next state, checked against the transition table and marked pending), the runtime
+appends it to ``__transaction_state``, and only then does the shard's ``replay`` apply it and
+clear ``pending`` (or ``abandon`` clear it, if the append failed). Loading the log on start
+applies the same records through the same ``replay``. While a record is pending, every other
+request for this transactional.id is answered CONCURRENT_TRANSACTIONS (R11).
 """
 
 from __future__ import annotations
@@ -13,22 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oncelog.coordinator.transaction.log import TxnRecord
-from oncelog.coordinator.transaction.state import TxnState, check_transition
+from oncelog.coordinator.transaction.rules import check_transition
+from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol.errors import ConcurrentTransactions
-from oncelog.types import TopicPartition
+from oncelog.types import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerEpoch, ProducerId, TopicPartition, TransactionalId
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767
 
 
 @dataclass
 class TxnMetadata:
-    transactional_id: str
-    producer_id: int = NO_PRODUCER_ID
-    last_producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    transactional_id: TransactionalId
+    producer_id: ProducerId = NO_PRODUCER_ID
+    last_producer_id: ProducerId = NO_PRODUCER_ID
+    producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
+    last_producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
     timeout_ms: int = 60_000
     state: TxnState = TxnState.EMPTY
     partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
@@ -76,15 +75,3 @@ class TxnMetadata:
         rec = TxnRecord(**fields)  # type: ignore[arg-type]
         self.pending = rec
         return rec
-
-    def complete(self, rec: TxnRecord) -> None:
-        """Apply a prepared record after its append succeeded."""
-        if self.pending is not rec:
-            raise AssertionError(f"bug: completing {rec} but {self.pending} is pending")
-        self.pending = None
-        self.apply(rec)
-
-    def cancel(self, rec: TxnRecord) -> None:
-        """Forget a prepared record whose append failed; the state is as before."""
-        if self.pending is rec:
-            self.pending = None

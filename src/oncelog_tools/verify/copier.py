@@ -1,6 +1,6 @@
 """A transactional copier (consume-transform-produce, R17) as a separate process, for tests and
 fault scenarios that SIGKILL it:
-``python -m oncelog.verify.copier CLIENT BOOTSTRAP INPUT OUTPUT PARTITIONS TXN_ID GROUP SEED``.
+``python -m oncelog_tools.verify.copier CLIENT BOOTSTRAP INPUT OUTPUT PARTITIONS TXN_ID GROUP SEED``.
 PARTITIONS is a count (partitions 0..N-1) or a comma-separated list of partitions (``3,`` for
 partition 3 alone).
 

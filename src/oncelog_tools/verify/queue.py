@@ -1,6 +1,6 @@
 """Scenario 2 of ``oncelog verify``: a Jepsen-style queue workload under faults.
 
-Several client processes (confluent-kafka; ``python -m oncelog.verify.queue SLOT …``) each loop
+Several client processes (confluent-kafka; ``python -m oncelog_tools.verify.queue SLOT …``) each loop
 over random operations on one topic:
 
 * a transaction (transactional producer, ``transactional.id`` fixed per slot so that a
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.process import BrokerProcess, free_port
-from oncelog.verify.checker import Anomaly, check
-from oncelog.verify.history import Op
+from oncelog_tools.verify.checker import Anomaly, check
+from oncelog_tools.verify.history import Op
 
 TOPIC = "queue"
 GROUP = "verify-queue"
@@ -268,7 +268,7 @@ def run(work: Path, *, duration: float, clients: int = 4, partitions: int = 4, s
         faults: tuple[str, ...] = FAULTS, progress=None) -> QueueResult:  # type: ignore[no-untyped-def]
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from oncelog.verify.proxy import Proxy
+    from oncelog_tools.verify.proxy import Proxy
 
     rng = random.Random(seed)
     result = QueueResult(faults={f: 0 for f in faults})
@@ -304,7 +304,7 @@ def run(work: Path, *, duration: float, clients: int = 4, partitions: int = 4, s
         def launch(s: int) -> None:
             incarnation[s] += 1
             procs[s] = subprocess.Popen(
-                [sys.executable, "-m", "oncelog.verify.queue", str(s), str(incarnation[s]), bootstrap,
+                [sys.executable, "-m", "oncelog_tools.verify.queue", str(s), str(incarnation[s]), bootstrap,
                  str(rng.randrange(1 << 30)), str(work / f"history-{s}.{incarnation[s]}.jsonl")],
                 stdout=subprocess.DEVNULL, stderr=open(work / f"client-{s}.log", "ab"), start_new_session=True)
 

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from oncelog.verify.checker import Anomaly
+from oncelog_tools.verify.checker import Anomaly
 
 verify_app = typer.Typer(no_args_is_help=True, help="Fault-injection scenarios that check exactly-once.")
 console = Console()
@@ -54,7 +54,7 @@ def torn_cmd(
     work_dir: Optional[Path] = typer.Option(None, help="keep the broker's files here"),
 ) -> None:
     """Scenario 3: torn writes and damaged indexes, snapshots and transaction indexes."""
-    from oncelog.verify import torn
+    from oncelog_tools.verify import torn
 
     s = _seed(seed)
     work = work_dir or Path(tempfile.mkdtemp(prefix="oncelog-verify-torn-"))
@@ -78,7 +78,7 @@ def copy_cmd(
 ) -> None:
     """Scenario 1: transactional copy while the broker and the copiers are SIGKILLed (Kafka's
     transactions_test.py), with a concurrent read_committed reader."""
-    from oncelog.verify import copy
+    from oncelog_tools.verify import copy
 
     s = _seed(seed)
     work = work_dir or Path(tempfile.mkdtemp(prefix="oncelog-verify-copy-"))
@@ -115,7 +115,7 @@ def queue_cmd(
     """Scenario 2: a Jepsen-style queue workload (transactions of sends and polls, random aborts)
     under broker/client kills and pauses, cut and delayed connections and a full disk; the
     history is checked for lost, duplicate, aborted/uncommitted reads and ordering anomalies."""
-    from oncelog.verify import queue
+    from oncelog_tools.verify import queue
 
     s = _seed(seed)
     work = work_dir or Path(tempfile.mkdtemp(prefix="oncelog-verify-queue-"))

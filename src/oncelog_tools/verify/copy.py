@@ -2,7 +2,7 @@
 style of Kafka's own ``transactions_test.py``.
 
 An input topic is seeded with unique records. One transactional copier per input partition
-(``oncelog.verify.copier``: confluent-kafka, sendOffsetsToTransaction, a third of its
+(``oncelog_tools.verify.copier``: confluent-kafka, sendOffsetsToTransaction, a third of its
 transactions aborted at random) copies them to the same partition of an output topic. Meanwhile
 the broker and the copiers are killed with SIGKILL at random moments and restarted, and a
 read_committed consumer reads the output the whole time.
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.process import BrokerProcess
-from oncelog.verify.checker import Anomaly
-from oncelog.verify.copier import HEARTBEAT_ENV
+from oncelog_tools.verify.checker import Anomaly
+from oncelog_tools.verify.copier import HEARTBEAT_ENV
 
 INPUT, OUTPUT = "input", "output"
 #: a copier that finishes no transaction for this long is hung (librdkafka #5456) and is killed
@@ -141,7 +141,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
             beat = work / f"copier-{p}.heartbeat"
             beat.touch()
             copiers[p] = subprocess.Popen(
-                [sys.executable, "-m", "oncelog.verify.copier", "confluent", broker.bootstrap, INPUT, OUTPUT, f"{p},",
+                [sys.executable, "-m", "oncelog_tools.verify.copier", "confluent", broker.bootstrap, INPUT, OUTPUT, f"{p},",
                  f"verify-copier-{p}", "verify-copy", str(rng.randrange(1 << 30))],
                 stdout=subprocess.DEVNULL, stderr=open(work / f"copier-{p}.log", "ab"),
                 env={**os.environ, HEARTBEAT_ENV: str(beat), "ONCELOG_COPIER_MAX_POLL": str(txn_records),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from oncelog.verify.history import Op
+from oncelog_tools.verify.history import Op
 
 KINDS = (
     "lost",

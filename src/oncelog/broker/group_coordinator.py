@@ -1,13 +1,14 @@
-"""The group coordinator service: the asyncio shell around one ``GroupShard`` per partition of
-``__consumer_offsets`` (R3, R13).
+"""The group coordinator service: one ``GroupShard`` per partition of ``__consumer_offsets`` on
+the coordinator runtime (R3, R13).
 
 Theory of operation. A group lives on partition ``abs(hash(group.id)) % N`` (placement.py) and
-is served by that partition's shard. Every operation is: ask the shard (pure, synchronous) for a
-``Result``; append its records to the partition as one batch (transactional for
-TxnOffsetCommit); replay them into the shard; deliver the shard's outbox (answers to parked
-JoinGroup/SyncGroup requests, which wait here on futures); answer. No ``await`` happens between
-the shard's decision and the replay, so the event loop never sees a half-applied operation, and
-the answer always goes out after the append returned.
+is served by that partition's shard. Every operation follows the runtime's order
+(coordinator_runtime.py): ask the shard (pure, synchronous) for a ``Result``; append its records
+to the partition as one batch (transactional for TxnOffsetCommit); replay them into the shard;
+deliver the shard's outbox (answers to parked JoinGroup/SyncGroup requests, which wait here on
+futures); answer. No ``await`` happens between the shard's decision and the replay, so the event
+loop never sees a half-applied operation, and the answer always goes out after the append
+returned.
 
 Start: ``__consumer_offsets`` is created if missing (compacted, internal); every partition is
 loaded in the background by replaying its log through the same ``replay`` (loader.py); until a
@@ -28,10 +29,10 @@ import itertools
 import logging
 from typing import Any, Callable
 
+from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import Clock
 from oncelog.coordinator.group import records as rec
-from oncelog.coordinator.group.loader import new_report, replay_batch
-from oncelog.coordinator.load_report import SkipReport
+from oncelog.coordinator.group.loader import replay_batch
 from oncelog.coordinator.group.offsets import CommittedOffset
 from oncelog.coordinator.group.shard import GroupShard, _random_member_id
 from oncelog.coordinator.group.types import (
@@ -51,7 +52,6 @@ from oncelog.protocol.errors import (
     CoordinatorNotAvailable,
     ErrorCode,
     InvalidCommitOffsetSize,
-    InvalidGroupId,
     KafkaError,
     NotCoordinator,
     UnknownServerError,
@@ -62,20 +62,7 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024  # offsets.topic.segment.bytes
-MAX_GROUP_ID_LENGTH = 255
 TICK_SECONDS = 0.05
-_LOAD_YIELD_EVERY = 64  # batches replayed between two yields to the event loop
-
-
-def validate_group_id(group_id: str | None, *, allow_empty: bool = False) -> str:
-    """Raises InvalidGroupId for a null, empty (unless ``allow_empty``: Kafka accepts the empty
-    group id in OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups) or too long id.
-    Kafka has no length limit; ours (255 characters) keeps group ids storable and printable."""
-    if group_id is None or (not group_id and not allow_empty):
-        raise InvalidGroupId(f"group id {group_id!r} is not valid: it must not be empty")
-    if len(group_id) > MAX_GROUP_ID_LENGTH:
-        raise InvalidGroupId(f"group id of {len(group_id)} characters is longer than {MAX_GROUP_ID_LENGTH}")
-    return group_id
 
 
 def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
@@ -110,14 +97,26 @@ class GroupCoordinator:
         )
         self.retention_check_ms = config.offsets_retention_check_interval_ms
         self.new_member_id = new_member_id
-        self.shards: dict[int, GroupShard] = {}
-        self.loading: set[int] = set()
-        #: partition -> records or batches its load skipped (R22)
-        self.skipped_on_load: dict[int, int] = {}
+        self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime("group coordinator", OFFSETS_TOPIC, replicas, clock, logger=log)
         self._reply_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.loaded = asyncio.Event()
+
+    @property
+    def shards(self) -> dict[int, GroupShard]:
+        return self.runtime.shards
+
+    @property
+    def loading(self) -> set[int]:
+        return self.runtime.loading
+
+    @property
+    def loaded(self) -> asyncio.Event:
+        return self.runtime.loaded
+
+    @property
+    def skipped_on_load(self) -> dict[int, int]:
+        return self.runtime.skipped_on_load
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -129,7 +128,7 @@ class GroupCoordinator:
             {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)},
         )
         self.num_partitions = meta.num_partitions  # an existing topic keeps its partition count
-        self.loading = set(range(self.num_partitions))
+        self.runtime.loading.update(range(self.num_partitions))
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._load_all()),
@@ -150,13 +149,7 @@ class GroupCoordinator:
         return partition_for(group_id, self.num_partitions)
 
     def _shard(self, group_id: str) -> GroupShard:
-        p = self.partition_for(group_id)
-        if p in self.loading:
-            raise CoordinatorLoadInProgress(f"__consumer_offsets-{p} (group {group_id}) is still loading")
-        shard = self.shards.get(p)
-        if shard is None:
-            raise NotCoordinator(f"__consumer_offsets-{p} (group {group_id}) is not served by this broker")
-        return shard
+        return self.runtime.shard(self.partition_for(group_id), f"group {group_id}")
 
     def is_loading(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.loading
@@ -165,31 +158,13 @@ class GroupCoordinator:
 
     async def _load_all(self) -> None:
         started = self.clock.monotonic_ms()
-        groups = 0
-        for p in sorted(self.loading):
-            try:
-                groups += await self._load(p)
-            except Exception:
-                log.exception("bug: loading __consumer_offsets-%d failed; its groups stay unavailable", p)
-        self.loaded.set()
-        if self.skipped_on_load:
-            log.warning("group coordinator: %s", SkipReport.total_line(OFFSETS_TOPIC, self.skipped_on_load))
-        log.info("group coordinator loaded %d group(s) from %d partition(s) in %d ms", groups,
-                 self.num_partitions, self.clock.monotonic_ms() - started)
+        await self.runtime.load(range(self.num_partitions), self._new_shard, replay_batch)
+        log.info("group coordinator loaded %d group(s) from %d partition(s) in %d ms",
+                 sum(len(s.groups) for s in self.shards.values()), self.num_partitions,
+                 self.clock.monotonic_ms() - started)
 
-    async def _load(self, p: int) -> int:
-        shard = GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
-        plog = self.replicas.partition(OFFSETS_TOPIC, p).log
-        report = new_report(p)
-        for n, (header, data) in enumerate(plog.iter_batches(), 1):
-            replay_batch(shard, header, data, self.clock.now_ms(), report)
-            if n % _LOAD_YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-        if report.finish():
-            self.skipped_on_load[p] = report.skipped
-        self.shards[p] = shard
-        self.loading.discard(p)
-        return len(shard.groups)
+    def _new_shard(self, p: int) -> GroupShard:
+        return GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
 
     # -- the one write path -----------------------------------------------------------------------
 
@@ -199,8 +174,7 @@ class GroupCoordinator:
             [(rec.encode_key(k), rec.encode_value(v), ()) for k, v in recs],
             timestamp_ms=now, producer_id=pid, producer_epoch=epoch, transactional=producer is not None,
         )
-        part = self.replicas.partition(OFFSETS_TOPIC, partition)
-        return part.append(batch, now, from_client=False).base_offset
+        return self.runtime.append(partition, batch, now)
 
     def _execute(self, shard: GroupShard, result: Result, now: int, *, offsets: bool = False) -> Any:
         """Append ``result``'s records, replay them, deliver the outbox. Returns the response (a

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.process import BrokerProcess
-from oncelog.verify.checker import Anomaly
+from oncelog_tools.verify.checker import Anomaly
 
 TOPICS = ("orders", "inventory")
 PARTITIONS = 2

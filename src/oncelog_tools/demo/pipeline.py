@@ -1,7 +1,7 @@
 """The demo's Spark job: orders joined with their inventory reservations into shipments, exactly
-once (R25). ``make demo`` (``oncelog.demo``) runs it as a child process, kills it and restarts it.
+once (R25). ``make demo`` (``oncelog_tools.demo``) runs it as a child process, kills it and restarts it.
 
-    python -m oncelog.spark.pipeline --bootstrap 127.0.0.1:9092 --checkpoint DIR [--master 'local[2,4]']
+    python -m oncelog_tools.demo.pipeline --bootstrap 127.0.0.1:9092 --checkpoint DIR [--master 'local[2,4]']
 
 Input, as the demo's generator writes it — one transaction per group of orders, each order and
 its reservation in the same transaction, keyed by order id:
@@ -102,7 +102,7 @@ def main() -> int:
     ap.add_argument("--trigger", default="1 second")
     args = ap.parse_args()
 
-    from oncelog.spark.session import loopback_session
+    from oncelog_tools.spark.session import loopback_session
 
     spark = loopback_session(args.master, "oncelog-demo-pipeline", log_level="WARN")
     q = (

@@ -7,7 +7,7 @@
    reservation in ONE transaction across ``orders`` and ``inventory`` (several orders per
    transaction); every ``ABORT_EVERY``-th transaction is aborted on purpose, and some
    reservations do not cover their order.
-3. The Spark Structured Streaming job ``oncelog.spark.pipeline`` (a child process, local mode):
+3. The Spark Structured Streaming job ``oncelog_tools.demo.pipeline`` (a child process, local mode):
    the ``oncelog`` source reads both topics read_committed; a stream-stream join validates and
    enriches every order with its reservation into ``shipments`` or ``rejects`` through the
    exactly-once sink.
@@ -50,7 +50,7 @@ from oncelog.process import BrokerProcess
 console = Console(width=max(120, Console().width))
 #: The Kafka clients' own log lines (connection errors while the broker is down, ...) go to
 #: .demo/clients.log instead of the terminal, where they would break the live view.
-client_log = logging.getLogger("oncelog.demo.clients")
+client_log = logging.getLogger("oncelog_tools.demo.clients")
 
 ORDERS = 6000
 ORDERS_PER_TXN = 20
@@ -197,13 +197,13 @@ class SparkJob:
         self.failure: str | None = None
 
     def start(self) -> None:
-        from oncelog.spark.procs import kill_tree  # noqa: F401  (fail early if missing)
+        from oncelog_tools.spark.procs import kill_tree  # noqa: F401  (fail early if missing)
 
         self.runs += 1
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         log = open(self.work / f"spark-run{self.runs}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "oncelog.spark.pipeline", "--bootstrap", self.bootstrap, "--checkpoint", str(self.checkpoint)],
+            [sys.executable, "-m", "oncelog_tools.demo.pipeline", "--bootstrap", self.bootstrap, "--checkpoint", str(self.checkpoint)],
             stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
         )
         log.close()
@@ -240,7 +240,7 @@ class SparkJob:
         return max(pending) if pending else None
 
     def kill(self) -> list[int]:
-        from oncelog.spark.procs import kill_tree
+        from oncelog_tools.spark.procs import kill_tree
 
         assert self.proc is not None
         pids = kill_tree(self.proc.pid)
@@ -250,7 +250,7 @@ class SparkJob:
 
     def python_workers(self) -> list[int]:
         """Forked Python workers of the tasks (children of the ``pyspark.worker`` daemon)."""
-        from oncelog.spark.procs import descendants
+        from oncelog_tools.spark.procs import descendants
 
         if self.proc is None:
             return []
@@ -389,7 +389,7 @@ def check(bootstrap: str, gen: Generator) -> tuple[Table, bool, list[str]]:
 def main() -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from oncelog.spark.procs import kill_tree
+    from oncelog_tools.spark.procs import kill_tree
 
     work = Path(".demo").resolve()
     shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""The routing table: API key -> handler, one module per API (``broker/handlers/``).
+
+This table is what the broker serves and what ApiVersions advertises: ``advertised_versions``
+is ``protocol.apis.SUPPORTED_VERSIONS`` restricted to it, and a test holds the two equal, so an
+API is advertised exactly when a handler serves it.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.context import Handler
+from oncelog.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    api_versions,
+    create_topics,
+    delete_groups,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    describe_groups,
+    end_txn,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    produce,
+    sync_group,
+    txn_offset_commit,
+)
+from oncelog.protocol import apis
+
+__all__ = ["ROUTES", "advertised_versions"]
+
+ROUTES: dict[int, Handler] = {
+    m.API_KEY: m.handle
+    for m in (
+        add_offsets_to_txn, add_partitions_to_txn, api_versions, create_topics, delete_groups, delete_records,
+        delete_topics, describe_cluster, describe_configs, describe_groups, end_txn, fetch, find_coordinator,
+        heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
+        offset_commit, offset_delete, offset_fetch, produce, sync_group, txn_offset_commit,
+    )
+}
+
+
+def advertised_versions() -> dict[int, tuple[int, int]]:
+    return {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in ROUTES}

@@ -1,0 +1,271 @@
+"""The transaction coordinator service (R8–R14, R19–R21): one ``TransactionShard`` per partition
+of ``__transaction_state`` on the coordinator runtime, markers through a ``MarkerWriter``.
+
+Every request follows the runtime's order: the shard decides (``TxnResult``: records, markers,
+answer); the records are appended as one batch and replayed into the shard; the markers are
+written, partition by partition, each ``__consumer_offsets`` one reported to the group
+coordinator (its pending offsets settle, R13); the shard is told which were written and, when
+all are, its Complete* record is appended and replayed the same way; then the answer goes out.
+
+EndTxn: Prepare* is appended first — from then on the outcome is fixed — then the markers,
+then Complete*. **Difference from Kafka:** with local partitions the markers are written before
+EndTxn answers, so when a producer's commit returns, read_committed consumers can already read
+its data (Kafka answers after Prepare* and writes the markers afterwards). A marker that fails
+is retried every transaction.abort.timed.out.transaction.cleanup.interval.ms without holding up
+the other partitions; meanwhile the transaction stays Prepare* and new requests for it are told
+CONCURRENT_TRANSACTIONS.
+
+Loading: at start, before the broker listens, every partition is replayed (the same replay as
+live writes), then every transaction left between states is pushed on (R19): the abort after
+an epoch fence, the markers and the completion of a Prepare*.
+
+Crash points (``oncelog.faults``): ``end_txn.before_prepare``, ``end_txn.after_prepare``,
+``end_txn.after_markers``, ``end_txn.after_complete``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterable
+
+from oncelog.broker.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.markers import MarkerWriter
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.clock import Clock
+from oncelog.coordinator.placement import partition_for
+from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.transaction import log as txnlog
+from oncelog.coordinator.transaction.loader import replay_batch
+from oncelog.coordinator.transaction.shard import MarkerJob, TransactionShard, TxnResult, TxnSettings
+from oncelog.coordinator.transaction.state import TxnState
+from oncelog.faults import CrashPoints
+from oncelog.protocol import records
+from oncelog.protocol.errors import ConcurrentTransactions, CoordinatorNotAvailable, KafkaError, UnknownTopicOrPartition
+from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.broker.group_coordinator import GroupCoordinator
+
+log = logging.getLogger(__name__)
+
+TXN_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024
+
+
+class TransactionCoordinator:
+    def __init__(self, replicas: ReplicaManager, clock: Clock, settings: TxnSettings, *,
+                 producer_ids: ProducerIdManager, markers: MarkerWriter, groups: "GroupCoordinator | None",
+                 coordinator_epoch: int = 0, crash: CrashPoints | None = None) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.producer_ids = producer_ids
+        self.markers = markers
+        self.groups = groups
+        self.coordinator_epoch = coordinator_epoch
+        self.crash = crash or CrashPoints("")
+        self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def load(self) -> int:
+        """Create ``__transaction_state`` if missing, replay every partition, then finish what
+        was left between states (R19). Returns the number of transactional ids loaded."""
+        self.runtime.replicas.ensure_internal_topic(
+            TXN_TOPIC, self.settings.num_partitions,
+            {"cleanup.policy": "compact", "segment.bytes": str(TXN_TOPIC_SEGMENT_BYTES)},
+        )
+        await self.runtime.load(range(self.settings.num_partitions), self._new_shard, replay_batch)
+        for shard in self.runtime.shards.values():
+            for tid in shard.in_between():
+                log.info("finishing transaction %r left in %s", tid, shard.txns[tid].state.kafka_name)
+                await self._advance(shard, tid)
+        return sum(len(s.txns) for s in self.runtime.shards.values())
+
+    def _new_shard(self, partition: int) -> TransactionShard:
+        return TransactionShard(partition, self.settings, new_producer_id=self.producer_ids.next_producer_id,
+                                coordinator_epoch=self.coordinator_epoch, offsets_partition=self.offsets_partition)
+
+    # -- placement --------------------------------------------------------------------------------
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.settings.num_partitions)
+
+    def offsets_partition(self, group_id: str) -> TopicPartition:
+        return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.settings.offsets_partitions))
+
+    def shard_of(self, transactional_id: str) -> TransactionShard:
+        return self.runtime.shard(self.partition_of(transactional_id), f"transactional id {transactional_id!r}")
+
+    @property
+    def skipped_on_load(self) -> dict[int, int]:
+        """partition -> records or batches the load skipped there (R22)."""
+        return self.runtime.skipped_on_load
+
+    @property
+    def txns(self) -> dict:
+        """Every transactional id's metadata, across partitions (tools and tests)."""
+        return {tid: m for s in self.runtime.shards.values() for tid, m in s.txns.items()}
+
+    # -- the requests ------------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = -1,
+                               expected_epoch: int = -1) -> tuple[int, int]:
+        shard = self.shard_of(transactional_id)
+        now = self.clock.now_ms()
+        try:
+            result = shard.init_producer_id(transactional_id, timeout_ms, now, expected_pid, expected_epoch)
+        except ConcurrentTransactions:
+            meta = shard.txns.get(transactional_id)
+            if meta is not None and meta.state.is_prepare:
+                await self._advance(shard, transactional_id)  # retry its markers; the client retries
+            raise
+        await self._execute(shard, result, now)
+        if result.error is not None:
+            raise result.error
+        return result.response  # type: ignore[return-value]
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                             partitions: Iterable[TopicPartition]) -> None:
+        shard = self.shard_of(transactional_id)
+        now = self.clock.now_ms()
+        await self._execute(shard, shard.add_partitions(transactional_id, producer_id, epoch, partitions, now), now)
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
+        shard = self.shard_of(transactional_id)
+        now = self.clock.now_ms()
+        await self._execute(shard, shard.add_offsets(transactional_id, producer_id, epoch, group_id, now), now)
+
+    def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
+        self.shard_of(transactional_id).verify_produce(transactional_id, producer_id, epoch, tp)
+
+    def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
+        self.shard_of(transactional_id).verify_txn_offsets(transactional_id, producer_id, epoch, group_id)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """Commit or abort (R14). Returns once the outcome is fixed and, normally, once every
+        marker is written. A retried EndTxn of a finished transaction succeeds (R19)."""
+        shard = self.shard_of(transactional_id)
+        now = self.clock.now_ms()
+        try:
+            result = shard.end_txn(transactional_id, producer_id, epoch, commit, now)
+        except ConcurrentTransactions:
+            # A retried EndTxn while the markers are still being written: try them again, and
+            # answer success if that finished the transaction the way it asks (R19).
+            meta = shard.txns.get(transactional_id)
+            if meta is None or not meta.state.is_prepare:
+                raise
+            await self._advance(shard, transactional_id)
+            if meta.state is not (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
+                raise
+            return
+        if result.records:
+            self.crash.reached("end_txn.before_prepare")
+        await self._execute(shard, result, now, end_txn=True)
+
+    # -- the coordinator's own work --------------------------------------------------------------
+
+    async def abort_timed_out(self) -> list[str]:
+        """Fence and abort every Ongoing transaction past its transaction.timeout.ms (R20)."""
+        aborted: list[str] = []
+        now = self.clock.now_ms()
+        for shard in list(self.runtime.shards.values()):
+            result = shard.timed_out(now)
+            if not result:
+                continue
+            try:
+                await self._execute(shard, result, now)
+            except KafkaError as exc:
+                log.warning("cannot abort timed-out transactions yet: %s", exc)
+                continue
+            for tid, why in result.response:  # type: ignore[union-attr]
+                log.info("aborting transaction %r: %s", tid, why)
+                aborted.append(tid)
+        return aborted
+
+    async def retry_unfinished(self) -> int:
+        """Push on every transaction left between states; returns how many remain."""
+        left = 0
+        for shard in list(self.runtime.shards.values()):
+            for tid in shard.in_between():
+                await self._advance(shard, tid)
+            left += len(shard.in_between())
+        return left
+
+    async def expire_transactional_ids(self) -> list[str]:
+        """Tombstone ids idle past transactional.id.expiration.ms (R21)."""
+        expired: list[str] = []
+        now = self.clock.now_ms()
+        for shard in list(self.runtime.shards.values()):
+            result = shard.expired(now)
+            if not result:
+                continue
+            try:
+                await self._execute(shard, result, now)
+            except KafkaError as exc:
+                log.warning("cannot expire transactional ids yet: %s", exc)
+                continue
+            expired.extend(result.response)  # type: ignore[arg-type]
+        return expired
+
+    # -- the one write path -------------------------------------------------------------------------
+
+    async def _execute(self, shard: TransactionShard, result: TxnResult, now: int, *, end_txn: bool = False) -> None:
+        """Append ``result``'s records and replay them, then write its markers and what follows
+        from them. Raises CoordinatorNotAvailable (nothing changed) if the records cannot be
+        appended; marker failures are left to the retry."""
+        if result.records:
+            batch = records.build_batch(
+                [(txnlog.encode_key(tid), None if rec is None else txnlog.encode_value(rec), ()) for tid, rec in result.records],
+                timestamp_ms=now,
+            )
+            try:
+                self.runtime.append(shard.partition, batch, now)
+            except KafkaError as exc:
+                shard.abandon(result)
+                raise CoordinatorNotAvailable(f"cannot write the transaction log {TXN_TOPIC}-{shard.partition}: {exc}") from None
+            for tid, rec in result.records:
+                shard.replay(tid, rec)
+            if end_txn:
+                self.crash.reached("end_txn.after_prepare")
+            for tid, rec in result.records:
+                if rec is not None and rec.state is TxnState.PREPARE_EPOCH_FENCE:
+                    await self._advance(shard, tid)  # the abort with the new epoch
+        for job in result.markers:
+            await self._write_markers(shard, job, now, end_txn=end_txn)
+
+    async def _write_markers(self, shard: TransactionShard, job: MarkerJob, now: int, *, end_txn: bool) -> None:
+        done: list[TopicPartition] = []
+        failed: list[TopicPartition] = []
+        for tp in sorted(job.partitions):
+            try:
+                await self.markers.write(job, tp, now)
+            except UnknownTopicOrPartition:
+                done.append(tp)  # the topic was deleted: nothing left to mark
+                continue
+            except KafkaError as exc:
+                log.warning("marker for %r on %s failed, will retry: %s", job.transactional_id, tp, exc)
+                failed.append(tp)
+                continue
+            done.append(tp)
+            if tp.topic == OFFSETS_TOPIC and self.groups is not None:
+                self.groups.complete_transaction(tp.partition, job.producer_id, job.commit)
+        if end_txn:
+            self.crash.reached("end_txn.after_markers")
+        follow = shard.markers_written(job.transactional_id, done, failed, now)
+        if follow:
+            await self._execute(shard, follow, now)
+            if end_txn:
+                self.crash.reached("end_txn.after_complete")
+
+    async def _advance(self, shard: TransactionShard, transactional_id: str) -> None:
+        """The next step of a transaction left between states, if it has one. Failures are
+        logged and left for the next retry."""
+        now = self.clock.now_ms()
+        result = shard.advance(transactional_id, now)
+        if not result:
+            return
+        try:
+            await self._execute(shard, result, now)
+        except KafkaError as exc:
+            log.warning("completing %r failed, will retry: %s", transactional_id, exc)

@@ -1,0 +1,146 @@
+"""What every request does in every transaction state: the one table (R11).
+
+``RULES[state][request]`` is the authority. The shard (shard.py) looks the cell up and does what
+it says; no if-chain decides a transition anywhere else. The few conditions a cell cannot
+express — who is asking (producer id and epoch: fencing, R9), what is asked (a partition not
+added, a timeout out of range, a retried InitProducerId, KIP-360) — are checked by the shard
+*before* the table, and are listed in its docstring.
+
+A ``Cell`` says:
+
+* ``target``: the state the transaction moves to (its record is appended before the answer), or
+  None to stay;
+* ``error``: the error the request is answered with (None: success). A cell can move *and*
+  refuse: InitProducerId on an Ongoing transaction fences the previous producer instance (epoch
+  bumped, PrepareEpochFence), its transaction is aborted, and the new instance is told
+  CONCURRENT_TRANSACTIONS, so it retries and gets the next epoch;
+* ``markers``: write the COMMIT/ABORT markers of this Prepare* transaction (after its record).
+
+Requests: the client's (INIT InitProducerId, ADD AddPartitionsToTxn/AddOffsetsToTxn, COMMIT and
+ABORT EndTxn, PRODUCE a transactional batch, TXN_OFFSETS TxnOffsetCommit) and the coordinator's
+own (TIMEOUT the timeout scan, EXPIRE transactional.id expiry, ADVANCE the next step of a
+transaction left between states, MARKERS_WRITTEN every marker of a Prepare* is in).
+
+``VALID_PREVIOUS`` (Kafka's ``TransactionState.validPreviousStates``) is derived from the table,
+and ``TxnMetadata.prepare`` refuses any move it does not list: a second guard, never a second
+source of truth.
+
+::
+
+    Empty ──ADD──▶ Ongoing ──COMMIT──▶ PrepareCommit ──MARKERS_WRITTEN──▶ CompleteCommit
+      ▲               │ └──ABORT────▶ PrepareAbort ───MARKERS_WRITTEN──▶ CompleteAbort
+      │               └──INIT / TIMEOUT──▶ PrepareEpochFence ──ADVANCE──▶ PrepareAbort
+      └──── INIT / ADD from Empty or Complete* ────────────────────────────────────┘
+    Empty / Complete* ──EXPIRE──▶ Dead
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from oncelog.coordinator.transaction.state import TxnState
+from oncelog.protocol.errors import ConcurrentTransactions, InvalidTxnState, KafkaError
+
+__all__ = ["Cell", "Request", "RULES", "VALID_PREVIOUS", "check_transition", "is_valid_transition"]
+
+
+class Request(enum.Enum):
+    INIT = "init"
+    ADD = "add"
+    COMMIT = "commit"
+    ABORT = "abort"
+    PRODUCE = "produce"
+    TXN_OFFSETS = "txn_offsets"
+    TIMEOUT = "timeout"
+    EXPIRE = "expire"
+    ADVANCE = "advance"
+    MARKERS_WRITTEN = "markers_written"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    target: TxnState | None = None
+    error: type[KafkaError] | None = None
+    markers: bool = False
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.target is not None:
+            parts.append(f"-> {self.target.kafka_name}")
+        if self.markers:
+            parts.append("write markers")
+        parts.append("ok" if self.error is None else self.error.__name__)
+        return ", ".join(parts)
+
+
+OK = Cell()  # answered with success, nothing changes (also: an internal request with nothing to do)
+
+
+def to(target: TxnState, *, answer: type[KafkaError] | None = None, markers: bool = False) -> Cell:
+    return Cell(target, answer, markers)
+
+
+def refuse(error: type[KafkaError]) -> Cell:
+    return Cell(None, error)
+
+
+S, R = TxnState, Request
+BUSY = refuse(ConcurrentTransactions)  # a move is under way: the client retries
+WRONG = refuse(InvalidTxnState)  # the request makes no sense in this state
+
+RULES: dict[TxnState, dict[Request, Cell]] = {
+    S.EMPTY: {
+        R.INIT: to(S.EMPTY), R.ADD: to(S.ONGOING), R.COMMIT: WRONG, R.ABORT: WRONG, R.PRODUCE: WRONG,
+        R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: to(S.DEAD), R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+    },
+    S.ONGOING: {
+        R.INIT: to(S.PREPARE_EPOCH_FENCE, answer=ConcurrentTransactions), R.ADD: to(S.ONGOING),
+        R.COMMIT: to(S.PREPARE_COMMIT, markers=True), R.ABORT: to(S.PREPARE_ABORT, markers=True), R.PRODUCE: OK,
+        R.TXN_OFFSETS: OK, R.TIMEOUT: to(S.PREPARE_EPOCH_FENCE), R.EXPIRE: OK, R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+    },
+    S.PREPARE_COMMIT: {
+        R.INIT: BUSY, R.ADD: BUSY, R.COMMIT: BUSY, R.ABORT: WRONG, R.PRODUCE: WRONG, R.TXN_OFFSETS: WRONG,
+        R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: Cell(markers=True), R.MARKERS_WRITTEN: to(S.COMPLETE_COMMIT),
+    },
+    S.PREPARE_ABORT: {
+        R.INIT: BUSY, R.ADD: BUSY, R.COMMIT: WRONG, R.ABORT: BUSY, R.PRODUCE: WRONG, R.TXN_OFFSETS: WRONG,
+        R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: Cell(markers=True), R.MARKERS_WRITTEN: to(S.COMPLETE_ABORT),
+    },
+    S.COMPLETE_COMMIT: {
+        R.INIT: to(S.EMPTY), R.ADD: to(S.ONGOING), R.COMMIT: OK, R.ABORT: WRONG, R.PRODUCE: WRONG,
+        R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: to(S.DEAD), R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+    },
+    S.COMPLETE_ABORT: {
+        R.INIT: to(S.EMPTY), R.ADD: to(S.ONGOING), R.COMMIT: WRONG, R.ABORT: OK, R.PRODUCE: WRONG,
+        R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: to(S.DEAD), R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+    },
+    S.PREPARE_EPOCH_FENCE: {
+        R.INIT: BUSY, R.ADD: BUSY, R.COMMIT: BUSY, R.ABORT: BUSY, R.PRODUCE: WRONG, R.TXN_OFFSETS: WRONG,
+        R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: to(S.PREPARE_ABORT, markers=True), R.MARKERS_WRITTEN: OK,
+    },
+    S.DEAD: {  # an expired id: InitProducerId starts it afresh (shard.py); anything else does not know it
+        R.INIT: to(S.EMPTY), R.ADD: WRONG, R.COMMIT: WRONG, R.ABORT: WRONG, R.PRODUCE: WRONG,
+        R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+    },
+}
+assert all(set(row) == set(Request) for row in RULES.values()) and set(RULES) == set(TxnState)
+
+#: target state -> the states it may be entered from (derived from RULES).
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    target: frozenset(state for state, row in RULES.items() for cell in row.values() if cell.target is target)
+    for target in TxnState
+}
+
+
+def is_valid_transition(current: TxnState, target: TxnState) -> bool:
+    return current in VALID_PREVIOUS[target]
+
+
+def check_transition(transactional_id: str, current: TxnState, target: TxnState) -> None:
+    """Raises InvalidTxnState for a move the table does not allow (a bug if it ever fires: the
+    shard only moves as a cell says)."""
+    if not is_valid_transition(current, target):
+        raise InvalidTxnState(
+            f"transaction {transactional_id!r}: {current.kafka_name} -> {target.kafka_name} is not a legal transition"
+        )

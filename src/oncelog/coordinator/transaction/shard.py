@@ -1,0 +1,392 @@
+"""The transaction coordinator state machine of one ``__transaction_state`` partition (R8–R14,
+R19–R21). Pure: no I/O, no asyncio, time passed in as ``now``.
+
+Theory of operation (STYLE habit 7, as the group shard). Every request is decided here and
+answered with a ``TxnResult``: the records to append to this partition, the marker writes to
+perform once they are durable, and the answer. The runtime (``broker/transaction_coordinator.py``)
+appends the records, then feeds each one to ``replay`` — the only code that changes a
+transactional id's state, and the code that loading the partition runs too — then writes the
+markers, then answers.
+
+What a request does in a state is ``rules.RULES[state][request]`` and nothing else. Checked
+before the table (who asks, and what):
+
+* the producer (AddPartitions, EndTxn, produce, TxnOffsetCommit): an unknown or expired
+  transactional id, or another producer id, is INVALID_PRODUCER_ID_MAPPING; another epoch is
+  PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for an older epoch on produce) (R9);
+* a move already under way for the id (its record prepared, not yet replayed):
+  CONCURRENT_TRANSACTIONS (R11);
+* InitProducerId: transaction.timeout.ms within 1..transaction.max.timeout.ms; KIP-360's
+  expected producer id and epoch (a retry of an InitProducerId that succeeded gets the same
+  answer); a new producer id when the epoch would pass 32767;
+* AddPartitions on an Ongoing transaction that already has every partition: no record;
+* produce and TxnOffsetCommit: the partition (the group's offsets partition) must be in the
+  transaction (R12, R13).
+
+Markers (R14): a cell with ``markers`` puts a ``MarkerJob`` in the result: COMMIT or ABORT for
+every partition of the transaction, with the producer's current epoch and this coordinator's
+epoch. The runtime reports back with ``markers_written``; when none is left the transaction
+moves on as MARKERS_WRITTEN says (Complete*). A partition whose marker failed stays in
+``unfinished`` and is retried by ``advance`` (the runtime's periodic retry, and load, R19).
+
+The epoch fence (R11, R20): InitProducerId on an Ongoing transaction, and the timeout scan,
+bump the epoch (PrepareEpochFence: the old producer is fenced), then ``advance`` aborts with
+the new epoch (PrepareAbort, markers, CompleteAbort).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from oncelog.coordinator.transaction import log as txnlog
+from oncelog.coordinator.transaction.metadata import MAX_EPOCH, TxnMetadata
+from oncelog.coordinator.transaction.rules import RULES, Cell, Request
+from oncelog.coordinator.transaction.state import TxnState
+from oncelog.protocol.errors import (
+    ConcurrentTransactions,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    InvalidTransactionTimeout,
+    InvalidTxnState,
+    KafkaError,
+    ProducerFenced,
+)
+from oncelog.types import ProducerEpoch, ProducerId, TopicPartition, TransactionalId
+
+__all__ = ["MarkerJob", "TxnResult", "TxnSettings", "TransactionShard"]
+
+
+@dataclass(frozen=True)
+class TxnSettings:
+    num_partitions: int = 50  # transaction.state.log.num.partitions
+    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
+    offsets_partitions: int = 50  # offsets.topic.num.partitions
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerJob:
+    """COMMIT or ABORT markers to write for one transaction, one per partition."""
+
+    transactional_id: TransactionalId
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
+    commit: bool
+    coordinator_epoch: int
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass
+class TxnResult:
+    """What a request decided: records to append (transactional id, record; None: tombstone),
+    markers to write after them, and the answer (``response``, or ``error`` to raise)."""
+
+    records: list[tuple[TransactionalId, txnlog.TxnRecord | None]] = field(default_factory=list)
+    markers: list[MarkerJob] = field(default_factory=list)
+    response: object = None
+    error: KafkaError | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.markers)
+
+
+class TransactionShard:
+    def __init__(self, partition: int, settings: TxnSettings, *, new_producer_id: Callable[[], int],
+                 coordinator_epoch: int = 0, offsets_partition: Callable[[str], TopicPartition]) -> None:
+        """``new_producer_id`` hands out a fresh, never reused producer id (the broker's
+        producer-id blocks); ``offsets_partition(group)`` is the group's __consumer_offsets
+        partition."""
+        self.partition = partition
+        self.settings = settings
+        self.new_producer_id = new_producer_id
+        self.coordinator_epoch = coordinator_epoch
+        self.offsets_partition = offsets_partition
+        self.txns: dict[str, TxnMetadata] = {}
+        #: transactional.id -> partitions whose marker is still to be written
+        self.unfinished: dict[str, set[TopicPartition]] = {}
+
+    # -- replay: the only code that changes a transactional id's state ------------------------------
+
+    def replay(self, transactional_id: str, rec: txnlog.TxnRecord | None) -> None:
+        """Apply one record of this partition (a live write once appended, or the log on load).
+        None is a tombstone: the id expired (R21)."""
+        meta = self.txns.get(transactional_id)
+        if rec is None:
+            self.txns.pop(transactional_id, None)
+            self.unfinished.pop(transactional_id, None)
+            return
+        if meta is None:
+            meta = self.txns[transactional_id] = TxnMetadata(transactional_id)
+        if meta.pending is not None and meta.pending == rec:
+            meta.pending = None
+        meta.apply(rec)
+        if rec.state.is_prepare:
+            self.unfinished.setdefault(transactional_id, set(rec.partitions))
+        else:
+            self.unfinished.pop(transactional_id, None)
+
+    def replay_bytes(self, key: bytes | None, value: bytes | None) -> None:
+        """``replay`` for a record read from the log. Raises TxnLogFormatError, changing nothing,
+        for a record that does not decode."""
+        if key is None:
+            raise txnlog.TxnLogFormatError("record without a key")
+        tid = txnlog.decode_key(key)
+        self.replay(tid, None if value is None else txnlog.decode_value(value))
+
+    def abandon(self, result: TxnResult) -> None:
+        """The records of ``result`` could not be appended: forget the moves they prepared."""
+        for tid, _rec in result.records:
+            meta = self.txns.get(tid)
+            if meta is not None:
+                meta.pending = None
+                if meta.state is TxnState.EMPTY and meta.producer_epoch < 0:
+                    del self.txns[tid]  # created by this very request, never written
+
+    # -- the table ---------------------------------------------------------------------------------
+
+    def _cell(self, meta: TxnMetadata, request: Request) -> Cell:
+        return RULES[meta.state][request]
+
+    def _move(self, meta: TxnMetadata, cell: Cell, now: int, result: TxnResult, **changes: object) -> None:
+        """Carry out ``cell`` on ``meta`` into ``result``: its record, its markers, its error."""
+        assert cell.target is not None
+        rec = meta.prepare(cell.target, now, **changes)
+        result.records.append((meta.transactional_id, rec))
+        if cell.markers:
+            result.markers.append(self._marker_job(meta.transactional_id, rec))
+        if cell.error is not None:
+            result.error = cell.error(f"transaction {meta.transactional_id!r}: {_why(meta.state, cell)}")
+
+    def _marker_job(self, tid: str, rec: txnlog.TxnRecord, only: Iterable[TopicPartition] | None = None) -> MarkerJob:
+        return MarkerJob(tid, rec.producer_id, rec.producer_epoch, rec.state is TxnState.PREPARE_COMMIT,
+                         self.coordinator_epoch, frozenset(rec.partitions if only is None else only))
+
+    @staticmethod
+    def _refused(meta: TxnMetadata, cell: Cell) -> KafkaError:
+        assert cell.error is not None
+        return cell.error(f"transaction {meta.transactional_id!r} is {meta.state.kafka_name}: {_why(meta.state, cell)}")
+
+    # -- InitProducerId ------------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, now: int, expected_pid: int = -1,
+                         expected_epoch: int = -1) -> TxnResult:
+        """(producer id, epoch) in ``response`` (R8): the epoch is bumped every time, fencing older
+        instances; an Ongoing transaction of the previous instance is fenced and aborted first
+        and the answer is CONCURRENT_TRANSACTIONS, so the client retries (R11)."""
+        if not transactional_id:
+            raise InvalidRequest("transactional.id must not be empty")
+        if timeout_ms <= 0 or timeout_ms > self.settings.max_timeout_ms:
+            raise InvalidTransactionTimeout(
+                f"transaction.timeout.ms={timeout_ms} is outside 1..{self.settings.max_timeout_ms} (transaction.max.timeout.ms)"
+            )
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.state is TxnState.DEAD:
+            meta = TxnMetadata(transactional_id, producer_id=self.new_producer_id(), timeout_ms=timeout_ms)
+            self.txns[transactional_id] = meta
+        if meta.pending is not None:
+            raise ConcurrentTransactions(f"transaction {transactional_id!r} is changing state")
+        if expected_pid != -1:
+            current = (meta.producer_id, meta.producer_epoch)
+            last = (meta.last_producer_id, meta.last_producer_epoch)
+            if (expected_pid, expected_epoch) not in (current, last) or (
+                (expected_pid, expected_epoch) == last and meta.state is TxnState.ONGOING
+            ):
+                raise ProducerFenced(
+                    f"transactional id {transactional_id!r}: producer {expected_pid} epoch {expected_epoch} is not the "
+                    f"current producer {meta.producer_id} epoch {meta.producer_epoch}"
+                )
+            if (expected_pid, expected_epoch) == last and meta.state is TxnState.EMPTY and meta.producer_epoch >= 0:
+                return TxnResult(response=(meta.producer_id, meta.producer_epoch))  # a retry that succeeded
+        cell = self._cell(meta, Request.INIT)
+        if cell.target is None:
+            raise self._refused(meta, cell)
+        result = TxnResult()
+        if cell.target is TxnState.PREPARE_EPOCH_FENCE:
+            self._fence(meta, cell, now, result)
+            return result
+        pid, epoch = meta.producer_id, meta.producer_epoch + 1
+        if epoch >= MAX_EPOCH:
+            pid, epoch = self.new_producer_id(), 0
+        self._move(meta, cell, now, result, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
+                   last_producer_epoch=meta.producer_epoch, timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1)
+        result.response = (pid, epoch)
+        return result
+
+    def _fence(self, meta: TxnMetadata, cell: Cell, now: int, result: TxnResult) -> None:
+        """PrepareEpochFence: the epoch goes up by one, so the current producer is fenced; the
+        abort that follows (``advance``) uses the new epoch. At the last epoch there is nothing
+        to bump: the transaction is aborted with its own epoch, and the next InitProducerId moves
+        to a new producer id."""
+        if meta.producer_epoch + 1 >= MAX_EPOCH:
+            abort = self._cell(meta, Request.ABORT)
+            self._move(meta, abort, now, result)
+            if cell.error is not None:
+                result.error = cell.error(f"transaction {meta.transactional_id!r} of the previous producer is aborting")
+            return
+        self._move(meta, cell, now, result, producer_epoch=meta.producer_epoch + 1,
+                   last_producer_epoch=meta.producer_epoch, last_producer_id=meta.producer_id)
+
+    # -- the producer's requests ----------------------------------------------------------------------
+
+    def _lookup(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.state is TxnState.DEAD:
+            raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown to the coordinator")
+        if meta.producer_id != producer_id:
+            raise InvalidProducerIdMapping(
+                f"transactional id {transactional_id!r} belongs to producer {meta.producer_id}, not {producer_id}"
+            )
+        if meta.producer_epoch != epoch:
+            raise ProducerFenced(
+                f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is fenced, "
+                f"the current epoch is {meta.producer_epoch}"
+            )
+        if meta.pending is not None:
+            raise ConcurrentTransactions(f"transaction {transactional_id!r} is changing state")
+        return meta
+
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: Iterable[TopicPartition], now: int) -> TxnResult:
+        """Partitions join the transaction; it becomes Ongoing, and its timer starts with the first
+        partition (R12)."""
+        meta = self._lookup(transactional_id, producer_id, epoch)
+        cell = self._cell(meta, Request.ADD)
+        if cell.target is None:
+            raise self._refused(meta, cell)
+        wanted = frozenset(partitions)
+        result = TxnResult()
+        if meta.state is TxnState.ONGOING:
+            if wanted <= meta.partitions:
+                return result
+            self._move(meta, cell, now, result, partitions=meta.partitions | wanted)
+        else:
+            self._move(meta, cell, now, result, partitions=wanted, start_ms=now)
+        return result
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str, now: int) -> TxnResult:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        return self.add_partitions(transactional_id, producer_id, epoch, [self.offsets_partition(group_id)], now)
+
+    def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
+        """A transactional batch may go to ``tp`` only inside an Ongoing transaction of this
+        producer and epoch that added it (R12, as Kafka 3.6+'s verification). Raises
+        InvalidProducerEpoch for an older epoch, InvalidTxnState otherwise."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMapping(f"producer {producer_id} is not the producer of {transactional_id!r}")
+        if epoch < meta.producer_epoch:
+            raise InvalidProducerEpoch(
+                f"producer {producer_id} epoch {epoch} is older than the current epoch {meta.producer_epoch}"
+            )
+        cell = self._cell(meta, Request.PRODUCE)
+        if cell.error is not None or tp not in meta.partitions or epoch != meta.producer_epoch:
+            raise InvalidTxnState(
+                f"partition {tp} is not part of an ongoing transaction of {transactional_id!r} "
+                f"(state {meta.state.kafka_name}); call AddPartitionsToTxn first"
+            )
+
+    def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
+        """TxnOffsetCommit may write pending offsets only for the current producer of an Ongoing
+        transaction that added the group's offsets partition (R9, R13). Raises ProducerFenced for
+        another epoch (a zombie), InvalidTxnState otherwise."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMapping(f"producer {producer_id} is not the producer of {transactional_id!r}")
+        if epoch != meta.producer_epoch:
+            raise ProducerFenced(
+                f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is fenced, "
+                f"the current epoch is {meta.producer_epoch}"
+            )
+        cell = self._cell(meta, Request.TXN_OFFSETS)
+        if cell.error is not None or self.offsets_partition(group_id) not in meta.partitions:
+            raise InvalidTxnState(
+                f"offsets of group {group_id!r} are not part of an ongoing transaction of {transactional_id!r} "
+                f"(state {meta.state.kafka_name}); call AddOffsetsToTxn first"
+            )
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, now: int) -> TxnResult:
+        """Commit or abort (R14): Prepare* is written — from then on the outcome is fixed — with
+        the markers to write. A retried EndTxn of a finished transaction succeeds (R19)."""
+        meta = self._lookup(transactional_id, producer_id, epoch)
+        cell = self._cell(meta, Request.COMMIT if commit else Request.ABORT)
+        if cell.target is None:
+            if cell.error is not None:
+                raise self._refused(meta, cell)
+            return TxnResult()
+        result = TxnResult()
+        self._move(meta, cell, now, result)
+        return result
+
+    # -- the coordinator's own steps ------------------------------------------------------------------
+
+    def markers_written(self, transactional_id: str, done: Iterable[TopicPartition],
+                        failed: Iterable[TopicPartition], now: int) -> TxnResult:
+        """The runtime wrote the markers of ``done`` (``failed`` will be retried). When no marker
+        is left, the transaction moves on (Complete*)."""
+        meta = self.txns.get(transactional_id)
+        left = self.unfinished.get(transactional_id)
+        if meta is None or left is None:
+            return TxnResult()
+        left.difference_update(done)
+        left.update(failed)
+        if left or meta.pending is not None:
+            return TxnResult()
+        cell = self._cell(meta, Request.MARKERS_WRITTEN)
+        result = TxnResult()
+        if cell.target is not None:
+            self._move(meta, cell, now, result)
+        return result
+
+    def advance(self, transactional_id: str, now: int) -> TxnResult:
+        """The next step of a transaction left between states (after an epoch fence; markers not
+        all written, after a failure or on load, R19): empty when there is none."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.pending is not None:
+            return TxnResult()
+        cell = self._cell(meta, Request.ADVANCE)
+        result = TxnResult()
+        if cell.target is not None:
+            self._move(meta, cell, now, result)
+        elif cell.markers:
+            left = self.unfinished.get(transactional_id, set(meta.partitions))
+            result.markers.append(self._marker_job(transactional_id, meta.record(), left))
+        return result
+
+    def in_between(self) -> list[str]:
+        """Transactional ids whose transaction waits for its next step (``advance``)."""
+        return [tid for tid, m in self.txns.items() if m.state.is_prepare or m.state is TxnState.PREPARE_EPOCH_FENCE]
+
+    def timed_out(self, now: int) -> TxnResult:
+        """Fence every Ongoing transaction older than its transaction.timeout.ms (R20); the abort
+        follows through ``advance``. ``response`` lists (id, why) of each."""
+        result = TxnResult(response=[])
+        for meta in list(self.txns.values()):
+            if meta.pending is None and meta.state is TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
+                cell = self._cell(meta, Request.TIMEOUT)
+                if cell.target is not None:
+                    self._fence(meta, cell, now, result)
+                    result.response.append((meta.transactional_id,  # type: ignore[attr-defined]
+                                            f"open for {now - meta.start_ms} ms, timeout {meta.timeout_ms} ms"))
+        return result
+
+    def expired(self, now: int) -> TxnResult:
+        """Tombstones for ids idle longer than transactional.id.expiration.ms with no transaction
+        in flight (R21), so compaction drops them. ``response`` lists the ids."""
+        result = TxnResult(response=[])
+        for tid, meta in list(self.txns.items()):
+            if meta.pending is not None or now - meta.last_update_ms < self.settings.id_expiration_ms:
+                continue
+            cell = self._cell(meta, Request.EXPIRE)
+            if cell.target is TxnState.DEAD:
+                meta.prepare(TxnState.DEAD, now)
+                result.records.append((tid, None))
+                result.response.append(tid)  # type: ignore[attr-defined]
+        return result
+
+
+def _why(state: TxnState, cell: Cell) -> str:
+    if cell.error is ConcurrentTransactions:
+        return f"a move is under way ({state.kafka_name}); retry"
+    return f"not allowed in state {state.kafka_name}"

@@ -1,0 +1,116 @@
+"""Version-agnostic construction of kio messages. Sans-IO.
+
+kio generates one class per API version. A handler serves every version we advertise by asking
+for the classes of the request's version and passing all fields it knows; fields the version
+does not have are dropped (``Builder``, ``make``). A name that no version of the message has is
+a typo, not an older version: ``Builder`` raises TypeError for it instead of dropping it.
+``error_response`` builds a whole-request error answer for any API, as Kafka's
+``AbstractRequest.getErrorResponse`` does.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import MISSING, fields
+from functools import cache
+from typing import Any
+
+from kio.schema.index import api_key_map, schema_name_map
+
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.schema import field_kinds
+
+
+@cache
+def field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+def make(cls: type, **kw: Any) -> Any:
+    """Instantiate ``cls`` with the keyword arguments it has fields for (others are dropped).
+
+    ``throttle_time`` defaults to zero: this broker does not throttle (no quotas yet)."""
+    names = field_names(cls)
+    args = {k: v for k, v in kw.items() if k in names}
+    if "throttle_time" in names and "throttle_time" not in args:
+        args["throttle_time"] = _NO_THROTTLE
+    return cls(**args)
+
+
+@cache
+def _names_in_any_version(api_key: int, response: bool, cls_name: str) -> frozenset[str]:
+    """Every field name the class ``cls_name`` has in some version of the API."""
+    names: set[str] = set()
+    for version in schema_name_map[api_key_map[api_key]]:
+        classes = apis.message_module_classes(api_key, version, response)
+        if cls_name in classes:
+            names |= field_names(classes[cls_name])
+    return frozenset(names)
+
+
+class Builder:
+    """``Builder(api_key, version).SomeClass(**fields)`` -> an instance of that version's class.
+
+    Fields the version lacks are dropped; a field no version has raises TypeError (a typo)."""
+
+    __slots__ = ("_api_key", "_classes", "_response")
+
+    def __init__(self, api_key: int, version: int, *, response: bool = True) -> None:
+        self._api_key = api_key
+        self._response = response
+        self._classes = apis.message_module_classes(api_key, version, response)
+
+    def __getattr__(self, name: str) -> Any:
+        cls = self._classes[name]
+        known = _names_in_any_version(self._api_key, self._response, name)
+
+        def build(**kw: Any) -> Any:
+            unknown = set(kw) - known
+            if unknown:
+                raise TypeError(f"{name} has no field {', '.join(sorted(unknown))} in any version")
+            return make(cls, **kw)
+
+        return build
+
+    def has_class(self, cls_name: str) -> bool:
+        return cls_name in self._classes
+
+    def has(self, cls_name: str, field_name: str) -> bool:
+        return field_name in field_names(self._classes[cls_name])
+
+
+_ZERO_BY_TYPE: dict[str, Any] = {
+    "int8": 0, "int16": 0, "int32": 0, "int64": -1, "uint16": 0, "uint32": 0, "uint64": 0, "float64": 0.0,
+    "string": "", "bytes": b"", "records": b"", "bool": False, "uuid": uuid.UUID(int=0),
+    "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
+    "error_code": ErrorCode.none, "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.timezone.utc),
+}
+
+
+def error_response(api_key: int, version: int, code: ErrorCode) -> Any:
+    """A response of the given API version carrying ``code`` in its top-level error field (when
+    it has one) and empty collections elsewhere."""
+    return _empty(apis.message_class(api_key, version, True), code)
+
+
+def _empty(cls: type, code: ErrorCode) -> Any:
+    kw: dict[str, Any] = {}
+    for k in field_kinds(cls):
+        if k.default is not MISSING and k.name != "error_code":
+            continue
+        if k.array:
+            kw[k.name] = ()
+        elif k.entity is not None:
+            kw[k.name] = None if k.nullable else _empty(k.entity, code)
+        elif k.name == "error_code":
+            kw[k.name] = code
+        elif k.nullable:
+            kw[k.name] = None
+        else:
+            kw[k.name] = _ZERO_BY_TYPE.get(k.kafka_type, 0)
+    return cls(**kw)

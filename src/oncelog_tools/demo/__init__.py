@@ -1,0 +1,1 @@
+"""``make demo`` (``python -m oncelog_tools.demo``): see ``__main__``."""

@@ -1,0 +1,1 @@
+"""Spark helpers for oncelog's own jobs (demo, tests, benchmarks): not the connector."""

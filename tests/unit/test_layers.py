@@ -1,0 +1,115 @@
+"""The house rules (issue 14), checked on the source: arrows point down, no import circles
+(not even dodged by importing inside a function), typed handlers, one routing table that is
+also the advertised one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import oncelog
+
+SRC = Path(oncelog.__file__).parent
+PURE = ("protocol", "storage", "coordinator")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_blocks(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports when it runs: at top level and inside functions (an import
+    inside a function is an import all the same); not those under TYPE_CHECKING."""
+    tree = ast.parse(path.read_text())
+    package = _module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
+    annotations_only = _type_checking_blocks(tree)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in annotations_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            # "from pkg import module" depends on the module; "from module import name" on the module
+            subs = {f"{mod}.{a.name}" for a in node.names} & _ALL
+            out.update(subs if len(subs) == len(node.names) else subs | {mod})
+    return out
+
+
+_ALL = {_module_name(p) for p in SRC.rglob("*.py")}
+MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+GRAPH = {name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+
+
+@pytest.mark.parametrize("layer", PURE)
+def test_the_pure_layers_import_neither_asyncio_nor_the_broker(layer: str) -> None:
+    bad = {
+        name: sorted(m for m in _imports(MODULES[name]) if m == "asyncio" or m.startswith("asyncio.")
+                     or m.startswith("oncelog.broker") or m.startswith("oncelog.spark") or m == "oncelog.cli")
+        for name in MODULES if name.startswith(f"oncelog.{layer}")
+    }
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def test_no_import_circle_even_through_imports_inside_functions() -> None:
+    """A circle dodged by importing inside a function is still a circle."""
+    state: dict[str, int] = {}  # 0 visiting, 1 done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 0
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 0:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 1
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+
+
+def test_handlers_are_typed_against_the_broker_context() -> None:
+    untyped = []
+    for path in (SRC / "broker" / "handlers").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for arg in node.args.args:
+                    if arg.arg == "broker" and ast.unparse(arg.annotation or ast.Constant(None)) != "BrokerContext":
+                        untyped.append(f"{path.name}:{node.name}")
+    assert not untyped
+
+
+def test_the_routing_table_is_what_apiversions_advertises() -> None:
+    from oncelog.broker.routes import ROUTES, advertised_versions
+    from oncelog.protocol import apis
+
+    assert set(ROUTES) == set(apis.SUPPORTED_VERSIONS)
+    assert advertised_versions() == apis.SUPPORTED_VERSIONS
+    handler_modules = {p.stem for p in (SRC / "broker" / "handlers").glob("*.py") if not p.stem.startswith("_")}
+    assert len(handler_modules) == len(ROUTES)
