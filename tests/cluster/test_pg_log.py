@@ -7,51 +7,17 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 import psycopg
 import pytest
 
+from cluster_store import Store
 from oncelog.cluster import leadership, schema
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
-from oncelog.cluster.group_commit import GroupCommitter
 from oncelog.cluster.pg_log import PgPartitionLog
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import OffsetOutOfRange
 from oncelog.storage.log import LogConfig
-
-CONFIG = LogConfig(retention_ms=-1)
-
-
-class Store:
-    """One 'broker' on a test database: a reader connection and a group committer."""
-
-    def __init__(self, dsn: str, broker_id: int = 1, *, start: bool = True, linger_s: float = 0.0) -> None:
-        self.dsn = dsn
-        self.broker_id = broker_id
-        self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-        schema.ensure_schema(self.conn)
-        self.committer = GroupCommitter(self.connect, linger_s=linger_s)
-        if start:
-            self.committer.start()
-
-    def connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
-
-    def lead(self, topic: str, partition: int = 0, config: LogConfig = CONFIG) -> PgPartitionLog:
-        lead = leadership.claim(self.conn, topic, partition, self.broker_id)
-        return PgPartitionLog(self.conn, self.committer, lead, config, append_timeout_s=30)
-
-    def close(self) -> None:
-        self.committer.close(30)
-        self.conn.close()
-
-
-@pytest.fixture
-def store(pg_dsn) -> Iterator[Store]:
-    s = Store(pg_dsn)
-    yield s
-    s.close()
 
 
 def _batch(n: int = 3, ts: int = 1_000, size: int = 30, **kw) -> bytes:
