@@ -219,3 +219,28 @@ def test_immediate_restart_of_postgres_loses_nothing_acknowledged(pg_server, sto
     else:
         pytest.fail("the committer did not reconnect after 3 attempts")
     assert logs[0].read(0, 10**9)[0].startswith(b"".join(acked[0]))
+
+
+def test_an_append_that_times_out_is_unknown_until_resync_reads_the_store(pg_dsn) -> None:
+    s = Store(pg_dsn, start=False)  # the writer is not running: no COMMIT comes
+    try:
+        lead = leadership.claim(s.conn, "slow", 0, 1)
+        log = PgPartitionLog(s.conn, s.committer, lead, LogConfig(), append_timeout_s=0.2)
+        with pytest.raises(StoreUnavailable) as info:
+            _append(log, _batch())
+        assert info.value.outcome_unknown
+        with pytest.raises(StoreUnavailable):
+            log.resync()  # still in flight
+        s.committer.start()  # the batch commits after all
+        for _ in range(100):  # bounded: at most 10 s
+            try:
+                assert log.resync() == 3  # the late COMMIT was seen by the engine
+                break
+            except StoreUnavailable:
+                threading.Event().wait(0.1)
+        else:
+            pytest.fail("the timed-out append never completed")
+        assert log.log_end_offset == 3  # it landed: the leader learns it from the store
+        assert _append(log, _batch()) == (3, 5)
+    finally:
+        s.close()

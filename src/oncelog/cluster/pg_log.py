@@ -141,7 +141,7 @@ class PgPartitionLog:
         try:
             fut = self._committer.submit(req)
         except KafkaError as exc:
-            self._on_done_error(exc)
+            self._on_done_error(exc, finished=True)
             raise
         fut.add_done_callback(lambda f: self._on_done(f, last))
         return PendingAppend(base, last, fut)
@@ -158,22 +158,26 @@ class PgPartitionLog:
             pending.future.result(self._append_timeout_s)
         except FutureTimeout:
             err = StoreUnavailable(f"{self.what}: no COMMIT within {self._append_timeout_s}s", outcome_unknown=True)
-            self._on_done_error(err)
+            self._on_done_error(err, finished=False)  # still in flight: its callback will finish it
             raise err from None
         return pending.base_offset, pending.last_offset
 
     def _on_done(self, fut: Future, last: int) -> None:
         exc = fut.exception()
         if exc is not None:
-            self._on_done_error(exc if isinstance(exc, KafkaError) else StoreUnavailable(str(exc), outcome_unknown=True))
+            err = exc if isinstance(exc, KafkaError) else StoreUnavailable(str(exc), outcome_unknown=True)
+            self._on_done_error(err, finished=True)
             return
         with self._lock:
             self._inflight -= 1
             self._end = max(self._end, last + 1)
 
-    def _on_done_error(self, exc: KafkaError) -> None:
+    def _on_done_error(self, exc: KafkaError, *, finished: bool) -> None:
+        """Stop appends with ``exc``; ``finished``: the request is no longer in flight (each
+        request is finished exactly once, by its future's callback or a refused submit)."""
         with self._lock:
-            self._inflight -= 1
+            if finished:
+                self._inflight -= 1
             if self._failed is None:
                 self._failed = exc
 
@@ -185,10 +189,14 @@ class PgPartitionLog:
 
     def resync(self) -> int:
         """After a failed append: re-read the partition's row and accept appends again from the
-        store's log end. Returns the committed end this engine had before, so the leader can
-        replay the batches it did not know were committed (``iter_headers(old_end)``). Raises
-        LeaderFenced (for good) when the epoch moved, StoreUnavailable while appends are still
-        in flight or the store is unreachable."""
+        store's log end. Returns the committed end this engine had seen before. When every
+        failure had a known outcome (nothing written), the store's end equals it and the
+        leader's state is intact. After an ``outcome_unknown`` failure the store may hold
+        batches the leader never applied (and, with several batches in flight, some after them
+        that it did): the leader must then rebuild its state from the store
+        (``Partition.recover``) rather than patch it. Raises LeaderFenced (for good) when the
+        epoch moved, StoreUnavailable while appends are still in flight or the store is
+        unreachable."""
         with self._lock:
             if self._inflight:
                 raise StoreUnavailable(f"{self.what}: {self._inflight} append(s) still in flight")
