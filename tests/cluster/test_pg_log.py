@@ -106,6 +106,11 @@ def test_group_commit_writes_many_partitions_in_one_transaction(pg_dsn) -> None:
             p.future.result(30)
         stats = s.committer.stats()
         assert (stats.transactions, stats.appends, stats.max_batches_per_transaction) == (1, 24, 24)
+        # The database agrees: every row was inserted by the same transaction (one xmin).
+        ids = [log.partition_id for log in logs]
+        xmins = s.conn.execute("SELECT count(DISTINCT xmin::text), count(*) FROM oncelog_batch "
+                               "WHERE partition_id = ANY(%s)", (ids,)).fetchone()
+        assert xmins == (1, 24)
         for log in logs:
             assert log.log_end_offset == 6
             assert len(list(log.iter_headers(0))) == 3
@@ -133,6 +138,10 @@ def test_concurrent_appenders_share_transactions(pg_dsn) -> None:
         stats = s.committer.stats()
         assert stats.appends == 40
         assert stats.transactions <= 20, stats
+        ids = [log.partition_id for log in logs]
+        (distinct,) = s.conn.execute("SELECT count(DISTINCT xmin::text) FROM oncelog_batch WHERE partition_id = ANY(%s)",
+                                     (ids,)).fetchone()
+        assert distinct == stats.transactions
         for log, offs in zip(logs, results):
             assert offs == [(i, i) for i in range(5)]
             assert log.log_end_offset == 5
