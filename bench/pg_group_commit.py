@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 
-def _measure(dsn: str, partitions: int, seconds: float, record_bytes: int, linger_s: float) -> dict:
+def _measure(dsn: str, partitions: int, seconds: float, record_bytes: int, linger_s: float,
+             warmup_s: float = 3.0) -> dict:
     import psycopg
 
     from oncelog.cluster import leadership, schema
@@ -51,7 +52,7 @@ def _measure(dsn: str, partitions: int, seconds: float, record_bytes: int, linge
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(partitions)]
     for t in threads:
         t.start()
-    time.sleep(1.0)  # warm up
+    time.sleep(warmup_s)  # warm up (plpgsql compiled, first pages written)
     before, t0 = committer.stats(), time.monotonic()
     n0 = sum(counts)
     time.sleep(seconds)

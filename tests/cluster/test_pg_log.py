@@ -253,3 +253,54 @@ def test_an_append_that_times_out_is_unknown_until_resync_reads_the_store(pg_dsn
         assert _append(log, _batch()) == (3, 5)
     finally:
         s.close()
+
+
+class _LosesAnswer:
+    """A real connection whose next statement reaches PostgreSQL (``runs``) or not, and whose
+    answer is then lost with the connection, as when a network or server fails mid-COMMIT."""
+
+    def __init__(self, conn: psycopg.Connection, runs: bool) -> None:
+        self.conn, self.runs, self.broken = conn, runs, False
+
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    def execute(self, query, params=None):
+        if self.runs:
+            self.conn.execute(query, params).fetchall()
+        self.conn.close()
+        self.broken = True
+        raise psycopg.OperationalError("server closed the connection unexpectedly (test)")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_lost_answer_is_resolved_by_asking_the_store(pg_dsn, committed) -> None:
+    s = Store(pg_dsn, start=False)
+    connects = []
+
+    def connect():
+        conn = s.connect()
+        connects.append(conn)
+        return _LosesAnswer(conn, committed) if len(connects) == 1 else conn
+
+    s.committer = type(s.committer)(connect, resolve_s=10)
+    s.committer.start()
+    try:
+        log = s.lead("lost")
+        buf = _batch()
+        if committed:
+            assert _append(log, buf) == (0, 2)  # answered from the store, not from the lost reply
+            assert log.log_end_offset == 3
+        else:
+            with pytest.raises(StoreUnavailable) as info:
+                _append(log, buf)
+            assert not info.value.outcome_unknown  # the store said: nothing written
+            assert log.resync() == 0
+        assert _count_rows(s.conn, log) == (1 if committed else 0)
+        assert s.committer.stats().failed_rounds == 1 and len(connects) == 2
+    finally:
+        s.close()

@@ -5,26 +5,30 @@ Theory of operation. Callers (the partition logs, on the broker's event loop or 
 ``submit`` an ``AppendRequest`` — a batch whose offsets the partition's leader has already
 assigned — and get a ``concurrent.futures.Future``. One thread owns one database connection and
 loops: take every request waiting (at most ``max_bytes`` of batch data, at least one; after
-waiting up to ``linger_s`` for more when that is set), then in one transaction
+waiting up to ``linger_s`` for more when that is set), then run ONE statement,
+``oncelog_append(...)`` (schema.py), on an autocommit connection — one transaction, one round
+trip — which
 
-1. lock the rows of the partitions concerned (``SELECT … FOR UPDATE``, in id order, so two
+1. locks the rows of the partitions concerned (``SELECT … FOR UPDATE``, in id order, so two
    brokers never deadlock),
-2. accept, per partition in submission order, the requests whose leader epoch is the store's
-   and whose base offset is the store's log end (refusing the rest: ``LeaderFenced``,
-   ``LogEndMoved``; nothing of theirs is written),
-3. COPY the accepted batches into ``oncelog_batch`` and move each partition's log end,
-4. COMMIT; then complete the accepted futures (in submission order) and fail the refused ones.
+2. accepts, per request in submission order, those whose leader epoch is the store's and whose
+   base offset is the store's log end, inserting the batch and moving the log end (the rest are
+   refused: ``LeaderFenced``, ``LogEndMoved``; nothing of theirs is written),
+3. commits; its answer (one row per request) arrives after COMMIT. Then the accepted futures
+   complete (in submission order) and the refused ones fail.
 
 Batching is natural: while one transaction commits (an fsync of the WAL), the next requests
 queue up, and the next transaction takes them all; ``linger_s`` trades latency for larger
 transactions. Because the epoch check and the writes are one transaction under the row lock,
 a leader whose epoch moved (it lost its lease, paused, was cut off) cannot write afterwards.
 
-Failures. A database error before COMMIT rolls everything back: every request of the round
-fails with ``StoreUnavailable`` (nothing written). An error during COMMIT leaves the outcome
-unknown: ``StoreUnavailable(outcome_unknown=True)``; the partition's leader must re-read the log
-end before appending again (``PgPartitionLog.resync``). The connection is then re-opened for the
-next round (a failed connect fails that round's requests, retriable, after a short pause).
+Failures. A database error rolls the statement back: every request of the round fails with
+``StoreUnavailable`` (nothing written). A broken connection may have lost the answer of a
+committed statement: the committer then asks the store, on a new connection (for up to
+``resolve_s``), which of the round's batches are there, and answers accordingly; only when the
+store cannot be asked does a request fail with ``StoreUnavailable(outcome_unknown=True)``, and
+the partition's leader must re-read the store before appending again (``PgPartitionLog.resync``).
+A failed connect fails that round's requests (retriable, nothing written) after a short pause.
 
 Thread-safety: ``submit``, ``stats`` and ``close`` may be called from any thread. Futures are
 completed on the committer's thread; callers that live on an asyncio loop wrap them
@@ -41,6 +45,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import psycopg
+
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
 from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 
@@ -48,18 +54,18 @@ __all__ = ["AppendRequest", "CommitStats", "GroupCommitter"]
 
 log = logging.getLogger(__name__)
 
-_COPY = (
-    "COPY oncelog_batch (partition_id, base_offset, last_offset, max_timestamp, producer_id, producer_epoch, "
-    "base_sequence, is_transactional, is_control, size, leader_epoch, data) FROM STDIN (FORMAT BINARY)"
+#: the whole round in one statement (schema.py): in autocommit mode its answer follows COMMIT
+_APPEND = (
+    "SELECT idx, status, store_epoch, store_leader, store_end FROM oncelog_append("
+    "%b::int8[], %b::int4[], %b::int8[], %b::int8[], %b::int8[], %b::int8[], %b::int2[], %b::int4[], "
+    "%b::bool[], %b::bool[], %b::bytea[])"
 )
-_COPY_TYPES = ["int8", "int8", "int8", "int8", "int8", "int2", "int4", "bool", "bool", "int4", "int4", "bytea"]
-_LOCK = (
-    "SELECT id, leader_broker, leader_epoch, log_end_offset FROM oncelog_partition "
-    "WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
-)
-_MOVE_END = (
-    "UPDATE oncelog_partition AS p SET log_end_offset = v.leo "
-    "FROM unnest(%s::int8[], %s::int8[]) AS v(id, leo) WHERE p.id = v.id"
+_APPENDED, _NO_PARTITION, _FENCED, _END_MOVED = 0, 1, 2, 3
+#: which of a round's batches are in the store (after its answer was lost)
+_LANDED = (
+    "SELECT b.partition_id, b.base_offset FROM oncelog_batch b "
+    "JOIN unnest(%s::int8[], %s::int8[], %s::int4[], %s::int8[]) AS r(pid, base, epoch, last) "
+    "ON b.partition_id = r.pid AND b.base_offset = r.base AND b.leader_epoch = r.epoch AND b.last_offset = r.last"
 )
 #: pause after a failed connect before the next round (bounded retry, no busy loop)
 RECONNECT_PAUSE_S = 0.2
@@ -84,10 +90,11 @@ class AppendRequest:
     data: bytes
     future: Future = field(default_factory=Future)
 
-    def row(self) -> tuple:
-        return (self.partition_id, self.base_offset, self.last_offset, self.max_timestamp, self.producer_id,
-                self.producer_epoch, self.base_sequence, self.is_transactional, self.is_control, len(self.data),
-                self.leader_epoch, self.data)
+    def params(self) -> tuple:
+        """This request's elements of the arrays ``oncelog_append`` takes, in its order."""
+        return (self.partition_id, self.leader_epoch, self.base_offset, self.last_offset, self.max_timestamp,
+                self.producer_id, self.producer_epoch, self.base_sequence, self.is_transactional, self.is_control,
+                self.data)
 
 
 @dataclass(slots=True)
@@ -107,12 +114,14 @@ class GroupCommitter:
     autocommit mode (the committer opens explicit transactions)."""
 
     def __init__(self, connect: Callable[[], Any], *, max_bytes: int = 8 << 20, linger_s: float = 0.0,
-                 monotonic: Callable[[], float] = time.monotonic, name: str = "oncelog-group-commit") -> None:
+                 resolve_s: float = 5.0, monotonic: Callable[[], float] = time.monotonic,
+                 name: str = "oncelog-group-commit") -> None:
         if max_bytes < 1 or linger_s < 0:
             raise ValueError("max_bytes must be >= 1 and linger_s >= 0")
         self._connect = connect
         self._max_bytes = max_bytes
         self._linger_s = linger_s
+        self._resolve_s = resolve_s
         self._monotonic = monotonic
         self._queue: deque[AppendRequest] = deque()
         self._queued_bytes = 0
@@ -207,42 +216,43 @@ class GroupCommitter:
             return
         accepted: list[AppendRequest] = []
         refused: list[tuple[AppendRequest, KafkaError]] = []
-        body_done = False
         try:
-            with conn.transaction():
-                ids = sorted({r.partition_id for r in reqs})
-                rows = conn.execute(_LOCK, (ids,)).fetchall()
-                state = {pid: [leader, epoch, end] for pid, leader, epoch, end in rows}
-                for r in reqs:
-                    st = state.get(r.partition_id)
-                    if st is None:
-                        refused.append((r, UnknownTopicOrPartition(f"{r.what}: the partition is not in the store")))
-                    elif st[1] != r.leader_epoch:
-                        refused.append((r, LeaderFenced(r.what, r.leader_epoch, st[1], st[0])))
-                    elif st[2] != r.base_offset:
-                        refused.append((r, LogEndMoved(r.what, r.base_offset, st[2])))
-                    else:
-                        accepted.append(r)
-                        st[2] = r.last_offset + 1
-                if accepted:
-                    with conn.cursor() as cur, cur.copy(_COPY) as copy:
-                        copy.set_types(_COPY_TYPES)
-                        for r in accepted:
-                            copy.write_row(r.row())
-                    moved = sorted({r.partition_id for r in accepted})
-                    conn.execute(_MOVE_END, (moved, [state[pid][2] for pid in moved]))
-                body_done = True
+            rows = conn.execute(_APPEND, [list(col) for col in zip(*(r.params() for r in reqs))]).fetchall()
+            if len(rows) != len(reqs):
+                raise RuntimeError(f"oncelog_append answered {len(rows)} rows for {len(reqs)} requests")
         except Exception as exc:
+            # A broken connection may have lost the answer of a committed statement; any other
+            # error rolled the statement (the transaction) back.
+            unknown = conn.broken or isinstance(exc, psycopg.OperationalError)
             self._drop_connection()
             with self._cond:
                 self._stats.failed_rounds += 1
-            unknown = body_done  # the error came from COMMIT itself
+            landed = self._resolve(reqs) if unknown else [False] * len(reqs)
             log.warning("group commit of %d batch(es) failed%s: %s", len(reqs),
-                        " (outcome unknown)" if unknown else "", exc)
-            for req in reqs:
-                _fail(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc})",
-                                            outcome_unknown=unknown))
-            return
+                        " (outcome unknown)" if landed is None else "", exc)
+            if landed is None:
+                for req in reqs:
+                    _fail(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc}); "
+                                                f"whether the batch was written is unknown", outcome_unknown=True))
+                return
+            if not any(landed):
+                for req in reqs:
+                    _fail(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc}); "
+                                                f"nothing was written"))
+                return
+            # The statement committed before the connection broke: answer as if it had replied.
+            rows = [(i, _APPENDED if ok else _END_MOVED, r.leader_epoch, -1, -1)
+                    for i, (r, ok) in enumerate(zip(reqs, landed))]
+        for idx, status, store_epoch, store_leader, store_end in rows:
+            r = reqs[idx]
+            if status == _APPENDED:
+                accepted.append(r)
+            elif status == _FENCED:
+                refused.append((r, LeaderFenced(r.what, r.leader_epoch, store_epoch, store_leader)))
+            elif status == _END_MOVED:
+                refused.append((r, LogEndMoved(r.what, r.base_offset, store_end)))
+            else:
+                refused.append((r, UnknownTopicOrPartition(f"{r.what}: the partition is not in the store")))
         with self._cond:
             s = self._stats
             if accepted:
@@ -256,6 +266,26 @@ class GroupCommitter:
                 r.future.set_result(None)
         for r, err in refused:
             _fail(r, err)
+
+    def _resolve(self, reqs: list[AppendRequest]) -> list[bool] | None:
+        """After a connection broke during a round: which requests did the store commit? Found
+        on a new connection by key, epoch and last offset (only this leader, under this epoch,
+        writes at these offsets, and nothing else is in flight for them). None when the store
+        cannot be asked within ``resolve_s``."""
+        deadline = self._monotonic() + self._resolve_s
+        for _attempt in range(int(self._resolve_s / RECONNECT_PAUSE_S) + 1):
+            try:
+                conn = self._connection()
+                found = set(conn.execute(_LANDED, [list(c) for c in zip(*(
+                    (r.partition_id, r.base_offset, r.leader_epoch, r.last_offset) for r in reqs))]).fetchall())
+                return [(r.partition_id, r.base_offset) in found for r in reqs]
+            except Exception as exc:
+                self._drop_connection()
+                log.info("asking the store what the last round wrote failed: %s", exc)
+            if self._monotonic() + RECONNECT_PAUSE_S > deadline:
+                break
+            time.sleep(RECONNECT_PAUSE_S)
+        return None
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed:
