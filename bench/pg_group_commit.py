@@ -22,6 +22,7 @@ def _measure(dsn: str, partitions: int, seconds: float, record_bytes: int, linge
     import psycopg
 
     from oncelog.cluster import leadership, schema
+    from oncelog.cluster.connection import StoreConnection
     from oncelog.cluster.group_commit import GroupCommitter
     from oncelog.cluster.pg_log import PgPartitionLog
     from oncelog.protocol import records as R
@@ -40,14 +41,14 @@ def _measure(dsn: str, partitions: int, seconds: float, record_bytes: int, linge
     counts = [0] * partitions
 
     def work(i: int) -> None:
-        conn = connect()  # each partition's reader connection (appends go through the committer)
-        log = PgPartitionLog(conn, committer, leadership.claim(conn, topic, i, 1), LogConfig())
+        reader = StoreConnection(connect)  # this thread's reads (appends go through the committer)
+        log = PgPartitionLog(reader, committer, leadership.claim(reader.raw(), topic, i, 1), LogConfig())
         try:
             while not stop.is_set():
                 log.append(batch, header, 0)
                 counts[i] += 1
         finally:
-            conn.close()
+            reader.close()
 
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(partitions)]
     for t in threads:

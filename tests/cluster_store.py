@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 
 from oncelog.cluster import leadership, schema
+from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.group_commit import GroupCommitter
 from oncelog.cluster.pg_log import PgPartitionLog
 from oncelog.storage.log import LogConfig
@@ -21,6 +22,7 @@ class Store:
         self.broker_id = broker_id
         self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
         schema.ensure_schema(self.conn)
+        self.reader = StoreConnection(self.connect, f"broker {broker_id}")
         self.committer = GroupCommitter(self.connect, linger_s=linger_s)
         if start:
             self.committer.start()
@@ -30,8 +32,9 @@ class Store:
 
     def lead(self, topic: str, partition: int = 0, config: LogConfig = CONFIG) -> PgPartitionLog:
         lead = leadership.claim(self.conn, topic, partition, self.broker_id)
-        return PgPartitionLog(self.conn, self.committer, lead, config, append_timeout_s=30)
+        return PgPartitionLog(self.reader, self.committer, lead, config, append_timeout_s=30)
 
     def close(self) -> None:
         self.committer.close(30)
+        self.reader.close()
         self.conn.close()

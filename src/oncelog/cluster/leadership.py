@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Leadership", "claim", "current"]
+__all__ = ["CURRENT_SQL", "Leadership", "claim", "current"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,11 @@ def claim(conn: Any, topic: str, partition: int, broker_id: int) -> Leadership:
     return Leadership(*row)
 
 
+#: the query ``current`` runs (one parameter: the partition id); its rows make ``Leadership``s
+CURRENT_SQL = f"SELECT {_COLUMNS} FROM oncelog_partition WHERE id = %s"
+
+
 def current(conn: Any, partition_id: int) -> Leadership | None:
     """The partition's row as committed now (None if it does not exist)."""
-    row = conn.execute(f"SELECT {_COLUMNS} FROM oncelog_partition WHERE id = %s", (partition_id,)).fetchone()
+    row = conn.execute(CURRENT_SQL, (partition_id,)).fetchone()
     return None if row is None else Leadership(*row)

@@ -15,7 +15,8 @@ partition was given offsets after it and fails too (``LogEndMoved``); the engine
 appends until ``resync()`` re-reads the store (after an ``outcome_unknown`` failure the batch
 may be there: ``resync`` returns the old end so the leader can replay what it missed).
 
-Reads come from the store with the reader connection, as ``bytes`` chunks of whole batches
+Reads come from the store with the owner's reader connection (``StoreConnection``: it
+reconnects after PostgreSQL restarts), as ``bytes`` chunks of whole batches
 (one chunk per read; the fetch path copies them, no sendfile). Every query is by
 ``(partition_id, base_offset)``, the primary key; the batch holding an offset is the one with
 the greatest base offset at or below it.
@@ -37,11 +38,12 @@ import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
+from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.group_commit import AppendRequest, GroupCommitter
-from oncelog.cluster.leadership import Leadership, current
+from oncelog.cluster.leadership import CURRENT_SQL, Leadership
 from oncelog.protocol.errors import CorruptMessage, KafkaError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header
 from oncelog.storage.engine import ReadPart
@@ -69,12 +71,12 @@ class PendingAppend:
 
 class PgPartitionLog:
     """One partition's log in PostgreSQL, led under ``lead.leader_epoch``. See the module
-    docstring. ``conn`` is a psycopg connection in autocommit mode, used only by the thread
-    that owns this object; ``committer`` is the broker's one GroupCommitter."""
+    docstring. ``store`` is the reader connection of the thread that owns this object (it
+    reconnects by itself); ``committer`` is the broker's one GroupCommitter."""
 
-    def __init__(self, conn: Any, committer: GroupCommitter, lead: Leadership, config: LogConfig, *,
+    def __init__(self, store: StoreConnection, committer: GroupCommitter, lead: Leadership, config: LogConfig, *,
                  append_timeout_s: float = APPEND_TIMEOUT_S) -> None:
-        self._conn = conn
+        self._store = store
         self._committer = committer
         self.lead = lead
         self.config = config
@@ -213,13 +215,10 @@ class PgPartitionLog:
         return old
 
     def _row(self) -> Leadership:
-        try:
-            row = current(self._conn, self.partition_id)
-        except Exception as exc:
-            raise StoreUnavailable(f"{self.what}: cannot read the partition row: {exc}") from None
-        if row is None:
+        rows = self._store.query(CURRENT_SQL, (self.partition_id,))
+        if not rows:
             raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
-        return row
+        return Leadership(*rows[0])
 
     def flush(self, now_ms: int | None = None) -> None:
         """Nothing to do: an append returns only after COMMIT."""
@@ -231,12 +230,7 @@ class PgPartitionLog:
             raise OffsetOutOfRange(f"{self.what}: offset {offset} outside [{self._start}, {end}]")
 
     def _query(self, sql: str, params: dict, *, binary: bool = False) -> list[tuple]:
-        try:
-            return self._conn.execute(sql, params, binary=binary).fetchall()
-        except KafkaError:
-            raise
-        except Exception as exc:
-            raise StoreUnavailable(f"{self.what}: read failed: {exc}") from None
+        return self._store.query(sql, params, binary=binary)
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_batch: bool = True) -> list[ReadPart]:
@@ -378,30 +372,25 @@ class PgPartitionLog:
     def _advance_start(self, offset: int) -> int:
         if offset <= self._start:
             return 0
-        try:
-            with self._conn.transaction():
-                row = self._conn.execute(
-                    "SELECT leader_broker, leader_epoch, log_start_offset, log_end_offset FROM oncelog_partition "
-                    "WHERE id = %s FOR UPDATE", (self.partition_id,)).fetchone()
-                if row is None:
-                    raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
-                leader, epoch, start, end = row
-                if epoch != self.leader_epoch:
-                    raise LeaderFenced(self.what, self.leader_epoch, epoch, leader)
-                if offset > end:
-                    raise OffsetOutOfRange(f"{self.what}: log start {offset} beyond log end {end}")
-                if offset <= start:
-                    deleted, offset = 0, start
-                else:
-                    self._conn.execute("UPDATE oncelog_partition SET log_start_offset = %s WHERE id = %s",
-                                       (offset, self.partition_id))
-                    deleted = self._conn.execute(
-                        "DELETE FROM oncelog_batch WHERE partition_id = %s AND base_offset < %s AND last_offset < %s",
-                        (self.partition_id, offset, offset)).rowcount
-        except KafkaError:
-            raise
-        except Exception as exc:
-            raise StoreUnavailable(f"{self.what}: moving the log start failed: {exc}") from None
+        with self._store.transaction() as conn:
+            row = conn.execute(
+                "SELECT leader_broker, leader_epoch, log_start_offset, log_end_offset FROM oncelog_partition "
+                "WHERE id = %s FOR UPDATE", (self.partition_id,)).fetchone()
+            if row is None:
+                raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
+            leader, epoch, start, end = row
+            if epoch != self.leader_epoch:
+                raise LeaderFenced(self.what, self.leader_epoch, epoch, leader)
+            if offset > end:
+                raise OffsetOutOfRange(f"{self.what}: log start {offset} beyond log end {end}")
+            if offset <= start:
+                deleted, offset = 0, start
+            else:
+                conn.execute("UPDATE oncelog_partition SET log_start_offset = %s WHERE id = %s",
+                             (offset, self.partition_id))
+                deleted = conn.execute(
+                    "DELETE FROM oncelog_batch WHERE partition_id = %s AND base_offset < %s AND last_offset < %s",
+                    (self.partition_id, offset, offset)).rowcount
         with self._lock:
             self._start = max(self._start, offset)
         return deleted
@@ -417,12 +406,9 @@ class PgPartitionLog:
     def delete(self, now_ms: int | None = None) -> None:
         """DeleteTopics: remove the partition's row and (cascading) its batches, if this engine
         still leads it."""
-        try:
-            with self._conn.transaction():
-                self._conn.execute("DELETE FROM oncelog_partition WHERE id = %s AND leader_epoch = %s",
-                                   (self.partition_id, self.leader_epoch))
-        except Exception as exc:
-            raise StoreUnavailable(f"{self.what}: delete failed: {exc}") from None
+        with self._store.transaction() as conn:
+            conn.execute("DELETE FROM oncelog_partition WHERE id = %s AND leader_epoch = %s",
+                         (self.partition_id, self.leader_epoch))
 
     def __repr__(self) -> str:
         return f"PgPartitionLog({self.what}, epoch={self.leader_epoch}, start={self._start}, end={self._end})"
