@@ -9,16 +9,13 @@ import os
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import OffsetOutOfRange
 from oncelog.storage.engine import PartitionEngine, ReadPart
-from oncelog.storage.log import FileSlice, LogConfig, PartitionLog
-
-from cluster_store import Store
+from oncelog.storage.log import LogConfig, PartitionLog
 
 LOCAL = LogConfig(segment_bytes=1_500, index_interval_bytes=200, retention_ms=-1)
 _names = itertools.count()
