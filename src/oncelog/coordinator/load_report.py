@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["SkipReport"]
+from oncelog.protocol import records
+from oncelog.protocol.errors import KafkaError
+
+__all__ = ["SkipReport", "batch_records"]
 
 DETAIL_LIMIT = 10
 
@@ -70,3 +73,14 @@ class SkipReport:
         ``oncelog.logs.StormFilter``, which keys lines by their template)."""
         parts = ", ".join(f"{topic}-{p} ({n})" for p, n in sorted(skipped.items()))
         return f"{sum(skipped.values())} unreadable record(s) or batch(es) skipped while loading, in {parts}"
+
+
+def batch_records(header: records.BatchHeader, data: bytes, report: SkipReport) -> list[records.Record]:
+    """The records of one data batch of an internal topic, or none (the whole batch reported as
+    skipped) when they do not parse or decompress. Never raises for bad data."""
+    try:
+        return list(records.iter_records(data))
+    except KafkaError as exc:
+        report.skip(header.base_offset, f"batch of {header.records_count} record(s) "
+                    f"(offsets {header.base_offset}..{header.last_offset})", exc)
+        return []

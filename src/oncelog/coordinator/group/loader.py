@@ -17,7 +17,7 @@ import logging
 
 from oncelog.coordinator.group import records as rec
 from oncelog.coordinator.group.shard import GroupShard
-from oncelog.coordinator.load_report import SkipReport
+from oncelog.coordinator.load_report import SkipReport, batch_records
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
 
@@ -53,12 +53,7 @@ def _replay(shard: GroupShard, header: records.BatchHeader, data: bytes, now: in
             return 0
         shard.replay_marker(header.producer_id, header.producer_epoch, marker.commit)
         return 1
-    try:
-        recs = list(records.iter_records(data))
-    except KafkaError as exc:
-        report.skip(header.base_offset, f"batch of {header.records_count} record(s) "
-                    f"(offsets {header.base_offset}..{header.last_offset})", exc)
-        return 0
+    recs = batch_records(header, data, report)
     applied = 0
     for r in recs:
         if r.key is None:

@@ -8,11 +8,10 @@ skipped and reported to the partition's ``SkipReport`` with their offset.
 
 from __future__ import annotations
 
-from oncelog.coordinator.load_report import SkipReport
+from oncelog.coordinator.load_report import SkipReport, batch_records
 from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction.shard import TransactionShard
 from oncelog.protocol import records
-from oncelog.protocol.errors import KafkaError
 
 
 def replay_batch(shard: TransactionShard, header: records.BatchHeader, data: bytes, now: int, report: SkipReport) -> int:
@@ -21,12 +20,7 @@ def replay_batch(shard: TransactionShard, header: records.BatchHeader, data: byt
     if header.is_control:
         report.skip(header.base_offset, "control batch", "a transaction marker has no place in the transaction log")
         return 0
-    try:
-        recs = list(records.iter_records(data))
-    except KafkaError as exc:
-        report.skip(header.base_offset, f"batch of {header.records_count} record(s) "
-                    f"(offsets {header.base_offset}..{header.last_offset})", exc)
-        return 0
+    recs = batch_records(header, data, report)
     applied = 0
     for rec in recs:
         try:
