@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Iterator
@@ -43,3 +44,38 @@ def broker(broker_factory) -> BrokerProcess:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"oncelog tests; CI={os.environ.get('CI', '')}"
+
+
+# -- PostgreSQL (cluster mode, issue 15) --------------------------------------------------------
+
+_db_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator:
+    """One real PostgreSQL server for the session (tests/pgserver.py). A machine without
+    PostgreSQL fails the tests that need it, never skips them: install it (``.ci/run`` does)."""
+    import pgserver
+
+    try:
+        server = pgserver.PgServer()
+    except pgserver.PostgresMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> Iterator[str]:
+    """A fresh database on the session's server, dropped after the test: its DSN."""
+    name = f"t{os.getpid()}_{next(_db_numbers)}"
+    if not pg_server.running:  # a test that stopped the server and failed before restarting it
+        pg_server.start()
+    dsn = pg_server.create_database(name)
+    yield dsn
+    if not pg_server.running:
+        pg_server.start()
+    pg_server.drop_database(name)

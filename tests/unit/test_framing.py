@@ -151,3 +151,38 @@ def test_file_records_placeholder_emits_slices() -> None:
     raw = b"".join(p if isinstance(p, bytes) else b"\x00" * p.length for p in parts)
     _, decoded = framing.decode_response(apis.FETCH, 12, raw[4:])
     assert len(decoded.responses[0].partitions[0].records) == 150
+
+
+def test_file_records_carry_in_memory_chunks_between_slices() -> None:
+    """A database engine reads batches into memory: bytes parts are copied into the response,
+    file slices still pass through, and the records field is their concatenation (issue 15)."""
+
+    class Slice:
+        def __init__(self, n: int) -> None:
+            self.length = n
+
+    m = messages.Builder(apis.FETCH, 12)
+    chunk1, s, chunk2 = b"A" * 30, Slice(20), b"B" * 10
+    body = m.FetchResponse(
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=(
+            m.FetchableTopicResponse(
+                topic="t",
+                partitions=(
+                    m.PartitionData(
+                        partition_index=0, error_code=ErrorCode.none, high_watermark=5, last_stable_offset=5,
+                        log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+                        records=framing.FileRecords([chunk1, s, chunk2]),
+                    ),
+                ),
+            ),
+        ),
+    )
+    parts = framing.encode_response(apis.FETCH, 12, 3, body)
+    assert [p for p in parts if not isinstance(p, bytes)] == [s]
+    assert len(parts) == 3  # bytes (header + chunk1), the slice, bytes (chunk2 + the rest)
+    raw = b"".join(p if isinstance(p, bytes) else b"C" * p.length for p in parts)
+    assert struct.unpack(">i", raw[:4])[0] == len(raw) - 4
+    _, decoded = framing.decode_response(apis.FETCH, 12, raw[4:])
+    assert decoded.responses[0].partitions[0].records == b"A" * 30 + b"C" * 20 + b"B" * 10

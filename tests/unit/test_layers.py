@@ -72,6 +72,17 @@ def test_the_pure_layers_import_neither_asyncio_nor_the_broker(layer: str) -> No
     assert not {k: v for k, v in bad.items() if v}
 
 
+def test_the_cluster_storage_imports_only_protocol_storage_and_itself() -> None:
+    """cluster/ (issue 15) is a storage layer too: synchronous, no asyncio, no broker."""
+    allowed = ("oncelog.cluster", "oncelog.protocol", "oncelog.storage", "oncelog.types", "oncelog.clock")
+    bad = {
+        name: sorted(m for m in _imports(MODULES[name]) if m == "asyncio" or m.startswith("asyncio.")
+                     or (m.startswith("oncelog") and not m.startswith(allowed)))
+        for name in MODULES if name.startswith("oncelog.cluster")
+    }
+    assert bad and not {k: v for k, v in bad.items() if v}
+
+
 def test_no_import_circle_even_through_imports_inside_functions() -> None:
     """A circle dodged by importing inside a function is still a circle."""
     state: dict[str, int] = {}  # 0 visiting, 1 done

@@ -30,6 +30,7 @@ from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
 from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
+from oncelog.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,8 @@ class Broker:
         happen on the event loop (storage/cleaner.py). A partition that fails is retried in the
         next pass."""
         for tp, part in list(self.replicas.partitions.items()):
+            if not isinstance(part.log, PartitionLog):
+                continue  # compaction is the local-files engine's (storage/engine.py)
             try:
                 plan = self.cleaner.plan(part.log, part.last_stable_offset, self.clock.now_ms())
                 if plan is None:

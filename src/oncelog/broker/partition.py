@@ -15,6 +15,9 @@ headers after it are replayed (the whole log when no snapshot is usable).
 Long-poll fetches register a future with ``waiter()``; every append resolves all of them, so a
 fetch parked on min_bytes wakes up as soon as data arrives.
 
+The log is any storage engine (``storage/engine.py``: local segment files, or PostgreSQL in
+cluster mode); nothing here depends on which.
+
 Single-threaded: called only from the broker's event loop.
 """
 
@@ -28,7 +31,8 @@ from typing import Callable
 import logging
 
 from oncelog.protocol import records
-from oncelog.storage.log import FileSlice, LogConfig, PartitionLog
+from oncelog.storage.engine import PartitionEngine, ReadPart
+from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.protocol.errors import InvalidProducerEpoch
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
@@ -47,7 +51,7 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    slices: list[FileSlice]
+    slices: list[ReadPart]  # file slices and/or in-memory chunks of whole batches
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -58,7 +62,7 @@ class Partition:
     def __init__(
         self,
         tp: TopicPartition,
-        log: PartitionLog,
+        log: PartitionEngine,
         config: LogConfig,
         producers: ProducerStateManager,
         aborted: AbortedTxnIndex,
@@ -72,8 +76,14 @@ class Partition:
 
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
-        """Open the log (recovering it) and rebuild the producer state (R7)."""
-        plog = PartitionLog.open(path, config, now_ms)
+        """Open the local-files log (recovering it) and rebuild the producer state (R7)."""
+        return cls.recover(tp, PartitionLog.open(path, config, now_ms), path, config)
+
+    @classmethod
+    def recover(cls, tp: TopicPartition, plog: PartitionEngine, path: Path, config: LogConfig) -> "Partition":
+        """Lead ``plog``, an open log of any storage engine (storage/engine.py): rebuild the
+        producer state and the aborted-transaction index (R7) from the snapshot in ``path`` and
+        the batch headers after it, or from the whole log when no snapshot is usable."""
         producers = ProducerStateManager(path, str(tp))
         end = plog.log_end_offset
         snapshot_ok = producers.load_latest_snapshot(end)
@@ -243,7 +253,7 @@ class Partition:
         self.producers.write_snapshot(extra={"aborted_last": self.aborted.last_offset})
 
 
-def _index_marker(plog: PartitionLog, producers: ProducerStateManager, aborted: AbortedTxnIndex, h: records.BatchHeader) -> None:
+def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborted: AbortedTxnIndex, h: records.BatchHeader) -> None:
     """During replay: index an ABORT marker (before ``producers.update`` closes the transaction)."""
     first = producers.ongoing.get(h.producer_id)
     if first is None or h.base_offset <= aborted.last_offset:

@@ -47,7 +47,7 @@ from oncelog.protocol.errors import (
     UnknownTopicOrPartition,
 )
 from oncelog.storage.atomic import write_atomically
-from oncelog.storage.log import PartitionLog
+from oncelog.storage.engine import PartitionEngine
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class ReplicaManager:
         self.topics: dict[str, TopicMeta] = {}
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
-        self._deleted_logs: list[PartitionLog] = []
+        self._deleted_logs: list[PartitionEngine] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ Nothing here does I/O: the asyncio shell reads frames off the socket and hands t
 ``decode_request``; handlers return kio response objects that ``encode_response`` turns into a
 list of parts. A part is ``bytes`` or an opaque file-slice object taken from a
 ``FileRecords`` placeholder, so that record data can be sent from the page cache without being
-copied into Python (the shell decides how to send slices).
+copied into Python (the shell decides how to send slices). Record data a storage engine holds
+in memory (``bytes`` inside a ``FileRecords``) is copied into the bytes parts.
 
 Errors: ``FrameError`` means the peer broke the protocol; the connection must be closed (Kafka
 closes connections on malformed requests, too). Nothing in this module raises anything else on
@@ -117,11 +118,13 @@ def decode_request(frame: bytes) -> Request:
 
 
 class FileRecords(bytes):
-    """Placeholder for a records field whose bytes live in log files.
+    """Placeholder for a records field whose bytes live in log files or in memory.
 
     kio's writers call ``len(value)`` and then ``buffer.write(value)``; the ``_PartsSink`` below
-    recognises this placeholder and emits its slices instead of bytes. ``slices`` are opaque
-    objects with a ``length`` attribute (the storage layer's ``FileSlice``).
+    recognises this placeholder and emits its parts instead of its (empty) bytes. A part is
+    either ``bytes`` (whole batches a storage engine read into memory: copied into the response
+    like any other bytes) or an opaque file-slice object with a ``length`` attribute (the local
+    storage engine's ``FileSlice``: passed through, for the shell to send from the file).
     """
 
     # (bytes subclasses cannot have __slots__; instances carry a __dict__.)
@@ -129,7 +132,7 @@ class FileRecords(bytes):
     def __new__(cls, slices: Iterable[Any]) -> "FileRecords":
         self = super().__new__(cls, b"")
         self.slices = tuple(slices)
-        self.length = sum(s.length for s in self.slices)
+        self.length = sum(len(s) if isinstance(s, (bytes, bytearray)) else s.length for s in self.slices)
         return self
 
     def __len__(self) -> int:
@@ -140,7 +143,8 @@ class FileRecords(bytes):
 
 
 class _PartsSink:
-    """A kio ``Writable`` that gathers small writes into one buffer and keeps file slices apart."""
+    """A kio ``Writable`` that gathers small writes (and in-memory record chunks) into one
+    buffer and keeps file slices apart."""
 
     __slots__ = ("parts", "buf", "size")
 
@@ -151,10 +155,14 @@ class _PartsSink:
 
     def write(self, data: bytes) -> None:
         if type(data) is FileRecords:
-            if self.buf:
-                self.parts.append(bytes(self.buf))
-                self.buf.clear()
-            self.parts.extend(data.slices)
+            for part in data.slices:
+                if isinstance(part, (bytes, bytearray)):
+                    self.buf += part
+                    continue
+                if self.buf:
+                    self.parts.append(bytes(self.buf))
+                    self.buf.clear()
+                self.parts.append(part)
             self.size += data.length
         else:
             self.buf += data

@@ -1,7 +1,7 @@
 """Fetch (1): record batches from several partitions, long-polling for min_bytes.
 
-Batches are served whole, as file slices of the log (no record parsing, no copy into Python
-objects). Limits: each partition up to its partition_max_bytes, the response up to max_bytes,
+Batches are served whole, as file slices of the log or in-memory chunks of a database engine
+(no record parsing, no copy into Python objects). Limits: each partition up to its partition_max_bytes, the response up to max_bytes,
 except that the first non-empty partition always returns at least one whole batch even if it
 is larger than both (KIP-74), so a consumer never gets stuck behind a big batch.
 
@@ -28,6 +28,7 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
+from oncelog.storage.engine import parts_length
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1
@@ -52,7 +53,7 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
                 parts_seen.append(part)
                 limit = min(p.partition_max_bytes, max(budget - total, 0))
                 res = part.read(p.fetch_offset, limit, read_committed=read_committed, min_one_batch=first_data)
-                size = sum(s.length for s in res.slices)
+                size = parts_length(res.slices)
                 if size:
                     first_data = False
                 total += size

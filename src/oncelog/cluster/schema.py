@@ -1,0 +1,116 @@
+"""The PostgreSQL schema of cluster mode, created idempotently.
+
+Tables (every name starts with ``oncelog_``, so the schema can share a database):
+
+``oncelog_partition``
+    One row per partition: ``id`` (a compact key for the batch rows), ``topic``, ``partition``,
+    ``leader_broker`` and ``leader_epoch`` (the lease: the epoch only grows), ``log_start_offset``
+    and ``log_end_offset``. The row is the lock of its partition: every append, retention and
+    DeleteRecords locks it (``FOR UPDATE``, in ``id`` order) and proceeds only if the epoch is
+    the writer's, in the same transaction as its data, so a deposed leader can never write.
+
+``oncelog_batch``
+    One row per record batch, stored as written (``data``: the whole v2 batch, base offset and
+    leader epoch already rewritten; never decoded per record), keyed by ``(partition_id,
+    base_offset)``, with the header fields that fetch, ListOffsets, retention, producer-state
+    recovery and the aborted-transaction index need as columns. ``data`` is stored EXTERNAL
+    (out of line, uncompressed): batches are usually compressed by the producer already.
+
+``oncelog_append(...)``
+    The function one group commit round calls: the epoch and log-end checks and the writes of
+    every batch of the round, in one statement (one round trip; see group_commit.py).
+
+Invariants: for a partition, batches never overlap and cover ``[log_start_offset,
+log_end_offset)`` up to the gaps compaction may leave (batches wholly below the log start are
+deleted, one holding the log start may remain). ``log_end_offset`` is the last batch's
+``last_offset + 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
+
+#: pg_advisory_xact_lock key that serializes concurrent ``ensure_schema`` calls.
+SCHEMA_LOCK = 0x6F6E63656C6F67  # "oncelog"
+
+DDL = """
+CREATE TABLE IF NOT EXISTS oncelog_partition (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic            text    NOT NULL,
+    partition        integer NOT NULL CHECK (partition >= 0),
+    leader_broker    integer NOT NULL DEFAULT -1,
+    leader_epoch     integer NOT NULL DEFAULT -1,
+    log_start_offset bigint  NOT NULL DEFAULT 0,
+    log_end_offset   bigint  NOT NULL DEFAULT 0,
+    CHECK (0 <= log_start_offset AND log_start_offset <= log_end_offset),
+    UNIQUE (topic, partition)
+);
+
+CREATE TABLE IF NOT EXISTS oncelog_batch (
+    partition_id     bigint   NOT NULL REFERENCES oncelog_partition (id) ON DELETE CASCADE,
+    base_offset      bigint   NOT NULL,
+    last_offset      bigint   NOT NULL,
+    max_timestamp    bigint   NOT NULL,
+    producer_id      bigint   NOT NULL,
+    producer_epoch   smallint NOT NULL,
+    base_sequence    integer  NOT NULL,
+    is_transactional boolean  NOT NULL,
+    is_control       boolean  NOT NULL,
+    size             integer  NOT NULL,
+    leader_epoch     integer  NOT NULL,
+    data             bytea    NOT NULL,
+    PRIMARY KEY (partition_id, base_offset),
+    CHECK (last_offset >= base_offset AND size = octet_length(data))
+);
+ALTER TABLE oncelog_batch ALTER COLUMN data SET STORAGE EXTERNAL;
+
+-- One group commit round (cluster/group_commit.py) in one statement: lock the partitions'
+-- rows in id order, then per request, in order, append it if its leader epoch is the store's
+-- and its base offset the store's log end. Answers one row per request: status 0 appended,
+-- 1 no such partition, 2 fenced (epoch moved), 3 log end moved; with the store's epoch, leader
+-- and log end as they were when the request was judged. Run in autocommit mode, the statement
+-- is the transaction: its answer arrives after COMMIT.
+CREATE OR REPLACE FUNCTION oncelog_append(
+    p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], p_max_ts int8[], p_pids int8[],
+    p_pepochs int2[], p_seqs int4[], p_txn bool[], p_ctl bool[], p_data bytea[])
+RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    st record;
+BEGIN
+    PERFORM 1 FROM oncelog_partition WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+        SELECT leader_broker, leader_epoch, log_end_offset INTO st FROM oncelog_partition WHERE id = p_ids[i];
+        idx := i - 1;
+        IF NOT FOUND THEN
+            status := 1; store_epoch := -1; store_leader := -1; store_end := -1;
+        ELSE
+            store_epoch := st.leader_epoch; store_leader := st.leader_broker; store_end := st.log_end_offset;
+            IF st.leader_epoch <> p_epochs[i] THEN
+                status := 2;
+            ELSIF st.log_end_offset <> p_bases[i] THEN
+                status := 3;
+            ELSE
+                INSERT INTO oncelog_batch (partition_id, base_offset, last_offset, max_timestamp, producer_id,
+                    producer_epoch, base_sequence, is_transactional, is_control, size, leader_epoch, data)
+                VALUES (p_ids[i], p_bases[i], p_lasts[i], p_max_ts[i], p_pids[i], p_pepochs[i], p_seqs[i],
+                    p_txn[i], p_ctl[i], octet_length(p_data[i]), p_epochs[i], p_data[i]);
+                UPDATE oncelog_partition SET log_end_offset = p_lasts[i] + 1 WHERE id = p_ids[i];
+                status := 0;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+"""
+
+
+def ensure_schema(conn: Any) -> None:
+    """Create the tables unless they exist; safe to call from several brokers at once (an
+    advisory lock serializes the DDL). Commits. ``conn`` is a psycopg connection."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        conn.execute(DDL)

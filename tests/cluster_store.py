@@ -1,0 +1,40 @@
+"""A cluster-mode 'broker' on a test database, for the tests of cluster/ (issue 15): a reader
+connection, a group committer, and partitions it leads."""
+
+from __future__ import annotations
+
+import psycopg
+
+from oncelog.cluster import leadership, schema
+from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.group_commit import GroupCommitter
+from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.log import LogConfig
+
+CONFIG = LogConfig(retention_ms=-1)
+
+
+class Store:
+    """One 'broker' on a test database: a reader connection and a group committer."""
+
+    def __init__(self, dsn: str, broker_id: int = 1, *, start: bool = True, linger_s: float = 0.0) -> None:
+        self.dsn = dsn
+        self.broker_id = broker_id
+        self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        schema.ensure_schema(self.conn)
+        self.reader = StoreConnection(self.connect, f"broker {broker_id}")
+        self.committer = GroupCommitter(self.connect, linger_s=linger_s)
+        if start:
+            self.committer.start()
+
+    def connect(self) -> psycopg.Connection:
+        return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+
+    def lead(self, topic: str, partition: int = 0, config: LogConfig = CONFIG) -> PgPartitionLog:
+        lead = leadership.claim(self.conn, topic, partition, self.broker_id)
+        return PgPartitionLog(self.reader, self.committer, lead, config, append_timeout_s=30)
+
+    def close(self) -> None:
+        self.committer.close(30)
+        self.reader.close()
+        self.conn.close()

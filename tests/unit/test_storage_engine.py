@@ -1,0 +1,31 @@
+"""The storage engine interface (storage/engine.py): the local-files engine implements it with
+the same signatures, and the read parts of either kind are measured alike (issue 15)."""
+
+from __future__ import annotations
+
+import inspect
+
+from oncelog.storage import engine
+from oncelog.storage.log import FileSlice, PartitionLog
+
+
+def _members(cls: type) -> set[str]:
+    return {n for n in vars(cls) if not n.startswith("_")}
+
+
+def test_partition_log_implements_the_engine_protocol() -> None:
+    wanted = _members(engine.PartitionEngine)
+    assert wanted <= set(dir(PartitionLog))
+    for name in wanted:
+        proto = inspect.getattr_static(engine.PartitionEngine, name)
+        impl = inspect.getattr_static(PartitionLog, name)
+        if isinstance(proto, property):
+            assert isinstance(impl, property), name
+            continue
+        assert list(inspect.signature(proto).parameters) == list(inspect.signature(impl).parameters)[: len(
+            inspect.signature(proto).parameters)], name
+
+
+def test_parts_length_measures_slices_and_chunks() -> None:
+    assert engine.parts_length([FileSlice(3, 0, 100), b"x" * 7, FileSlice(3, 100, 5)]) == 112
+    assert engine.parts_length([]) == 0
