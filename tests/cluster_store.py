@@ -34,6 +34,12 @@ class Store:
         lead = leadership.claim(self.conn, topic, partition, self.broker_id)
         return PgPartitionLog(self.reader, self.committer, lead, config, append_timeout_s=30)
 
+    def open_assigned(self, topic: str, partition: int = 0, config: LogConfig = CONFIG) -> PgPartitionLog:
+        """The log of a partition a rebalance gave this broker, under the stored leader epoch."""
+        (lead,) = [r for r in leadership.leaders(self.conn) if (r.topic, r.partition) == (topic, partition)]
+        assert lead.leader_broker == self.broker_id, lead
+        return PgPartitionLog(self.reader, self.committer, lead, config, append_timeout_s=30)
+
     def close(self) -> None:
         self.committer.close(30)
         self.reader.close()
