@@ -6,32 +6,13 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 
+from cluster_store import session, wait_until
 from oncelog.clock import ManualClock
-from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import BrokerNotRegistered, BrokerSessionExpired, DuplicateBrokerRegistration
-from oncelog.cluster.membership import BrokerSession, SessionConfig, forget, live_brokers, registered_brokers
+from oncelog.cluster.membership import SessionConfig, forget, live_brokers, registered_brokers
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
-
-
-def session(dsn: str, node: int, timeout_ms: int = 30_000, **kw) -> BrokerSession:
-    store = StoreConnection(lambda: psycopg.connect(dsn, autocommit=True, connect_timeout=10), f"node {node}")
-    return BrokerSession(store, node, "127.0.0.1", 9000 + node,
-                         config=SessionConfig(timeout_ms, max(1, timeout_ms // 5)), **kw)
-
-
-def wait_until(predicate, timeout_s: float = 15.0, step_s: float = 0.05, what: str = "condition") -> float:
-    """Poll ``predicate`` at most timeout_s / step_s times; the seconds it took. Fails the test on timeout."""
-    start = time.monotonic()
-    for _ in range(int(timeout_s / step_s) + 1):
-        if predicate():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout_s:
-            break
-        time.sleep(step_s)
-    pytest.fail(f"{what} not reached in {timeout_s} s")
 
 
 def live_ids(conn) -> set[int]:
@@ -116,7 +97,12 @@ def test_holds_lease_is_the_brokers_conservative_view_on_its_own_clock(store) ->
 
 
 def test_settings_have_kafkas_names_and_defaults() -> None:
+    from oncelog.broker.config import BrokerConfig
+
     assert SessionConfig.from_properties({}) == SessionConfig(9_000, 2_000)
+    cfg = BrokerConfig().with_overrides({"broker.session.timeout.ms": "1000", "broker.heartbeat.interval.ms": "100"})
+    assert SessionConfig(cfg.broker_session_timeout_ms, cfg.broker_heartbeat_interval_ms) == SessionConfig(1_000, 100)
+    assert (BrokerConfig().broker_session_timeout_ms, BrokerConfig().broker_heartbeat_interval_ms) == (9_000, 2_000)
     assert SessionConfig.from_properties({"broker.session.timeout.ms": "1000", "broker.heartbeat.interval.ms": "100"}) \
         == SessionConfig(1_000, 100)
     with pytest.raises(InvalidConfig):
