@@ -131,3 +131,27 @@ def test_a_partition_listed_twice_is_a_bug() -> None:
 
     with pytest.raises(ValueError):
         assign({1}, {1}, [TP("t", 0), TP("t", 0)], {})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 9), min_size=1, max_size=6).flatmap(
+    lambda reg: st.tuples(st.just(reg), st.lists(st.sets(st.sampled_from(sorted(reg))), min_size=1, max_size=8))),
+    st.integers(0, 40))
+def test_a_history_of_membership_changes_keeps_every_invariant(history, n_partitions) -> None:
+    """Brokers come and go; after every rebalance the invariants hold, epochs grow by one per
+    move, and a rebalance with every registered broker live restores the preferred leaders."""
+    registered, lives = history
+    parts = [TP("t", p) for p in range(n_partitions)]
+    state: dict = {tp: Lead() for tp in parts}
+    moves: Counter = Counter()
+    for live in [*lives, registered]:
+        changes = assign(registered, live, parts, state)
+        moves.update(ch.tp for ch in changes)
+        state = apply_changes(state, changes)
+        assert all((state[tp].leader in live) if live else state[tp].leader == NO_LEADER for tp in parts)
+        assert all(state[tp].epoch == moves[tp] - 1 for tp in parts)
+        if live:
+            per = Counter(state[tp].leader for tp in parts)
+            assert max(per.get(b, 0) for b in live) - min(per.get(b, 0) for b in live) <= 1
+    pref = preferred_leaders(registered, parts)
+    assert all(state[tp].leader == pref[tp] for tp in parts)

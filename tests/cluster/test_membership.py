@@ -109,3 +109,28 @@ def test_settings_have_kafkas_names_and_defaults() -> None:
         SessionConfig.from_properties({"broker.session.timeout.ms": "1000", "broker.heartbeat.interval.ms": "1000"})
     with pytest.raises(InvalidConfig):
         SessionConfig.from_properties({"broker.session.timeout.ms": "soon"})
+
+
+def test_two_processes_registering_one_node_id_at_once_one_wins(store) -> None:
+    import threading
+
+    for _round in range(5):
+        contenders = [session(store.dsn, 7) for _ in range(2)]
+        outcome: list = []
+        go = threading.Barrier(2, timeout=30)
+
+        def run(s) -> None:
+            go.wait()
+            try:
+                outcome.append(s.register())
+            except DuplicateBrokerRegistration as exc:
+                outcome.append(exc)
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in contenders]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(type(o).__name__ for o in outcome) == ["DuplicateBrokerRegistration", "int"]
+        winner = next(s for s in contenders if s.broker_epoch is not None)
+        winner.deregister()
