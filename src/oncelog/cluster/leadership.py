@@ -11,8 +11,8 @@ brokers (liveness on the database's clock, judged after the lock is held) and ev
 with its leader and epoch, asks ``assignment.assign`` what should change, writes the new
 leaders with bumped epochs and notifies ``oncelog_metadata`` (a hint; brokers also poll). Any
 broker may run it at any time (there is no controller): a second rebalance right after the first
-finds nothing to do. A broker whose session expired can still run it; it only ever moves
-leadership away from brokers that are not live.
+finds nothing to do. Who runs it does not matter (a broker whose session expired may too): the
+answer depends only on the store, and it never gives a partition to a broker that is not live.
 """
 
 from __future__ import annotations
