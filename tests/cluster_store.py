@@ -1,13 +1,17 @@
 """A cluster-mode 'broker' on a test database, for the tests of cluster/ (issue 15): a reader
-connection, a group committer, and partitions it leads."""
+connection, a group committer, and partitions it leads; a broker session; a bounded wait."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
+import pytest
 
 from oncelog.cluster import leadership, schema
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.group_commit import GroupCommitter
+from oncelog.cluster.membership import BrokerSession, SessionConfig
 from oncelog.cluster.pg_log import PgPartitionLog
 from oncelog.storage.log import LogConfig
 
@@ -34,7 +38,32 @@ class Store:
         lead = leadership.claim(self.conn, topic, partition, self.broker_id)
         return PgPartitionLog(self.reader, self.committer, lead, config, append_timeout_s=30)
 
+    def open_assigned(self, topic: str, partition: int = 0, config: LogConfig = CONFIG) -> PgPartitionLog:
+        """The log of a partition a rebalance gave this broker, under the stored leader epoch."""
+        (lead,) = [r for r in leadership.leaders(self.conn) if (r.topic, r.partition) == (topic, partition)]
+        assert lead.leader_broker == self.broker_id, lead
+        return PgPartitionLog(self.reader, self.committer, lead, config, append_timeout_s=30)
+
     def close(self) -> None:
         self.committer.close(30)
         self.reader.close()
         self.conn.close()
+
+
+def session(dsn: str, node: int, timeout_ms: int = 30_000, **kw) -> BrokerSession:
+    """A broker session for node ``node`` (127.0.0.1:9000+node), not registered yet."""
+    store = StoreConnection(lambda: psycopg.connect(dsn, autocommit=True, connect_timeout=10), f"node {node}")
+    return BrokerSession(store, node, "127.0.0.1", 9000 + node,
+                         config=SessionConfig(timeout_ms, max(1, timeout_ms // 5)), **kw)
+
+
+def wait_until(predicate, timeout_s: float = 15.0, step_s: float = 0.05, what: str = "condition") -> float:
+    """Poll ``predicate`` at most timeout_s / step_s times; the seconds it took. Fails the test on timeout."""
+    start = time.monotonic()
+    for _ in range(int(timeout_s / step_s) + 1):
+        if predicate():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            break
+        time.sleep(step_s)
+    pytest.fail(f"{what} not reached in {timeout_s} s")

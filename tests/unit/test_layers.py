@@ -83,6 +83,13 @@ def test_the_cluster_storage_imports_only_protocol_storage_and_itself() -> None:
     assert bad and not {k: v for k, v in bad.items() if v}
 
 
+def test_the_leader_assignment_is_a_pure_core() -> None:
+    """cluster/assignment.py (issue 15) decides leaders from plain values: no database, no
+    clock, no threads, no I/O; only the shared types."""
+    imported = _imports(MODULES["oncelog.cluster.assignment"])
+    assert imported <= {"__future__", "dataclasses", "typing", "oncelog.types"}, imported
+
+
 def test_no_import_circle_even_through_imports_inside_functions() -> None:
     """A circle dodged by importing inside a function is still a circle."""
     state: dict[str, int] = {}  # 0 visiting, 1 done

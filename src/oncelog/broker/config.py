@@ -112,6 +112,11 @@ class BrokerConfig:
         default=7 * DAY_MS, metadata={"kafka": "transactional.id.expiration.ms", "parse": int}
     )
     producer_id_expiration_ms: int = field(default=DAY_MS, metadata={"kafka": "producer.id.expiration.ms", "parse": int})
+    # cluster mode (issue 15; cluster/membership.py SessionConfig): a broker's session in the store
+    broker_session_timeout_ms: int = field(default=9_000, metadata={"kafka": "broker.session.timeout.ms", "parse": int})
+    broker_heartbeat_interval_ms: int = field(
+        default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
+    )
 
     @property
     def advertised(self) -> str:

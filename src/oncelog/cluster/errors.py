@@ -8,13 +8,18 @@ or may not be in the store (the connection broke during COMMIT), so the leader m
 log end before it appends again. ``LogEndMoved`` (KAFKA_STORAGE_ERROR, retriable): the batch was
 given offsets from a log end the store no longer has (an earlier append of the same partition
 failed); nothing was written.
+
+Membership (membership.py): ``DuplicateBrokerRegistration`` (a live session holds the node id),
+``BrokerSessionExpired`` (STALE_BROKER_EPOCH: stop leading, register again),
+``BrokerNotRegistered`` (BROKER_ID_NOT_REGISTERED).
 """
 
 from __future__ import annotations
 
-from oncelog.protocol.errors import KafkaStorageError, NotLeaderOrFollower
+from oncelog.protocol.errors import ErrorCode, KafkaError, KafkaStorageError, NotLeaderOrFollower
 
-__all__ = ["LeaderFenced", "LogEndMoved", "StoreUnavailable"]
+__all__ = ["BrokerNotRegistered", "BrokerSessionExpired", "DuplicateBrokerRegistration", "LeaderFenced", "LogEndMoved",
+           "StoreUnavailable"]
 
 
 class LeaderFenced(NotLeaderOrFollower):
@@ -37,3 +42,24 @@ class LogEndMoved(KafkaStorageError):
         super().__init__(f"{what}: batch assigned offset {expected}, but the stored log end is {actual}")
         self.expected = expected
         self.actual = actual
+
+
+class DuplicateBrokerRegistration(KafkaError):
+    """DUPLICATE_BROKER_REGISTRATION: another broker process holds this node id's live session."""
+
+    code = ErrorCode.duplicate_broker_registration
+
+
+class BrokerSessionExpired(KafkaError):
+    """STALE_BROKER_EPOCH: this broker's session has ended (expired, deregistered or replaced by a
+    newer registration). The broker must stop acting as leader of anything and register again;
+    the store already refuses its appends once a rebalance has moved its partitions."""
+
+    code = ErrorCode.stale_broker_epoch
+
+
+class BrokerNotRegistered(KafkaError):
+    """BROKER_ID_NOT_REGISTERED: a heartbeat or deregistration before registration (a bug in the
+    caller) or for a node id the store does not know."""
+
+    code = ErrorCode.broker_id_not_registered

@@ -16,6 +16,19 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     recovery and the aborted-transaction index need as columns. ``data`` is stored EXTERNAL
     (out of line, uncompressed): batches are usually compressed by the producer already.
 
+``oncelog_topic``
+    One row per topic: ``name``, ``topic_id`` (a UUID, as Kafka's), ``partitions`` (the count),
+    ``configs`` (JSON: the topic's Kafka-named overrides), ``created_at``. ``topics.create``
+    writes it and its partitions' rows in one transaction.
+
+``oncelog_broker``
+    One row per broker ever registered (membership.py): ``node_id``, ``host``, ``port``,
+    ``rack``, ``incarnation`` (a UUID per broker process), ``broker_epoch`` (from
+    ``oncelog_broker_epoch_seq``: grows with every registration, as Kafka's broker epoch),
+    ``session_timeout_ms`` and ``session_expires``, computed from the database's clock. A broker
+    is live while ``session_expires > clock_timestamp()``; the row stays after its session ends,
+    so its preferred partitions stay its own (assignment.py).
+
 ``oncelog_append(...)``
     The function one group commit round calls: the epoch and log-end checks and the writes of
     every batch of the round, in one statement (one round trip; see group_commit.py).
@@ -65,6 +78,28 @@ CREATE TABLE IF NOT EXISTS oncelog_batch (
     CHECK (last_offset >= base_offset AND size = octet_length(data))
 );
 ALTER TABLE oncelog_batch ALTER COLUMN data SET STORAGE EXTERNAL;
+
+CREATE TABLE IF NOT EXISTS oncelog_topic (
+    name       text        PRIMARY KEY,
+    topic_id   uuid        NOT NULL UNIQUE,
+    partitions integer     NOT NULL CHECK (partitions > 0),
+    configs    jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE SEQUENCE IF NOT EXISTS oncelog_broker_epoch_seq;
+
+CREATE TABLE IF NOT EXISTS oncelog_broker (
+    node_id            integer     PRIMARY KEY CHECK (node_id >= 0),
+    host               text        NOT NULL,
+    port               integer     NOT NULL CHECK (port BETWEEN 0 AND 65535),
+    rack               text,
+    incarnation        uuid        NOT NULL,
+    broker_epoch       bigint      NOT NULL,
+    session_timeout_ms integer     NOT NULL CHECK (session_timeout_ms > 0),
+    registered_at      timestamptz NOT NULL,
+    session_expires    timestamptz NOT NULL
+);
 
 -- One group commit round (cluster/group_commit.py) in one statement: lock the partitions'
 -- rows in id order, then per request, in order, append it if its leader epoch is the store's

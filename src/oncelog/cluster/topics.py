@@ -1,0 +1,58 @@
+"""Topics in the store: name, topic id, partition count and configs, with their partitions' rows.
+
+``create`` writes the topic's row and one ``oncelog_partition`` row per partition (no leader,
+epoch -1) in one transaction, so a topic is either wholly there or not at all; partitions are
+inserted in partition order, which is their placement order (assignment.py) after every
+partition created before them. The next rebalance gives them leaders. ``configs`` are the
+topic's Kafka-named overrides as strings (stored as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from oncelog.protocol.errors import InvalidPartitions, TopicAlreadyExists
+
+__all__ = ["TopicInfo", "create", "get", "list_all"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+_COLUMNS = "name, topic_id, partitions, configs"
+
+
+def create(conn: Any, name: str, partitions: int, configs: Mapping[str, str] | None = None,
+           topic_id: uuid.UUID | None = None) -> TopicInfo:
+    """Create a topic and its partitions' rows in one transaction. Commits. Raises
+    TopicAlreadyExists (nothing written) or InvalidPartitions."""
+    if partitions <= 0:
+        raise InvalidPartitions(f"topic {name!r}: {partitions} partitions; at least 1 is needed")
+    topic = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs or {}))
+    with conn.transaction():
+        row = conn.execute("INSERT INTO oncelog_topic (name, topic_id, partitions, configs) "
+                           "VALUES (%s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING name",
+                           (name, topic.topic_id, partitions, json.dumps(topic.configs))).fetchone()
+        if row is None:
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        conn.execute("INSERT INTO oncelog_partition (topic, partition) SELECT %s, p FROM generate_series(0, %s - 1) "
+                     "AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING", (name, partitions))
+    return topic
+
+
+def get(conn: Any, name: str) -> TopicInfo | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM oncelog_topic WHERE name = %s", (name,)).fetchone()
+    return None if row is None else TopicInfo(*row)
+
+
+def list_all(conn: Any) -> list[TopicInfo]:
+    """Every topic, by name."""
+    return [TopicInfo(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM oncelog_topic ORDER BY name").fetchall()]
