@@ -30,7 +30,7 @@ from txn_clients import TxnProducer
 
 pytestmark = pytest.mark.integration
 
-FUZZ_SECONDS = float(os.environ.get("ONCELOG_FUZZ_SECONDS", "40"))
+FUZZ_SECONDS = float(os.environ.get("ONCELOG_FUZZ_SECONDS", "30"))
 SEED = int(os.environ.get("ONCELOG_FUZZ_SEED", "0")) or random.randrange(1, 2**31)
 
 
