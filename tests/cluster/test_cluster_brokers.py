@@ -1,0 +1,185 @@
+"""Three broker processes on one real PostgreSQL (issue 15), with real clients.
+
+A topic of 6 partitions is led by the three brokers (two each, checked with Metadata); a
+confluent-kafka producer (acks=all, idempotent) writes 3,000 records and a consumer (assign: the
+group coordinator does not run in cluster mode yet) reads every one back exactly once. Then one
+broker is SIGKILLed: once its session expires (broker.session.timeout.ms=2000) its partitions
+move to the two others with bumped leader epochs, the producer's next records are acknowledged,
+and reading everything back finds every acknowledged record once and nothing else. kafka-python
+and aiokafka do one produce/consume round on the cluster too. Every wait is bounded; all traffic
+is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import kafka_clients as kc
+from oncelog.process import BrokerProcess
+
+TOPIC = "orders"
+PARTITIONS = 6
+SESSION = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "400"}
+
+
+@pytest.fixture
+def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
+    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SESSION) for n in (1, 2, 3)]
+    try:
+        for b in brokers:
+            b.start(timeout=60)
+        yield brokers
+    finally:
+        for b in brokers:
+            try:
+                b.stop(timeout=30)
+            except Exception:
+                b.kill()
+
+
+def _bootstrap(brokers: list[BrokerProcess]) -> str:
+    return ",".join(b.bootstrap for b in brokers)
+
+
+def _leaders(bootstrap: str, topic: str) -> tuple[dict[int, int], dict[int, tuple[str, int]]]:
+    """partition -> leader id, and broker id -> (host, port), from a Metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    brokers = {b.id: (b.host, b.port) for b in md.brokers.values()}
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}, brokers
+    return {p.id: p.leader for p in t.partitions.values()}, brokers
+
+
+def _wait_leaders(bootstrap: str, ok, what: str, timeout: float = 30.0) -> dict[int, int]:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    leaders: dict[int, int] = {}
+    for _ in range(int(timeout / 0.2) + 1):
+        leaders, _brokers = _leaders(bootstrap, TOPIC)
+        if ok(leaders):
+            return leaders
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not reached in {timeout}s; leaders {leaders}")
+
+
+class Producer:
+    """A confluent-kafka producer (acks=all, idempotent) that records what was acknowledged."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer as CkProducer
+
+        self.acked: list[tuple[int, int, bytes]] = []  # partition, offset, value
+        self.errors: list[str] = []
+        self.p = CkProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": 60_000, "retry.backoff.ms": 50,
+                             "topic.metadata.refresh.interval.ms": 1000})
+
+    def _cb(self, err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    def send(self, items: list[tuple[int, bytes]], timeout: float = 60.0) -> None:
+        for part, value in items:
+            for _ in range(10_000):
+                try:
+                    self.p.produce(TOPIC, value=value, partition=part, on_delivery=self._cb)
+                    break
+                except BufferError:
+                    self.p.poll(0.05)
+            self.p.poll(0)
+        left = self.p.flush(timeout)
+        assert left == 0, f"{left} records not acknowledged in {timeout}s"
+        assert not self.errors, self.errors[:5]
+
+
+def _read_all(bootstrap: str, expected: int, timeout: float = 60.0, settle: float = 1.0) -> list[tuple[int, int, bytes]]:
+    """Every record of TOPIC from the beginning (assign), until ``expected`` arrived and
+    ``settle`` more seconds passed, or ``timeout``. Retriable client errors (a dead broker in the
+    bootstrap list) are tolerated."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-test-assign", "enable.auto.commit": False,
+                  "enable.partition.eof": False, "topic.metadata.refresh.interval.ms": 1000})
+    c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    out: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    settle_until = None
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(num_messages=10_000, timeout=0.2):
+                err = m.error()
+                if err is not None:
+                    assert err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                                                             KafkaError._RESOLVE), f"consumer error: {err}"
+                    continue
+                out.append((m.partition(), m.offset(), m.value()))
+            if len(out) >= expected:
+                settle_until = settle_until or time.monotonic() + settle
+                if time.monotonic() >= settle_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def _check_exactly_once(acked: list[tuple[int, int, bytes]], read: list[tuple[int, int, bytes]]) -> None:
+    """Every acknowledged record read back once, at its acknowledged offset; nothing else."""
+    dups = [v for v, n in collections.Counter(v for _p, _o, v in read).items() if n > 1]
+    assert not dups, f"{len(dups)} duplicated values, e.g. {dups[:5]}"
+    assert sorted(read) == sorted(acked), (f"read {len(read)} records, {len(acked)} acknowledged; missing "
+                                           f"{sorted(set(acked) - set(read))[:5]}, extra {sorted(set(read) - set(acked))[:5]}")
+
+
+def test_three_brokers_share_a_topic_and_a_sigkilled_leader_loses_nothing(cluster: list[BrokerProcess]) -> None:
+    boot = _bootstrap(cluster)
+    kc.create_topic("confluent", boot, TOPIC, PARTITIONS)
+    leaders = _wait_leaders(boot, lambda ls: len(ls) == PARTITIONS and
+                            sorted(collections.Counter(ls.values()).items()) == [(1, 2), (2, 2), (3, 2)],
+                            "two partitions led by each broker")
+    _, brokers = _leaders(boot, TOPIC)
+    assert brokers == {n: ("127.0.0.1", b.port) for n, b in zip((1, 2, 3), cluster)}
+
+    producer = Producer(boot)
+    producer.send([(i % PARTITIONS, f"a{i}".encode()) for i in range(3000)])
+    assert len(producer.acked) == 3000
+    _check_exactly_once(producer.acked, _read_all(boot, 3000))
+
+    victim = cluster[1]  # node 2
+    moved = sorted(p for p, leader in leaders.items() if leader == 2)
+    killed = time.monotonic()
+    victim.kill()
+    # The first record for a partition node 2 led is acknowledged once the partition moved.
+    producer.send([(moved[0], b"first-after-kill")], timeout=60)
+    failover_s = time.monotonic() - killed
+    print(f"failover: SIGKILL -> first acknowledged produce on a moved partition {failover_s:.2f}s")
+    after = _wait_leaders(boot, lambda ls: len(ls) == PARTITIONS and set(ls.values()) == {1, 3},
+                          "node 2's partitions moved to nodes 1 and 3")
+    assert all(after[p] == leaders[p] for p in leaders if leaders[p] != 2), "partitions of live brokers stayed"
+    producer.send([(i % PARTITIONS, f"b{i}".encode()) for i in range(600)])
+    assert len(producer.acked) == 3601
+    _check_exactly_once(producer.acked, _read_all(_bootstrap([cluster[0], cluster[2]]), 3601))
+    assert failover_s < 2.0 + 5.0 + 5.0, f"failover took {failover_s:.1f}s"
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_other_clients_produce_and_consume_across_the_cluster(cluster: list[BrokerProcess], client: str) -> None:
+    boot = _bootstrap(cluster)
+    kc.create_topic("confluent", boot, TOPIC, PARTITIONS)
+    _wait_leaders(boot, lambda ls: len(ls) == PARTITIONS and set(ls.values()) == {1, 2, 3}, "leaders on all brokers")
+    items = [(i % PARTITIONS, None, f"{client}-{i}".encode()) for i in range(300)]
+    acked = kc.produce(client, boot, TOPIC, items, timeout=60)
+    assert len(acked) == 300
+    read = kc.consume(client, boot, TOPIC, list(range(PARTITIONS)), expected=300, timeout=60, settle=0.5)
+    assert sorted(v for _p, _o, _k, v in read) == sorted(v for _p, _k, v in items)
+    assert sorted((p, o) for p, o, _k, _v in read) == sorted(acked)
