@@ -13,6 +13,8 @@ is on 127.0.0.1.
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Iterator
@@ -74,14 +76,14 @@ def _wait_leaders(bootstrap: str, ok, what: str, timeout: float = 30.0) -> dict[
 class Producer:
     """A confluent-kafka producer (acks=all, idempotent) that records what was acknowledged."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, **extra: object) -> None:
         from confluent_kafka import Producer as CkProducer
 
         self.acked: list[tuple[int, int, bytes]] = []  # partition, offset, value
         self.errors: list[str] = []
         self.p = CkProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                              "linger.ms": 5, "message.timeout.ms": 60_000, "retry.backoff.ms": 50,
-                             "topic.metadata.refresh.interval.ms": 1000})
+                             "topic.metadata.refresh.interval.ms": 1000, **extra})
 
     def _cb(self, err, msg) -> None:  # type: ignore[no-untyped-def]
         if err is not None:
@@ -170,6 +172,35 @@ def test_three_brokers_share_a_topic_and_a_sigkilled_leader_loses_nothing(cluste
     assert len(producer.acked) == 3601
     _check_exactly_once(producer.acked, _read_all(_bootstrap([cluster[0], cluster[2]]), 3601))
     assert failover_s < 2.0 + 5.0 + 5.0, f"failover took {failover_s:.1f}s"
+
+
+def test_a_leader_paused_past_its_session_loses_its_partitions_and_gets_them_back(cluster: list[BrokerProcess]) -> None:
+    """SIGSTOP of a leader for longer than its session: its partitions move (epochs bumped) and
+    are written by the others; after SIGCONT it finds its session ended, drops every leadership,
+    registers again and gets its preferred partitions back. Nothing acknowledged is lost or
+    duplicated, whatever the paused broker still had in its socket buffers."""
+    boot = _bootstrap(cluster)
+    kc.create_topic("confluent", boot, TOPIC, PARTITIONS)
+    two_each = lambda ls: (len(ls) == PARTITIONS and  # noqa: E731
+                           sorted(collections.Counter(ls.values()).items()) == [(1, 2), (2, 2), (3, 2)])
+    before = _wait_leaders(boot, two_each, "two partitions led by each broker")
+    producer = Producer(boot, **{"request.timeout.ms": 5000})
+    producer.send([(i % PARTITIONS, f"a{i}".encode()) for i in range(600)])
+    zombie = cluster[1]
+    assert zombie.pid is not None
+    os.kill(zombie.pid, signal.SIGSTOP)
+    try:
+        _wait_leaders(_bootstrap([cluster[0], cluster[2]]), lambda ls: set(ls.values()) == {1, 3},
+                      "the paused broker's partitions moved")
+        producer.send([(i % PARTITIONS, f"b{i}".encode()) for i in range(600)])
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+    after = _wait_leaders(boot, two_each, "the returning broker leads its preferred partitions again")
+    assert after == before
+    producer.send([(i % PARTITIONS, f"c{i}".encode()) for i in range(600)])
+    assert len(producer.acked) == 1800
+    _check_exactly_once(producer.acked, _read_all(boot, 1800))
+    assert "dropping every leadership" in zombie.log_tail(200_000)
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])

@@ -13,11 +13,9 @@ import base64
 import logging
 import uuid
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from oncelog.broker import periodic
-from oncelog.broker.cluster_member import ClusterMember
-from oncelog.broker.cluster_parts import ClusterParts
 from oncelog.broker.cluster_routes import CLUSTER_ROUTES
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
@@ -28,13 +26,16 @@ from oncelog.broker.routes import ROUTES
 from oncelog.broker.server import Server
 from oncelog.broker.transaction_coordinator import TransactionCoordinator
 from oncelog.clock import Clock, SystemClock
-from oncelog.cluster.producer_ids import StoreProducerIds
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
 from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
 from oncelog.storage.log import PartitionLog
+
+if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
+    from oncelog.broker.cluster_member import ClusterMember
+    from oncelog.broker.cluster_parts import ClusterParts
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,10 @@ class Broker:
         """Cluster mode: listen, then join the cluster in the store (broker/cluster_member.py);
         partitions are opened as this broker is given their leadership (leader_tracker.py).
         Group and transaction coordinators do not run (cluster_routes.py)."""
+        from oncelog.broker.cluster_member import ClusterMember
+        from oncelog.broker.cluster_parts import ClusterParts
+        from oncelog.cluster.producer_ids import StoreProducerIds
+
         assert self.store
         parts = ClusterParts.open(self.store, self.config, self.replicas)
         self._cluster_parts = parts
