@@ -214,3 +214,83 @@ def test_other_clients_produce_and_consume_across_the_cluster(cluster: list[Brok
     read = kc.consume(client, boot, TOPIC, list(range(PARTITIONS)), expected=300, timeout=60, settle=0.5)
     assert sorted(v for _p, _o, _k, v in read) == sorted(v for _p, _k, v in items)
     assert sorted((p, o) for p, o, _k, _v in read) == sorted(acked)
+
+
+def test_a_broker_refuses_what_it_does_not_lead_and_describes_the_whole_cluster(cluster: list[BrokerProcess]) -> None:
+    """Crafted requests: Produce and Fetch at a broker that does not lead the partition get
+    NOT_LEADER_OR_FOLLOWER, at its leader they work; Metadata v12 and DescribeCluster at any
+    broker name all three brokers and each partition's leader with its epoch; coordinators
+    answer COORDINATOR_NOT_AVAILABLE (not run in cluster mode yet)."""
+    import datetime
+    import uuid
+
+    from oncelog.client import ProtocolClient
+    from oncelog.protocol import apis, records
+    from oncelog.protocol.messages import make
+
+    boot = _bootstrap(cluster)
+    kc.create_topic("confluent", boot, TOPIC, PARTITIONS)
+    leaders = _wait_leaders(boot, lambda ls: len(ls) == PARTITIONS and set(ls.values()) == {1, 2, 3}, "leaders")
+    part = min(p for p, leader in leaders.items() if leader == 1)
+    by_node = {n: b for n, b in zip((1, 2, 3), cluster)}
+
+    def produce(node: int) -> tuple[int, int]:
+        batch = records.build_batch([(None, b"crafted", ())], timestamp_ms=int(time.time() * 1000))
+        with ProtocolClient(by_node[node].bootstrap) as c:
+            m = c.classes(apis.PRODUCE, 9)
+            req = m["ProduceRequest"](transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                      topic_data=(m["TopicProduceData"](name=TOPIC, partition_data=(
+                                          m["PartitionProduceData"](index=part, records=batch),)),))
+            r = c.request(apis.PRODUCE, req, version=9).responses[0].partition_responses[0]
+        return r.error_code, r.base_offset
+
+    def fetch(node: int) -> tuple[int, int, int]:
+        with ProtocolClient(by_node[node].bootstrap) as c:
+            m = c.classes(apis.FETCH, 11)
+            req = m["FetchRequest"](
+                replica_id=-1, max_wait=datetime.timedelta(milliseconds=0), min_bytes=0, max_bytes=1 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                topics=(m["FetchTopic"](topic=TOPIC, partitions=(m["FetchPartition"](
+                    partition=part, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                    partition_max_bytes=1 << 20),)),))
+            r = c.request(apis.FETCH, req, version=11).responses[0].partitions[0]
+        return r.error_code, r.high_watermark, len(bytes(r.records or b""))
+
+    not_leader = 6
+    assert produce(2)[0] == not_leader
+    assert fetch(3)[0] == not_leader
+    assert produce(1) == (0, 0)
+    code, hw, size = fetch(1)
+    assert (code, hw) == (0, 1) and size > 0
+
+    with ProtocolClient(by_node[3].bootstrap) as c:
+        m = c.classes(apis.METADATA, 12)
+        md = c.request(apis.METADATA, make(m["MetadataRequest"], topics=(make(
+            m["MetadataRequestTopic"], topic_id=uuid.UUID(int=0), name=TOPIC),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False), version=12)
+        assert sorted((b.node_id, b.port) for b in md.brokers) == sorted((n, b.port) for n, b in by_node.items())
+        got = {p.partition_index: (p.leader_id, p.leader_epoch) for p in md.topics[0].partitions}
+        assert {p: leader for p, (leader, _e) in got.items()} == leaders
+        assert all(epoch >= 0 for _l, epoch in got.values())
+        m = c.classes(apis.DESCRIBE_CLUSTER, 0)
+        dc = c.request(apis.DESCRIBE_CLUSTER, make(m["DescribeClusterRequest"],
+                                                   include_cluster_authorized_operations=False), version=0)
+        assert sorted(b.broker_id for b in dc.brokers) == [1, 2, 3]
+        m = c.classes(apis.FIND_COORDINATOR, 3)
+        fc = c.request(apis.FIND_COORDINATOR, make(m["FindCoordinatorRequest"], key="g", key_type=0), version=3)
+        assert fc.error_code == 15  # COORDINATOR_NOT_AVAILABLE
+        m = c.classes(apis.INIT_PRODUCER_ID, 4)
+        ip = c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id="tx",
+                                                   transaction_timeout=datetime.timedelta(seconds=10),
+                                                   producer_id=-1, producer_epoch=-1), version=4)
+        assert ip.error_code == 15
+        ids = {c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id=None,
+                                                     transaction_timeout=datetime.timedelta(seconds=10),
+                                                     producer_id=-1, producer_epoch=-1), version=4).producer_id
+               for _ in range(3)}
+        assert len(ids) == 3 and min(ids) >= 1000
+    with ProtocolClient(by_node[1].bootstrap) as c:  # another broker never hands out the same ids
+        other = c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id=None,
+                                                      transaction_timeout=datetime.timedelta(seconds=10),
+                                                      producer_id=-1, producer_epoch=-1), version=4).producer_id
+        assert other >= 1000 and other not in ids
