@@ -13,8 +13,9 @@ timers (broker/periodic.py):
   leadership at once (``on_change(view, may_lead=False)``), then registers again (a new broker
   epoch) and rebalances;
 * poll, every ``POLL_INTERVAL_S``: loads a view (live brokers, topics, leaders and epochs) and
-  hands it to ``on_change``; when the set of live brokers differs from the previous view's, it
-  rebalances (any broker may; the second finds nothing to do) and loads again.
+  hands it to ``on_change``; when the set of live brokers differs from the one its last
+  successful rebalance saw, it rebalances (any broker may; the second finds nothing to do) and
+  loads again. A failed rebalance is retried at the next poll.
 
 ``on_change(view, may_lead)`` is called on the event loop after every view and every loss of
 the lease; the leader tracker opens and closes partitions from it. ``may_lead`` is False
@@ -80,6 +81,7 @@ class ClusterMember:
         self.cluster_id = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._registering = asyncio.Lock()
+        self._rebalanced_for: tuple[int, ...] = ()  # the live brokers the last rebalance saw
 
     # -- the control thread ----------------------------------------------------------------
 
@@ -151,6 +153,7 @@ class ClusterMember:
         if done.changes:
             log.info("node %d rebalanced: %d partition(s) moved; live brokers %s", self.node_id,
                      len(done.changes), list(done.live))
+        self._rebalanced_for = done.live
         await self.refresh()
 
     async def refresh(self) -> ClusterView:
@@ -171,7 +174,11 @@ class ClusterMember:
         except (BrokerSessionExpired, BrokerNotRegistered) as exc:
             log.warning("node %d: %s; dropping every leadership and registering again", self.node_id, exc)
             self._on_change(self.view, False)
-            await self._register()
+            try:
+                await self._register()
+            except KafkaError as again:  # the store is down, or the node id is held: next heartbeat retries
+                log.warning("node %d: registering again failed (retried at the next heartbeat): %s",
+                            self.node_id, again)
         except StoreUnavailable as exc:
             if not session.holds_lease():
                 log.warning("node %d: heartbeat failed past the session timeout (%s); dropping every leadership",
@@ -188,11 +195,14 @@ class ClusterMember:
             if not self.may_lead():
                 self._on_change(self.view, False)
             return
-        changed = view.live_ids != self.view.live_ids
+        changed = view.live_ids != self._rebalanced_for
         self._apply(view)
         if changed:
             log.info("node %d: live brokers now %s", self.node_id, list(view.live_ids))
-            await self.rebalance()
+            try:
+                await self.rebalance()
+            except KafkaError as exc:  # the next poll sees the same change and tries again
+                log.info("node %d: rebalancing failed (retried at the next poll): %s", self.node_id, exc)
 
     # -- topics -----------------------------------------------------------------------------
 

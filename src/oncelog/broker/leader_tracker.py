@@ -114,12 +114,8 @@ class LeaderTracker:
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
             part = Partition.recover(tp, plog, path, cfg)
-        except (OSError, KafkaError) as exc:
-            self.reader.drop()  # a failed query may leave the connection in a failed transaction
-            log.warning("node %d could not take the lead of %s (retried at the next view): %s", self.node_id, tp, exc)
-            return
-        except Exception as exc:  # psycopg errors of leadership.current
-            self.reader.drop()
+        except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
+            self.reader.drop()  # a failed query may leave the connection unusable
             log.warning("node %d could not take the lead of %s (retried at the next view): %s", self.node_id, tp, exc)
             return
         self.replicas.partitions[tp] = part
