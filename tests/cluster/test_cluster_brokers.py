@@ -324,6 +324,8 @@ def test_a_postgresql_restart_loses_nothing_acknowledged(cluster: list[BrokerPro
             producer.p.produce(TOPIC, value=f"b{i}".encode(), partition=i % PARTITIONS, on_delivery=producer._cb)
         producer.p.poll(1.0)
         time.sleep(1.0)
+        producer.p.poll(0)
+        assert len(producer.acked) == 600, "acknowledged while the store was down"
     finally:
         pg_server.start()
     producer.send([(i % PARTITIONS, f"c{i}".encode()) for i in range(300)], timeout=60)
