@@ -12,7 +12,8 @@ timers (broker/periodic.py):
   own conservative lease (``BrokerSession.holds_lease``) has run out, the broker drops every
   leadership at once (``on_change(view, may_lead=False)``), then registers again (a new broker
   epoch) and rebalances;
-* poll, every ``POLL_INTERVAL_S``: loads a view (live brokers, topics, leaders and epochs) and
+* poll, every ``POLL_INTERVAL_S`` and at once when a ``NOTIFY oncelog_metadata`` arrives
+  (cluster/notify.py; a hint only, notifications are not durable): loads a view (live brokers, topics, leaders and epochs) and
   hands it to ``on_change``; when the set of live brokers differs from the one its last
   successful rebalance saw, it rebalances (any broker may; the second finds nothing to do) and
   loads again. A failed rebalance is retried at the next poll.
@@ -46,6 +47,7 @@ from oncelog.cluster import topics as store_topics
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import BrokerNotRegistered, BrokerSessionExpired, StoreUnavailable
 from oncelog.cluster.membership import BrokerSession, SessionConfig
+from oncelog.cluster.notify import MetadataListener
 from oncelog.cluster.view import ClusterView, load
 from oncelog.protocol.errors import KafkaError
 
@@ -82,6 +84,8 @@ class ClusterMember:
         self._tasks: list[asyncio.Task[None]] = []
         self._registering = asyncio.Lock()
         self._rebalanced_for: tuple[int, ...] = ()  # the live brokers the last rebalance saw
+        self._listener: MetadataListener | None = None
+        self._hinted: asyncio.Task[None] | None = None
 
     # -- the control thread ----------------------------------------------------------------
 
@@ -115,13 +119,31 @@ class ClusterMember:
             periodic.every(cfg.heartbeat_interval_ms / 1000, self._heartbeat, "broker heartbeat", log),
             periodic.every(POLL_INTERVAL_S, self._poll, "cluster metadata poll", log),
         ]
+        loop = asyncio.get_running_loop()
+        self._listener = MetadataListener(connector(self.dsn), lambda: loop.call_soon_threadsafe(self._notified),
+                                          name=f"oncelog-listen-{self.node_id}").start()
+
+    def _notified(self) -> None:
+        """A rebalance somewhere changed leaders (a hint): load a view now, unless a load
+        started by a hint is already running (it will see the change)."""
+        if self._hinted is None or self._hinted.done():
+            self._hinted = asyncio.get_running_loop().create_task(self._poll_logged())
+
+    async def _poll_logged(self) -> None:
+        try:
+            await self._poll()
+        except Exception:
+            log.exception("bug: cluster metadata poll (after a notification) failed")
 
     async def stop(self) -> None:
         """Stop the timers, end the session and move this broker's partitions (best effort:
         if the store is unreachable the session simply expires)."""
-        for task in self._tasks:
+        if self._listener is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._listener.close)
+        tasks = [*self._tasks, *([self._hinted] if self._hinted is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._on_change(self.view, False)
         try:
             if self.session is not None:
