@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean venv
+.PHONY: demo test test-fast bench clean venv cluster
 
 venv: $(STAMP)
 
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 
 demo: $(STAMP)
 	$(PY) -m oncelog_tools.demo
+
+# Cluster mode (issue 15): PostgreSQL on loopback + 3 brokers; prints the bootstrap string.
+cluster: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[cluster]'
+	$(PY) -m oncelog_tools.cluster
 
 test: $(STAMP)
 	$(PY) -m pytest -q

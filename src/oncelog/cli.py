@@ -1,6 +1,8 @@
 """The ``oncelog`` command line.
 
-``oncelog broker --data-dir DIR --listen HOST:PORT`` runs a broker in the foreground. Once it
+``oncelog broker --data-dir DIR --listen HOST:PORT`` runs a broker in the foreground; with
+``--node-id N --store postgresql://USER@HOST:PORT/DB`` it is a member of a cluster whose
+partitions, leaders and metadata live in PostgreSQL (docs/CLUSTER.md). Once it
 accepts connections it prints exactly one line, ``oncelog broker ready on HOST:PORT``, to standard
 output (tools wait for it); logs go to standard error. SIGTERM or SIGINT stops it cleanly: no new
 connections, open ones closed, every log flushed and closed, exit status 0.
@@ -57,6 +59,10 @@ def broker(
     config: Optional[Path] = typer.Option(None, "--config", help="a server.properties file"),
     override: list[str] = typer.Option([], "--override", "-o", help="a Kafka broker property, key=value (repeatable)"),
     advertised_host: Optional[str] = typer.Option(None, "--advertised-host", help="host name clients should use"),
+    node_id: Optional[int] = typer.Option(None, "--node-id", help="this broker's node id (node.id)"),
+    store: Optional[str] = typer.Option(
+        None, "--store", help="cluster mode: postgresql://USER@HOST:PORT/DB keeping partitions, leaders and "
+        "metadata (docs/CLUSTER.md); without it, a single embedded broker on local files"),
     log_level: str = typer.Option("INFO", "--log-level"),
 ) -> None:
     """Run a broker in the foreground until SIGTERM."""
@@ -81,8 +87,13 @@ def broker(
     import dataclasses
 
     cfg = dataclasses.replace(cfg, data_dir=data_dir, host=host, port=port, advertised_host=advertised_host or cfg.advertised_host)
+    if node_id is not None:
+        cfg = dataclasses.replace(cfg, node_id=node_id)
+    if store is not None and not store.startswith(("postgresql://", "postgres://")):
+        console.print(f"[red]--store {store!r}: expected postgresql://USER@HOST:PORT/DB[/red]", highlight=False)
+        raise typer.Exit(2)
     _raise_open_files_limit()
-    _run(Broker(cfg))
+    _run(Broker(cfg, store=store))
 
 
 def _raise_open_files_limit() -> None:

@@ -42,7 +42,12 @@ class BrokerProcess:
         overrides: dict[str, str] | None = None,
         log_path: Path | None = None,
         env: dict[str, str] | None = None,
+        node_id: int | None = None,
+        store: str | None = None,
     ) -> None:
+        """``node_id`` and ``store`` (a PostgreSQL URL) start a cluster member (issue 15)."""
+        self.node_id = node_id
+        self.store = store
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
@@ -58,6 +63,10 @@ class BrokerProcess:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "oncelog", "broker", "--data-dir", str(self.data_dir), "--listen", self.bootstrap]
+        if self.node_id is not None:
+            cmd += ["--node-id", str(self.node_id)]
+        if self.store is not None:
+            cmd += ["--store", self.store]
         for k, v in self.overrides.items():
             cmd += ["-o", f"{k}={v}"]
         return cmd

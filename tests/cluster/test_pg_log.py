@@ -36,7 +36,7 @@ def test_schema_is_created_idempotently(store) -> None:
     schema.ensure_schema(store.conn)
     schema.ensure_schema(store.conn)
     names = {r[0] for r in store.conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'oncelog_%'")}
-    assert names == {"oncelog_partition", "oncelog_batch", "oncelog_topic", "oncelog_broker"}
+    assert names == {"oncelog_partition", "oncelog_batch", "oncelog_topic", "oncelog_broker", "oncelog_cluster"}
 
 
 def test_append_read_round_trip_is_byte_exact_with_offsets_rewritten(store) -> None:

@@ -13,9 +13,10 @@ import base64
 import logging
 import uuid
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from oncelog.broker import periodic
+from oncelog.broker.cluster_routes import CLUSTER_ROUTES
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import GroupCoordinator
@@ -31,6 +32,10 @@ from oncelog.faults import CrashPoints
 from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
 from oncelog.storage.log import PartitionLog
+
+if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
+    from oncelog.broker.cluster_member import ClusterMember
+    from oncelog.broker.cluster_parts import ClusterParts
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,9 @@ def _load_or_create_cluster_id(data_dir: Path) -> str:
 class Broker:
     """Implements ``context.BrokerContext``: what the handlers may use."""
 
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None, *, store: str | None = None) -> None:
+        """``store``: a PostgreSQL URL (``postgresql://USER@HOST:PORT/DB``) for cluster mode
+        (issue 15, docs/CLUSTER.md); None: the embedded single node on local files."""
         self.config = config
         self.clock = clock or SystemClock()
         self.node_id = config.node_id
@@ -58,7 +65,10 @@ class Broker:
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
         self.producer_ids: ProducerIdManager  # set by start()
-        self.dispatcher = Dispatcher(self, ROUTES)
+        self.store = store
+        self.cluster: ClusterMember | None = None  # set by start() in cluster mode
+        self._cluster_parts: ClusterParts | None = None
+        self.dispatcher = Dispatcher(self, CLUSTER_ROUTES if store else ROUTES)
         self.server = Server(self.dispatcher.handle, config.host, config.port, config)
         self._housekeeping: list[asyncio.Task[None]] = []
         self.cleaner = cleaner.Cleaner()
@@ -82,6 +92,8 @@ class Broker:
     async def start(self) -> tuple[str, int]:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        if self.store:
+            return await self._start_cluster_member()
         self.cluster_id = _load_or_create_cluster_id(data_dir)
         self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
@@ -136,6 +148,32 @@ class Broker:
         what = f"housekeeping job {getattr(job, '__name__', job)}"
         self._housekeeping.append(periodic.every(interval_ms / 1000, job, what, log))
 
+    async def _start_cluster_member(self) -> tuple[str, int]:
+        """Cluster mode: listen, then join the cluster in the store (broker/cluster_member.py);
+        partitions are opened as this broker is given their leadership (leader_tracker.py).
+        Group and transaction coordinators do not run (cluster_routes.py)."""
+        from oncelog.broker.cluster_member import ClusterMember
+        from oncelog.broker.cluster_parts import ClusterParts
+        from oncelog.cluster.producer_ids import StoreProducerIds
+
+        assert self.store
+        parts = ClusterParts.open(self.store, self.config, self.replicas)
+        self._cluster_parts = parts
+        self.producer_ids = StoreProducerIds(parts.reader)  # type: ignore[assignment]
+        bound = await self.server.start()
+        self.cluster = ClusterMember(self.store, self.config, self.clock, parts.tracker.apply)
+        try:
+            await self.cluster.start(self.advertised_host, self.advertised_port)
+        except BaseException:
+            await self.server.close()
+            parts.close()
+            raise
+        self.cluster_id = self.cluster.cluster_id
+        cfg = self.config
+        self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
+        self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
+        return bound
+
     async def stop(self) -> None:
         self.cleaner.stop.set()
         for task in self._housekeeping:
@@ -143,6 +181,10 @@ class Broker:
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.groups.stop()
         await self.server.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
+        if self._cluster_parts is not None:
+            self._cluster_parts.close()
         self.replicas.close()
 
     def _expire_producers(self) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
     from oncelog.broker.replica_manager import ReplicaManager
@@ -40,6 +41,8 @@ class BrokerContext(Protocol):
     groups: "GroupCoordinator"
     transactions: "TransactionCoordinator"
     producer_ids: "ProducerIdManager"
+    #: cluster mode (issue 15): the broker's membership and view of the store; None when embedded
+    cluster: "ClusterMember | None"
 
     @property
     def advertised_host(self) -> str: ...

@@ -73,6 +73,7 @@ class Partition:
         self.producers = producers
         self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
+        self._inflight_pids: dict[int, asyncio.Future[None]] = {}  # append_validated_async only
 
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
@@ -141,6 +142,44 @@ class Partition:
             return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
         base, last = self._append(batch, header, now_ms)
         return AppendResult(base, last, self.log.log_start_offset)
+
+    @property
+    def commits_asynchronously(self) -> bool:
+        """True when the engine commits in the background (PostgreSQL: ``submit`` + a future);
+        the Produce handler then uses ``append_validated_async``."""
+        return hasattr(self.log, "submit")
+
+    async def append_validated_async(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
+        """``append_validated`` for an engine that commits in the background (cluster mode):
+        the batch is submitted to the group commit and the caller resumes after its COMMIT, the
+        event loop serving others meanwhile. The producer state is updated only after COMMIT
+        (a refused or failed append leaves it untouched; the engine then refuses further
+        appends until the leader is rebuilt from the store, broker/leader_tracker.py). Batches
+        of one producer id are appended one after the other here, so each is checked against a
+        state that includes the previous one. Raises the append's KafkaError
+        (NOT_LEADER_OR_FOLLOWER when fenced, KAFKA_STORAGE_ERROR when the store failed)."""
+        pid = header.producer_id
+        for _ in range(1000):  # bounded: each turn waits for one earlier batch of this producer
+            busy = self._inflight_pids.get(pid) if pid >= 0 else None
+            if busy is None:
+                break
+            await asyncio.shield(busy)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if pid >= 0:
+            self._inflight_pids[pid] = done
+        try:
+            dup = self.producers.check(header)
+            if dup is not None:
+                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+            pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
+            await asyncio.wrap_future(pending.future)
+            self.producers.update(header, pending.base_offset, now_ms)
+            self._wake()
+            return AppendResult(pending.base_offset, pending.last_offset, self.log.log_start_offset)
+        finally:
+            if pid >= 0 and self._inflight_pids.get(pid) is done:
+                del self._inflight_pids[pid]
+            done.set_result(None)
 
     def append_internal(self, batch: bytes, now_ms: int) -> AppendResult:
         """Append a batch written by the broker's own coordinators (offset commits, group

@@ -43,6 +43,7 @@ from oncelog.protocol.errors import (
     InvalidTopic,
     KafkaError,
     KafkaStorageError,
+    NotLeaderOrFollower,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -274,7 +275,7 @@ class ReplicaManager:
                 log.exception("writing topics.json while rolling back %d topic(s) failed", len(failed))
         return [failed.get(r.name, r) if isinstance(r, TopicMeta) else r for r in results]
 
-    def _new_topic_meta(self, t: NewTopic) -> TopicMeta:
+    def _new_topic_meta(self, t: NewTopic, max_replication_factor: int = 1) -> TopicMeta:
         """Validate a topic request completely; raises InvalidTopic, InvalidPartitions,
         InvalidReplicationFactor, InvalidConfig."""
         validate_topic_name(t.name)
@@ -282,8 +283,10 @@ class ReplicaManager:
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(f"number of partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}")
         rf = self.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor
-        if rf != 1:
+        if max_replication_factor == 1 and rf != 1:
             raise InvalidReplicationFactor(f"replication factor {rf} is larger than the 1 available broker")
+        if not 1 <= rf <= max_replication_factor:
+            raise InvalidReplicationFactor(f"replication factor {rf} is not between 1 and the {max_replication_factor} live brokers")
         clean = topic_config.validate_topic_configs(self.config, t.configs or {})
         return TopicMeta(t.name, uuid.uuid4(), num_partitions, clean, t.internal)
 
@@ -329,6 +332,16 @@ class ReplicaManager:
         log.info("deleted topic %s", name)
         return meta
 
+    def set_topics(self, metas: Sequence[TopicMeta]) -> None:
+        """Cluster mode: the topics as the store has them (nothing written locally)."""
+        self.topics = {m.name: m for m in metas}
+        self._by_id = {m.topic_id: m for m in metas}
+
+    def validate_new_topic(self, t: NewTopic, max_replication_factor: int = 1) -> TopicMeta:
+        """A topic request validated completely (nothing written); raises InvalidTopic,
+        InvalidPartitions, InvalidReplicationFactor, InvalidConfig."""
+        return self._new_topic_meta(t, max_replication_factor)
+
     def topic(self, name: str) -> TopicMeta:
         meta = self.topics.get(name)
         if meta is None:
@@ -339,8 +352,14 @@ class ReplicaManager:
         return self._by_id.get(topic_id)
 
     def partition(self, topic: str, index: int) -> Partition:
+        """The partition this broker leads. Raises NotLeaderOrFollower for a partition of a
+        known topic that is not open here (in cluster mode: another broker leads it; embedded,
+        every partition of a known topic is open), UnknownTopicOrPartition otherwise."""
         part = self.partitions.get(TopicPartition(topic, index))
         if part is None:
+            meta = self.topics.get(topic)
+            if meta is not None and 0 <= index < meta.num_partitions:
+                raise NotLeaderOrFollower(f"this broker (node {self.config.node_id}) does not lead {topic}-{index}")
             raise UnknownTopicOrPartition(f"partition {topic}-{index} does not exist on this broker")
         return part
 

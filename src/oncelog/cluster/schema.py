@@ -89,6 +89,15 @@ CREATE TABLE IF NOT EXISTS oncelog_topic (
 
 CREATE SEQUENCE IF NOT EXISTS oncelog_broker_epoch_seq;
 
+-- the cluster id, made by the first broker (one row)
+CREATE TABLE IF NOT EXISTS oncelog_cluster (
+    one        boolean PRIMARY KEY DEFAULT true CHECK (one),
+    cluster_id text    NOT NULL
+);
+
+-- producer id blocks (cluster/producer_ids.py): never handed out twice
+CREATE SEQUENCE IF NOT EXISTS oncelog_producer_id_block_seq;
+
 CREATE TABLE IF NOT EXISTS oncelog_broker (
     node_id            integer     PRIMARY KEY CHECK (node_id >= 0),
     host               text        NOT NULL,

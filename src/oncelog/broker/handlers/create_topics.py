@@ -4,7 +4,8 @@ Per-topic errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITI
 INVALID_REPLICATION_FACTOR (only 1 replica exists), INVALID_CONFIG; manual replica assignments
 are accepted only when they name this broker alone. ``validate_only`` checks without creating.
 Every topic is validated completely (configs included) before anything is written, and the
-request's topics are created together (topics.json written once).
+request's topics are created together (topics.json written once). In cluster mode topics are
+created in the store and given leaders by a rebalance (handlers/_cluster.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _cluster
 from oncelog.broker import topic_config
 from oncelog.protocol.messages import Builder
 from oncelog.broker.replica_manager import NewTopic, TopicMeta
@@ -51,7 +53,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             outcome.append(None)  # type: ignore[arg-type]  # filled below
         except KafkaError as exc:
             outcome.append(exc)
-    created = iter(broker.replicas.create_topics(wanted, validate_only=bool(getattr(req, "validate_only", False))))
+    created = iter(await _cluster.create_topics(broker, wanted, validate_only=bool(getattr(req, "validate_only", False))))
     outcome = [next(created) if o is None else o for o in outcome]
     results = []
     for t, result in zip(req.topics, outcome):

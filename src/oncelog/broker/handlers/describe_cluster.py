@@ -1,10 +1,12 @@
-"""DescribeCluster (60): this broker, the cluster id and the controller (also this broker)."""
+"""DescribeCluster (60): the brokers, the cluster id and the controller: this broker alone when
+embedded; in cluster mode every live broker as registered in the store (handlers/_cluster.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _cluster
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
@@ -20,7 +22,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         error_message=None,
         endpoint_type=1,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=(m.DescribeClusterBroker(broker_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port, rack=None),),
+        controller_id=_cluster.controller_id(broker),
+        brokers=tuple(m.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                      for n in _cluster.nodes(broker)),
         cluster_authorized_operations=-2147483648,
     )

@@ -25,7 +25,7 @@ from typing import Any
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
 from oncelog.storage.engine import parts_length
@@ -46,10 +46,9 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
     for t in req.topics:
         results = []
         for p in t.partitions:
+            part = None
             try:
-                part = rm.partitions.get((t.topic, p.partition))
-                if part is None:
-                    raise UnknownTopicOrPartition(f"partition {t.topic}-{p.partition} does not exist")
+                part = rm.partition(t.topic, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
                 parts_seen.append(part)
                 limit = min(p.partition_max_bytes, max(budget - total, 0))
                 res = part.read(p.fetch_offset, limit, read_committed=read_committed, min_one_batch=first_data)

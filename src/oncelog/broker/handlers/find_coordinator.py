@@ -3,7 +3,8 @@
 
 The coordinator of a key is the leader of partition ``abs(hash(key)) % N`` of the internal topic
 (``__consumer_offsets`` / ``__transaction_state``); with one broker that leader is always this
-broker, so the answer is this broker whenever the key is valid. ``RESOLVERS`` maps each key type
+broker, so the answer is this broker whenever the key is valid. In cluster mode (issue 15) the
+coordinators do not run yet: every valid key gets COORDINATOR_NOT_AVAILABLE. ``RESOLVERS`` maps each key type
 to the check of its keys; adding a key type is one entry. v4+ asks for many keys at once.
 """
 
@@ -43,6 +44,8 @@ def _resolve(broker: BrokerContext, key_type: int, key: str) -> ErrorCode:
         check(broker, key)
     except KafkaError as exc:
         return exc.code
+    if broker.cluster is not None:
+        return ErrorCode.coordinator_not_available  # no coordinators in cluster mode yet (docs/CLUSTER.md)
     return ErrorCode.none
 
 

@@ -4,7 +4,9 @@ Topics that do not exist are created when ``auto.create.topics.enable`` is on an
 allows it (v4+ ``allow_auto_topic_creation``; always allowed before v4), with
 ``num.partitions`` partitions, as Kafka does. A null topic list means all topics; internal topics
 are listed too (clients filter them). With one broker, every partition's leader, replica set
-and ISR is this broker.
+and ISR is this broker. In cluster mode (issue 15) the brokers are the live ones and each
+partition's leader and leader epoch come from the broker's view of the store (at most one poll
+old); topics are auto-created in the store.
 
 A request may name thousands of topics: missing ones are created in chunks (topics.json written
 once per chunk) and the handler yields to the event loop between chunks and while it builds a
@@ -18,11 +20,13 @@ import uuid
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _cluster
 from oncelog.protocol.messages import Builder
 from oncelog.broker.replica_manager import NewTopic
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
+from oncelog.types import TopicPartition
 
 API_KEY = apis.METADATA
 CREATE_CHUNK = 100  # topics auto-created per topics.json write
@@ -57,7 +61,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         missing = list(dict.fromkeys(n for n in names if n not in rm.topics))
         for i in range(0, len(missing), CREATE_CHUNK):
             chunk = missing[i : i + CREATE_CHUNK]
-            for name, result in zip(chunk, rm.create_topics([NewTopic(n) for n in chunk])):
+            for name, result in zip(chunk, await _cluster.create_topics(broker, [NewTopic(n) for n in chunk])):
                 if isinstance(result, KafkaError):
                     refused[name] = result.code
             await asyncio.sleep(0)
@@ -69,19 +73,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             error = refused.get(name, ErrorCode.unknown_topic_or_partition)
             topics.append(m.MetadataResponseTopic(error_code=error, name=name, topic_id=uuid.UUID(int=0), partitions=()))
             continue
-        node = broker.node_id
-        parts = tuple(
-            m.MetadataResponsePartition(
-                error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=(node,),
-                isr_nodes=(node,),
-                offline_replicas=(),
-            )
-            for p in range(meta.num_partitions)
-        )
+        parts = tuple(_partition(broker, m, meta.name, p) for p in range(meta.num_partitions))
         topics.append(
             m.MetadataResponseTopic(
                 error_code=ErrorCode.none,
@@ -93,9 +85,27 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             )
         )
     return m.MetadataResponse(
-        brokers=(m.MetadataResponseBroker(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port, rack=None),),
+        brokers=tuple(m.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                      for n in _cluster.nodes(broker)),
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=_cluster.controller_id(broker),
         topics=tuple(topics),
         cluster_authorized_operations=-2147483648,
     )
+
+
+def _partition(broker: BrokerContext, m: Builder, topic: str, p: int) -> Any:
+    """One partition's leader, epoch, replicas and ISR: this broker when embedded; in cluster
+    mode the leader and leader epoch of the broker's view of the store (LEADER_NOT_AVAILABLE
+    while it has no live leader). The store keeps the data, so the leader is the one replica."""
+    code = ErrorCode.none
+    if broker.cluster is None:
+        leader, epoch = broker.node_id, 0
+    else:
+        leader, epoch = broker.cluster.view.leader(TopicPartition(topic, p))
+        if leader < 0:
+            code = ErrorCode.leader_not_available
+    replicas = (leader,) if leader >= 0 else ()
+    return m.MetadataResponsePartition(error_code=code, partition_index=p, leader_id=leader,
+                                       leader_epoch=max(epoch, 0) if leader >= 0 else -1,
+                                       replica_nodes=replicas, isr_nodes=replicas, offline_replicas=())

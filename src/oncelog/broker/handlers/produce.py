@@ -6,7 +6,8 @@ checked by the transaction coordinator if transactional, then appended whole as 
 byte-for-byte what kio would write), since this is the broker's hottest path. acks=0 gets no response; if such a request fails, the connection is
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
-answer goes out (R2).
+answer goes out (R2). In cluster mode (a partition on PostgreSQL) every partition's batch is
+submitted to the group commit first and the answer waits for their COMMITs together.
 
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by the
 broker's coordinators; a client's batch for one is refused with INVALID_TOPIC_EXCEPTION, as
@@ -19,11 +20,12 @@ KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.protocol import apis, records
-from oncelog.protocol.errors import CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError
+from oncelog.protocol.errors import CoordinatorNotAvailable, CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError
 from oncelog.protocol.framing import EncodedBody, Request
 from oncelog.protocol.produce_response import PartitionResult, encode_body
 from oncelog.types import TopicPartition
@@ -38,6 +40,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     txn_id = req.transactional_id
     failed: list[str] = []
     topics: list[tuple[str, list[PartitionResult]]] = []
+    waiting: list[tuple[list[PartitionResult], int, str, int, Any]] = []  # cluster mode only
     known = broker.replicas.topics
     for t in req.topic_data:
         results: list[PartitionResult] = []
@@ -54,12 +57,27 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 header = records.validate_produce_batch(p.records, part.config.max_message_bytes,
                                                         part.config.max_uncompressed_bytes)
                 _check_transactional(broker, txn_id, TopicPartition(t.name, p.index), header)
+                if part.commits_asynchronously:  # cluster mode: answered after the group COMMIT
+                    waiting.append((results, len(results), t.name, p.index,
+                                    part.append_validated_async(p.records, header, now)))
+                    results.append(None)  # type: ignore[arg-type]  # filled below
+                    continue
                 res = part.append_validated(p.records, header, now)
                 results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset))
             except KafkaError as exc:
                 failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc)))
         topics.append((t.name, results))
+    if waiting:
+        outcomes = await asyncio.gather(*(w[4] for w in waiting), return_exceptions=True)
+        for (results, i, name, index, _), out in zip(waiting, outcomes):
+            if isinstance(out, KafkaError):
+                failed.append(f"{name}-{index}: {out.code.name}: {out}")
+                results[i] = PartitionResult(index, int(out.code), -1, -1, str(out))
+            elif isinstance(out, BaseException):
+                raise out  # a bug: the dispatcher logs it
+            else:
+                results[i] = PartitionResult(index, 0, out.base_offset, out.log_start_offset)
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed: " + "; ".join(failed))
@@ -74,6 +92,8 @@ def _check_transactional(broker: BrokerContext, transactional_id: str | None, tp
     if h.is_transactional:
         if transactional_id is None:
             raise InvalidRequest(f"transactional batch for {tp} in a produce request without a transactional id")
+        if broker.cluster is not None:
+            raise CoordinatorNotAvailable(f"transactional batch for {tp}: no transaction coordinator in cluster mode yet")
         broker.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
     elif transactional_id is not None:
         raise InvalidRequest(f"non-transactional batch for {tp} in a transactional produce request")

@@ -1,0 +1,39 @@
+"""The store-side parts a cluster-mode broker owns (issue 15), opened and closed together: the
+reader connection of the event loop (partition reads and recovery, producer id blocks), the
+group committer (the one writer thread), and the leader tracker that uses both.
+
+Closing order: the tracker's partitions first (nothing new is submitted), then the committer
+(it writes what is queued, then stops), then the reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oncelog.broker.cluster_member import connector
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.leader_tracker import LeaderTracker
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.group_commit import GroupCommitter
+
+__all__ = ["ClusterParts"]
+
+
+@dataclass
+class ClusterParts:
+    reader: StoreConnection
+    committer: GroupCommitter
+    tracker: LeaderTracker
+
+    @classmethod
+    def open(cls, dsn: str, config: BrokerConfig, replicas: ReplicaManager) -> "ClusterParts":
+        connect = connector(dsn)
+        reader = StoreConnection(connect, f"node {config.node_id} reads")
+        committer = GroupCommitter(connect, name=f"oncelog-group-commit-{config.node_id}").start()
+        return cls(reader, committer, LeaderTracker(config, replicas, reader, committer))
+
+    def close(self) -> None:
+        self.tracker.close_all()
+        self.committer.close()
+        self.reader.close()

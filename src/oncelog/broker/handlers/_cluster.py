@@ -1,0 +1,60 @@
+"""Shared by the handlers that describe the cluster or create topics (Metadata, DescribeCluster,
+CreateTopics): in cluster mode (issue 15) the live brokers as registered in the store, from the
+broker's latest view (broker/cluster_member.py), and topics created in the store; embedded, this
+broker alone and its local topics.
+
+The controller id names the live broker with the lowest node id: there is no controller (any
+broker rebalances, under a lock in the store), but clients expect one live broker there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from oncelog.broker.context import BrokerContext
+from oncelog.broker.replica_manager import NewTopic, TopicMeta
+from oncelog.protocol.errors import KafkaError
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+def nodes(broker: BrokerContext) -> list[Node]:
+    if broker.cluster is None:
+        return [Node(broker.node_id, broker.advertised_host, broker.advertised_port, None)]
+    return [Node(b.node_id, b.host, b.port, b.rack) for b in broker.cluster.view.brokers]
+
+
+def controller_id(broker: BrokerContext) -> int:
+    if broker.cluster is None:
+        return broker.node_id
+    live = broker.cluster.view.live_ids
+    return min(live) if live else -1
+
+
+async def create_topics(broker: BrokerContext, new: Sequence[NewTopic], *,
+                        validate_only: bool = False) -> list[TopicMeta | KafkaError]:
+    """Create topics (CreateTopics, Metadata auto-creation): one result per request, in order.
+    Embedded: ``ReplicaManager.create_topics``. In cluster mode each topic is validated as
+    embedded (a replication factor up to the number of live brokers is accepted: the store
+    keeps the data, there are no replicas to place) and created in the store, then leaders are
+    given by a rebalance and the broker's view is refreshed."""
+    rm = broker.replicas
+    if broker.cluster is None:
+        return rm.create_topics(new, validate_only=validate_only)
+    max_rf = max(1, len(broker.cluster.view.brokers))
+    checked: list[TopicMeta | KafkaError] = []
+    for t in new:
+        try:
+            checked.append(rm.validate_new_topic(t, max_rf))
+        except KafkaError as exc:
+            checked.append(exc)
+    if validate_only:
+        return checked
+    return await broker.cluster.create_topics(checked)
