@@ -74,6 +74,9 @@ class Partition:
         self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
         self._inflight_pids: dict[int, asyncio.Future[None]] = {}  # append_validated_async only
+        #: True when the engine commits in the background (PostgreSQL: ``submit`` + a future); the
+        #: Produce handler then uses ``append_validated_async``. Decided once: Produce asks per batch.
+        self.commits_asynchronously: bool = hasattr(log, "submit")
 
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
@@ -142,12 +145,6 @@ class Partition:
             return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
         base, last = self._append(batch, header, now_ms)
         return AppendResult(base, last, self.log.log_start_offset)
-
-    @property
-    def commits_asynchronously(self) -> bool:
-        """True when the engine commits in the background (PostgreSQL: ``submit`` + a future);
-        the Produce handler then uses ``append_validated_async``."""
-        return hasattr(self.log, "submit")
 
     async def append_validated_async(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
         """``append_validated`` for an engine that commits in the background (cluster mode):

@@ -26,7 +26,7 @@ Crash points (``oncelog.faults``): ``end_txn.before_prepare``, ``end_txn.after_p
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.markers import MarkerWriter
@@ -168,16 +168,7 @@ class TransactionCoordinator:
     async def abort_timed_out(self) -> list[str]:
         """Fence and abort every Ongoing transaction past its transaction.timeout.ms (R20)."""
         aborted: list[str] = []
-        now = self.clock.now_ms()
-        for shard in list(self.runtime.shards.values()):
-            result = shard.timed_out(now)
-            if not result:
-                continue
-            try:
-                await self._execute(shard, result, now)
-            except KafkaError as exc:
-                log.warning("cannot abort timed-out transactions yet: %s", exc)
-                continue
+        for result in await self._scan(TransactionShard.timed_out, "abort timed-out transactions"):
             for tid, why in result.response:  # type: ignore[union-attr]
                 log.info("aborting transaction %r: %s", tid, why)
                 aborted.append(tid)
@@ -195,18 +186,27 @@ class TransactionCoordinator:
     async def expire_transactional_ids(self) -> list[str]:
         """Tombstone ids idle past transactional.id.expiration.ms (R21)."""
         expired: list[str] = []
+        for result in await self._scan(TransactionShard.expired, "expire transactional ids"):
+            expired.extend(result.response)  # type: ignore[arg-type]
+        return expired
+
+    async def _scan(self, decide: Callable[[TransactionShard, int], TxnResult], what: str) -> list[TxnResult]:
+        """One housekeeping scan: ask every shard what ``decide`` says at one ``now`` and execute
+        it; returns the results executed. A shard whose records cannot be written is logged and
+        left for the next scan."""
+        done: list[TxnResult] = []
         now = self.clock.now_ms()
         for shard in list(self.runtime.shards.values()):
-            result = shard.expired(now)
+            result = decide(shard, now)
             if not result:
                 continue
             try:
                 await self._execute(shard, result, now)
             except KafkaError as exc:
-                log.warning("cannot expire transactional ids yet: %s", exc)
+                log.warning("cannot %s yet: %s", what, exc)
                 continue
-            expired.extend(result.response)  # type: ignore[arg-type]
-        return expired
+            done.append(result)
+        return done
 
     # -- the one write path -------------------------------------------------------------------------
 
