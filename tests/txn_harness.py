@@ -79,13 +79,13 @@ class TxnNode:
             self.rm.create_topic(name, n)
         coord = TransactionCoordinator(self.rm, self.clock, self.settings,
                                        producer_ids=ProducerIdManager(self.root / "pids.json"),
-                                       markers=_FlakyMarkers(self), groups=None)
+                                       markers=_FlakyMarkers(self))
         runtime_append = coord.runtime.append
 
-        def append(partition: int, batch: bytes, now: int) -> int:
+        async def append(partition: int, batch: bytes, now: int) -> int:
             if self.fail_txn_log:
                 raise KafkaStorageError(f"injected: {TXN_TOPIC}-{partition} is on a full disk")
-            return runtime_append(partition, batch, now)
+            return await runtime_append(partition, batch, now)
 
         coord.runtime.append = append  # type: ignore[method-assign]
         self.real = coord
@@ -108,7 +108,7 @@ class TxnNode:
         now = self.clock.now_ms()
         rec = shard.txns[tid].prepare(target, now, **changes)
         batch = records.build_batch([(txnlog.encode_key(tid), txnlog.encode_value(rec), ())], timestamp_ms=now)
-        self.real.runtime.append(shard.partition, batch, now)
+        self.loop.run_until_complete(self.real.runtime.append(shard.partition, batch, now))
         shard.replay(tid, rec)
 
     def produce(self, pid: int, epoch: int, tp: TopicPartition, value: bytes, tid: str = "tx") -> int:

@@ -86,11 +86,11 @@ def _run_with_bad_batch(tmp: Path, make_batch, caplog: pytest.LogCaptureFixture)
         clock = ManualClock()
         rm = _open(tmp, clock)
         gc = await _started(rm, tmp, clock)
-        assert gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)}) == {T0: None}
+        assert await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)}) == {T0: None}
         p = gc.partition_for("g")
         bad = rm.partition(OFFSETS_TOPIC, p).append_internal(make_batch(), clock.now_ms()).base_offset
-        assert gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)}) == {T0: None}
-        gc.commit_offsets("h", -1, "", None, {T0: OffsetCommitData(3)})
+        assert await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)}) == {T0: None}
+        await gc.commit_offsets("h", -1, "", None, {T0: OffsetCommitData(3)})
         await gc.stop()
         rm.close()
         caplog.set_level(logging.INFO)
@@ -159,10 +159,10 @@ def test_a_record_whose_replay_fails_does_not_keep_the_partition_loading(
         clock = ManualClock()
         rm = _open(tmp_path, clock)
         gc = await _started(rm, tmp_path, clock)
-        gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)})
+        await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)})
         p = gc.partition_for("g")
         bad = rm.partition(OFFSETS_TOPIC, p).append_internal(make(), clock.now_ms()).base_offset
-        gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)})
+        await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)})
         await gc.stop()
         rm.close()
         monkeypatch.setattr(GroupShard, "replay", replay)
@@ -191,9 +191,9 @@ def test_a_damaged_segment_does_not_keep_the_partition_loading(tmp_path: Path, c
         gc = await _started(rm, tmp_path, clock)
         p = gc.partition_for("g")
         assert gc.partition_for("early") == p
-        gc.commit_offsets("early", -1, "", None, {T0: OffsetCommitData(11)})
+        await gc.commit_offsets("early", -1, "", None, {T0: OffsetCommitData(11)})
         for i in range(200):
-            gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(i)})
+            await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(i)})
         plog = rm.partition(OFFSETS_TOPIC, p).log
         assert len(plog.segments) >= 3
         await gc.stop()

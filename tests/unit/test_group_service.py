@@ -69,7 +69,7 @@ def test_requests_wait_for_loading_then_parked_joins_are_answered(tmp_path: Path
             gc.fetch_offsets("g", [T0], False)
         await asyncio.wait_for(gc.loaded.wait(), 10)
         member, generation = await _member(gc, "g")
-        assert gc.commit_offsets("g", generation, member, None, {T0: OffsetCommitData(3)}) == {T0: None}
+        assert await gc.commit_offsets("g", generation, member, None, {T0: OffsetCommitData(3)}) == {T0: None}
         # a second member: its JoinGroup is parked until the first rejoins
         try:
             await gc.join_group(_join("g", client="b"))
@@ -104,15 +104,15 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
         await asyncio.wait_for(gc.loaded.wait(), 10)
         member, generation = await _member(gc, "stable")
         for i in range(60):  # many commits: many segments of superseded records
-            gc.commit_offsets("stable", generation, member, None, {T0: OffsetCommitData(i), T1: OffsetCommitData(2 * i)})
-            gc.commit_offsets(f"simple-{i % 5}", -1, "", None, {T0: OffsetCommitData(i, metadata="x" * 20)})
+            await gc.commit_offsets("stable", generation, member, None, {T0: OffsetCommitData(i), T1: OffsetCommitData(2 * i)})
+            await gc.commit_offsets(f"simple-{i % 5}", -1, "", None, {T0: OffsetCommitData(i, metadata="x" * 20)})
         gone_member, gone_gen = await _member(gc, "gone")
-        gc.commit_offsets("gone", gone_gen, gone_member, None, {T0: OffsetCommitData(1)})
-        gc.leave_group("gone", [(gone_member, None)])
-        gc.delete_group("gone")
+        await gc.commit_offsets("gone", gone_gen, gone_member, None, {T0: OffsetCommitData(1)})
+        await gc.leave_group("gone", [(gone_member, None)])
+        await gc.delete_group("gone")
         for pid, commit in ((1000, True), (1001, False), (1002, None)):  # None: still open
             group = f"txn-{pid}"
-            gc.txn_commit_offsets(group, pid, 0, -1, "", None, {T1: OffsetCommitData(pid)})
+            await gc.txn_commit_offsets(group, pid, 0, -1, "", None, {T1: OffsetCommitData(pid)})
             if commit is not None:
                 p = gc.partition_for(group)
                 rm.partition(OFFSETS_TOPIC, p).append_marker(pid, 0, commit, 0, clock.now_ms())

@@ -19,12 +19,13 @@ from oncelog.broker import periodic
 from oncelog.broker.cluster_routes import CLUSTER_ROUTES
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
-from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.markers import LocalMarkerWriter
+from oncelog.broker.peer_client import PeerClients
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.server import Server
-from oncelog.broker.transaction_coordinator import TransactionCoordinator
+from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
@@ -32,6 +33,7 @@ from oncelog.faults import CrashPoints
 from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
 from oncelog.storage.log import PartitionLog
+from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
     from oncelog.broker.cluster_member import ClusterMember
@@ -68,6 +70,7 @@ class Broker:
         self.store = store
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
+        self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.dispatcher = Dispatcher(self, CLUSTER_ROUTES if store else ROUTES)
         self.server = Server(self.dispatcher.handle, config.host, config.port, config)
         self._housekeeping: list[asyncio.Task[None]] = []
@@ -118,17 +121,21 @@ class Broker:
         write_atomically(epoch_file, str(epoch).encode())
         self.transactions = TransactionCoordinator(
             self.replicas, self.clock,
-            TxnSettings(
-                num_partitions=cfg.transaction_state_log_num_partitions,
-                max_timeout_ms=cfg.transaction_max_timeout_ms,
-                id_expiration_ms=cfg.transactional_id_expiration_ms,
-                offsets_partitions=cfg.offsets_topic_num_partitions,
-            ),
-            producer_ids=self.producer_ids, markers=LocalMarkerWriter(self.replicas), groups=self.groups,
+            self._txn_settings(cfg.transaction_state_log_num_partitions, cfg.offsets_topic_num_partitions),
+            producer_ids=self.producer_ids, markers=LocalMarkerWriter(self.replicas, self.groups),
             coordinator_epoch=epoch, crash=CrashPoints(),
         )
         loaded = await self.transactions.load()
         log.info("transaction coordinator loaded %d transactional id(s), coordinator epoch %d", loaded, epoch)
+        self._start_transaction_timers()
+
+    def _txn_settings(self, num_partitions: int, offsets_partitions: int) -> TxnSettings:
+        cfg = self.config
+        return TxnSettings(num_partitions=num_partitions, max_timeout_ms=cfg.transaction_max_timeout_ms,
+                           id_expiration_ms=cfg.transactional_id_expiration_ms, offsets_partitions=offsets_partitions)
+
+    def _start_transaction_timers(self) -> None:
+        cfg = self.config
         self._every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms, self._transaction_timeouts)
         self._every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms, self._transactional_id_expiry)
 
@@ -149,30 +156,73 @@ class Broker:
         self._housekeeping.append(periodic.every(interval_ms / 1000, job, what, log))
 
     async def _start_cluster_member(self) -> tuple[str, int]:
-        """Cluster mode: listen, then join the cluster in the store (broker/cluster_member.py);
-        partitions are opened as this broker is given their leadership (leader_tracker.py).
-        Group and transaction coordinators do not run (cluster_routes.py)."""
+        """Cluster mode: create the internal topics in the store unless they exist, listen,
+        then join the cluster (broker/cluster_member.py); partitions are opened as this broker
+        is given their leadership (leader_tracker.py), and the group and transaction
+        coordinators load the internal partitions among them (``_on_lead``), with the leader
+        epoch as the coordinator epoch. Markers for partitions led elsewhere go to their leader
+        as WriteTxnMarkers (markers.ClusterMarkerWriter)."""
         from oncelog.broker.cluster_member import ClusterMember
         from oncelog.broker.cluster_parts import ClusterParts
+        from oncelog.broker.markers import ClusterMarkerWriter
         from oncelog.cluster.producer_ids import StoreProducerIds
 
         assert self.store
-        parts = ClusterParts.open(self.store, self.config, self.replicas)
+        cfg = self.config
+        parts = ClusterParts.open(self.store, cfg, self.replicas)
         self._cluster_parts = parts
         self.producer_ids = StoreProducerIds(parts.reader)  # type: ignore[assignment]
-        bound = await self.server.start()
-        self.cluster = ClusterMember(self.store, self.config, self.clock, parts.tracker.apply)
+        self.cluster = member = ClusterMember(self.store, cfg, self.clock, parts.tracker.apply)
         try:
-            await self.cluster.start(self.advertised_host, self.advertised_port)
+            counts = await member.prepare([
+                (OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                 {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)}),
+                (TXN_TOPIC, cfg.transaction_state_log_num_partitions,
+                 {"cleanup.policy": "compact", "segment.bytes": str(TXN_TOPIC_SEGMENT_BYTES)}),
+            ])
+        except BaseException:
+            parts.close()
+            raise
+        self.groups.num_partitions = counts[OFFSETS_TOPIC]
+        self.groups.start(load_all=False)
+
+        def address_of(node: int) -> tuple[str, int] | None:
+            b = member.view.broker(node)
+            return None if b is None else (b.host, b.port)
+
+        self._peers = PeerClients(self.node_id, address_of)
+        self.transactions = TransactionCoordinator(
+            self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
+            producer_ids=self.producer_ids,
+            markers=ClusterMarkerWriter(self.node_id, self.replicas, self.groups, lambda: member.view, self._peers),
+            crash=CrashPoints(),
+        )
+        parts.tracker.on_lead = self._on_lead
+        parts.tracker.on_resign = self._on_resign
+        bound = await self.server.start()
+        try:
+            await member.start(self.advertised_host, self.advertised_port)
         except BaseException:
             await self.server.close()
             parts.close()
             raise
-        self.cluster_id = self.cluster.cluster_id
-        cfg = self.config
+        self.cluster_id = member.cluster_id
+        self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
         return bound
+
+    def _on_lead(self, tp: TopicPartition, leader_epoch: int) -> None:
+        if tp.topic == TXN_TOPIC:
+            self.transactions.lead(tp.partition, leader_epoch)
+        elif tp.topic == OFFSETS_TOPIC:
+            self.groups.lead(tp.partition)
+
+    def _on_resign(self, tp: TopicPartition) -> None:
+        if tp.topic == TXN_TOPIC:
+            self.transactions.resign(tp.partition)
+        elif tp.topic == OFFSETS_TOPIC:
+            self.groups.resign(tp.partition)
 
     async def stop(self) -> None:
         self.cleaner.stop.set()
@@ -183,6 +233,8 @@ class Broker:
         await self.server.close()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self._peers is not None:
+            self._peers.close()
         if self._cluster_parts is not None:
             self._cluster_parts.close()
         self.replicas.close()

@@ -106,11 +106,24 @@ class ClusterMember:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
-        """Create the schema, register, rebalance, load the first view, start the timers.
-        Raises DuplicateBrokerRegistration (another live process holds the node id) or
-        StoreUnavailable."""
+    async def prepare(self, internal_topics: Sequence[tuple[str, int, dict[str, str]]]) -> dict[str, int]:
+        """Before ``start``: create the schema and the internal topics (name, partitions,
+        configs) unless they exist; returns each internal topic's partition count as stored
+        (the first broker's: the coordinators of every broker must place keys alike).
+        Raises StoreUnavailable."""
         self.cluster_id = await self._call(_ensure_schema_and_cluster_id)
+
+        def ensure(conn: Any) -> dict[str, int]:
+            return {name: store_topics.ensure(conn, name, n, configs).partitions for name, n, configs in internal_topics}
+
+        return await self._call(ensure)
+
+    async def start(self, host: str, port: int) -> None:
+        """Create the schema (unless ``prepare`` did), register, rebalance, load the first view,
+        start the timers. Raises DuplicateBrokerRegistration (another live process holds the
+        node id) or StoreUnavailable."""
+        if not self.cluster_id:
+            self.cluster_id = await self._call(_ensure_schema_and_cluster_id)
         self.session = BrokerSession(self._control, self.node_id, host, port, config=self.session_config,
                                      clock=self.clock)
         await self._register()

@@ -11,10 +11,17 @@ A shard decides; the runtime does the I/O around the decision, always in the sam
    records as one batch (``Partition.append_internal``), the coordinator replays them into the
    shard, performs what follows (answers to parked requests, transaction markers), and answers.
 
-``append`` is synchronous: the local log writes before it returns, so no other request sees a
-half-applied result. (A store that commits asynchronously, as the cluster's will, needs the
-shard to hold its decided-but-unwritten moves as pending, as the transaction shard already
-does; issue 15.)
+``append`` awaits the partition's append (``Partition.append_internal_async``): synchronous on
+the local-files engine, the group commit's COMMIT in cluster mode. Requests to one shard that
+append are serialized by the coordinator (the group coordinator holds ``lock(partition)`` from
+the shard's decision to the replay; the transaction shard marks the transactional id pending,
+so a second request for it meanwhile gets CONCURRENT_TRANSACTIONS).
+
+Cluster mode (issue 15): the internal topic's partitions are loaded and unloaded one by one as
+this broker gains and loses their leadership (``load_one`` / ``unload``); a partition led
+elsewhere gets NOT_COORDINATOR, one still loading COORDINATOR_LOAD_IN_PROGRESS. A shard is
+installed only if its partition is still the one the load started for (``Partition`` object
+identity), so a load overtaken by a loss of leadership installs nothing.
 
 This runtime does not know what a shard is beyond its ``partition``: loading, encoding and
 replaying are the coordinator's (callables passed in).
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Generic, Iterable, Protocol, TypeVar
+from typing import Awaitable, Callable, Generic, Iterable, Protocol, TypeVar
 
 from oncelog.broker import periodic
 from oncelog.broker.replica_manager import ReplicaManager
@@ -32,6 +39,7 @@ from oncelog.clock import Clock
 from oncelog.coordinator.load_report import SkipReport
 from oncelog.protocol import records
 from oncelog.protocol.errors import CoordinatorLoadInProgress, NotCoordinator
+from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,8 @@ class CoordinatorRuntime(Generic[S]):
         #: partition -> records or batches the last load skipped there (R22)
         self.skipped_on_load: dict[int, int] = {}
         self.loaded = asyncio.Event()
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
 
     # -- loading ----------------------------------------------------------------------------------
 
@@ -82,18 +92,76 @@ class CoordinatorRuntime(Generic[S]):
         self.loaded.set()
         return done
 
-    async def _load(self, p: int, make_shard: Callable[[int], S], replay_batch: ReplayBatch) -> None:
+    async def _load(self, p: int, make_shard: Callable[[int], S], replay_batch: ReplayBatch,
+                    expect: object | None = None) -> None:
         shard = make_shard(p)
         report = SkipReport(f"{self.topic}-{p}", self.log)
-        plog = self.replicas.partition(self.topic, p).log
+        part = self.replicas.partition(self.topic, p)
+        plog = part.log
         for n, (header, data) in enumerate(plog.iter_batches(), 1):
             replay_batch(shard, header, data, self.clock.now_ms(), report)
             if n % _LOAD_YIELD_EVERY == 0:
                 await asyncio.sleep(0)
         if report.finish():
             self.skipped_on_load[p] = report.skipped
+        if expect is not None and self.replicas.partitions.get(TopicPartition(self.topic, p)) is not expect:
+            return  # the leadership moved while loading: nothing to serve
         self.shards[p] = shard
         self.loading.discard(p)
+
+    def load_one(self, p: int, make_shard: Callable[[int], S], replay_batch: ReplayBatch,
+                 then: Callable[[S], Awaitable[object]] | None = None) -> None:
+        """Cluster mode: start loading partition ``p`` (this broker just became its leader) in
+        the background; ``then(shard)`` runs once it is installed (finishing what the previous
+        coordinator left, R19). An earlier load of ``p`` still running is cancelled."""
+        self.unload(p)
+        self.loading.add(p)
+        task = asyncio.get_running_loop().create_task(self._load_one(p, make_shard, replay_batch, then))
+        self._load_tasks[p] = task
+
+    async def _load_one(self, p: int, make_shard: Callable[[int], S], replay_batch: ReplayBatch,
+                        then: Callable[[S], Awaitable[object]] | None) -> None:
+        started = self.clock.monotonic_ms()
+        try:
+            part = self.replicas.partitions.get(TopicPartition(self.topic, p))
+            if part is None:
+                return
+            await self._load(p, make_shard, replay_batch, expect=part)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.log.exception("%s: loading %s-%d failed; it is retried when its leadership changes",
+                               self.name, self.topic, p)
+            return
+        finally:
+            self.loading.discard(p)
+            if self._load_tasks.get(p) is asyncio.current_task():
+                del self._load_tasks[p]
+        shard = self.shards.get(p)
+        if shard is None:
+            return
+        self.log.info("%s: %s-%d loaded in %d ms", self.name, self.topic, p, self.clock.monotonic_ms() - started)
+        if then is not None:
+            try:
+                await then(shard)
+            except Exception:
+                self.log.exception("%s: finishing the work left on %s-%d failed; retried later", self.name, self.topic, p)
+
+    def unload(self, p: int) -> S | None:
+        """This broker stopped leading ``p``: forget its shard (its requests now get
+        NOT_COORDINATOR) and cancel a load in progress. Returns the shard that was served."""
+        task = self._load_tasks.pop(p, None)
+        if task is not None:
+            task.cancel()
+        self.loading.discard(p)
+        return self.shards.pop(p, None)
+
+    def lock(self, partition: int) -> asyncio.Lock:
+        """The lock of one shard, for coordinators that serialize decide-append-replay."""
+        lock = self._locks.get(partition)
+        if lock is None:
+            lock = self._locks[partition] = asyncio.Lock()
+        return lock
 
     # -- serving ----------------------------------------------------------------------------------
 
@@ -107,10 +175,13 @@ class CoordinatorRuntime(Generic[S]):
             raise NotCoordinator(f"{self.topic}-{partition} ({what}) is not served by this broker")
         return shard
 
-    def append(self, partition: int, batch: bytes, now: int) -> int:
-        """Append a coordinator's batch to ``partition``; returns its base offset. Raises the
-        storage's KafkaError (the coordinator maps it to what its clients understand)."""
-        return self.replicas.partition(self.topic, partition).append_internal(batch, now).base_offset
+    async def append(self, partition: int, batch: bytes, now: int) -> int:
+        """Append a coordinator's batch to ``partition``; returns its base offset once it is
+        durable (written locally, or committed in the store). Raises the storage's KafkaError
+        (the coordinator maps it to what its clients understand; NOT_LEADER_OR_FOLLOWER when
+        this broker lost the partition)."""
+        part = self.replicas.partition(self.topic, partition)
+        return (await part.append_internal_async(batch, now)).base_offset
 
     def every(self, interval_s: float, job: Callable[[], object], what: str) -> asyncio.Task[None]:
         """Run ``job`` every ``interval_s`` until cancelled (broker/periodic.py)."""

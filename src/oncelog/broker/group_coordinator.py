@@ -3,12 +3,14 @@ the coordinator runtime (R3, R13).
 
 Theory of operation. A group lives on partition ``abs(hash(group.id)) % N`` (placement.py) and
 is served by that partition's shard. Every operation follows the runtime's order
-(coordinator_runtime.py): ask the shard (pure, synchronous) for a ``Result``; append its records
-to the partition as one batch (transactional for TxnOffsetCommit); replay them into the shard;
-deliver the shard's outbox (answers to parked JoinGroup/SyncGroup requests, which wait here on
-futures); answer. No ``await`` happens between the shard's decision and the replay, so the event
-loop never sees a half-applied operation, and the answer always goes out after the append
-returned.
+(coordinator_runtime.py), under the shard's lock (``runtime.lock``): ask the shard (pure,
+synchronous) for a ``Result``; append its records to the partition as one batch (transactional
+for TxnOffsetCommit) and wait until it is durable (in cluster mode: the store's COMMIT); replay
+them into the shard; deliver the shard's outbox (answers to parked JoinGroup/SyncGroup requests,
+which wait here on futures); answer. The lock makes decide-append-replay one step for every
+operation that writes, so no decision is taken on a state missing an earlier decision's records;
+operations that write nothing (Heartbeat, OffsetFetch, DescribeGroups) take no lock and see the
+state of the last replayed write. The answer always goes out after the append returned.
 
 Start: ``__consumer_offsets`` is created if missing (compacted, internal); every partition is
 loaded in the background by replaying its log through the same ``replay`` (loader.py); until a
@@ -18,6 +20,10 @@ offsets (offsets.retention.minutes, checked every offsets.retention.check.interv
 
 Transactions: the transaction coordinator writes a COMMIT/ABORT marker into a
 ``__consumer_offsets`` partition and then calls ``complete_transaction``.
+
+Cluster mode (issue 15): ``lead(p)`` / ``resign(p)`` load and drop one partition's shard as
+this broker gains and loses the leadership of ``__consumer_offsets-<p>``; requests parked on a
+resigned shard are answered NOT_COORDINATOR, so their clients find the new coordinator.
 
 Single-threaded: everything runs on the broker's event loop.
 """
@@ -100,6 +106,7 @@ class GroupCoordinator:
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime("group coordinator", OFFSETS_TOPIC, replicas, clock, logger=log)
         self._reply_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[Any]] = {}
+        self._reply_partition: dict[int, int] = {}  # reply id -> the partition whose shard parked it
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -120,8 +127,13 @@ class GroupCoordinator:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Create ``__consumer_offsets`` if missing and start loading it (in the background)."""
+    def start(self, *, load_all: bool = True) -> None:
+        """Create ``__consumer_offsets`` if missing and start loading it (in the background).
+        ``load_all=False`` (cluster mode): partitions are loaded as they are led (``lead``)."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._timer_loop()), loop.create_task(self._retention_loop())]
+        if not load_all:
+            return
         meta = self.replicas.ensure_internal_topic(
             OFFSETS_TOPIC,
             self.num_partitions,
@@ -129,12 +141,20 @@ class GroupCoordinator:
         )
         self.num_partitions = meta.num_partitions  # an existing topic keeps its partition count
         self.runtime.loading.update(range(self.num_partitions))
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._load_all()),
-            loop.create_task(self._timer_loop()),
-            loop.create_task(self._retention_loop()),
-        ]
+        self._tasks.append(loop.create_task(self._load_all()))
+
+    def lead(self, partition: int) -> None:
+        """Cluster mode: this broker now leads ``__consumer_offsets-<partition>``: load it."""
+        self.runtime.load_one(partition, self._new_shard, replay_batch)
+
+    def resign(self, partition: int) -> None:
+        """Cluster mode: this broker stopped leading ``partition``: drop its shard and answer
+        the requests parked there NOT_COORDINATOR."""
+        if self.runtime.unload(partition) is None:
+            return
+        for reply_id in [r for r, p in self._reply_partition.items() if p == partition]:
+            self._deliver(reply_id, NotCoordinator(f"{OFFSETS_TOPIC}-{partition} moved to another broker"))
+        log.info("group coordinator resigned %s-%d", OFFSETS_TOPIC, partition)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -168,26 +188,35 @@ class GroupCoordinator:
 
     # -- the one write path -----------------------------------------------------------------------
 
-    def _append(self, partition: int, recs: list[Any], now: int, producer: tuple[int, int] | None) -> int:
+    async def _append(self, partition: int, recs: list[Any], now: int, producer: tuple[int, int] | None) -> int:
         pid, epoch = producer if producer is not None else (-1, -1)
         batch = records.build_batch(
             [(rec.encode_key(k), rec.encode_value(v), ()) for k, v in recs],
             timestamp_ms=now, producer_id=pid, producer_epoch=epoch, transactional=producer is not None,
         )
-        return self.runtime.append(partition, batch, now)
+        return await self.runtime.append(partition, batch, now)
 
-    def _execute(self, shard: GroupShard, result: Result, now: int, *, offsets: bool = False) -> Any:
+    async def _run(self, group_id: str, decide: Callable[[GroupShard, int], Result], *, offsets: bool = False) -> Any:
+        """One operation that may write: under the shard's lock, ``decide(shard, now)`` then
+        ``_execute``. Returns the response (a future for a parked one)."""
+        async with self.runtime.lock(self.partition_for(group_id)):
+            shard = self._shard(group_id)
+            now = self.clock.now_ms()
+            return await self._execute(shard, decide(shard, now), now, offsets=offsets)
+
+    async def _execute(self, shard: GroupShard, result: Result, now: int, *, offsets: bool = False) -> Any:
         """Append ``result``'s records, replay them, deliver the outbox. Returns the response (a
         future for a parked one). If the append fails, parked requests of this operation fail
-        too and the (mapped) error is raised."""
+        too and the (mapped) error is raised. The caller holds the shard's lock."""
         fut: asyncio.Future[Any] | None = None
         if isinstance(result.response, Parked):
             fut = asyncio.get_running_loop().create_future()
             self._replies[result.response.reply_id] = fut
+            self._reply_partition[result.response.reply_id] = shard.partition
         failure: KafkaError | None = None
         if result.records:
             try:
-                base = self._append(shard.partition, result.records, now, result.producer)
+                base = await self._append(shard.partition, result.records, now, result.producer)
             except KafkaError as exc:
                 failure = _coordinator_error(exc, offsets=offsets)
                 log.warning("__consumer_offsets-%d: append failed: %s", shard.partition, exc)
@@ -204,11 +233,13 @@ class GroupCoordinator:
         if failure is not None:
             if fut is not None:
                 self._replies.pop(result.response.reply_id, None)
+                self._reply_partition.pop(result.response.reply_id, None)
             raise failure
         return fut if fut is not None else result.response
 
     def _deliver(self, reply_id: int, payload: object) -> None:
         fut = self._replies.pop(reply_id, None)
+        self._reply_partition.pop(reply_id, None)
         if fut is None or fut.done():
             return  # the requester went away
         if isinstance(payload, BaseException):
@@ -224,56 +255,44 @@ class GroupCoordinator:
     # -- membership -------------------------------------------------------------------------------
 
     async def join_group(self, req: JoinRequest) -> JoinResult:
-        shard = self._shard(req.group_id)
-        now = self.clock.now_ms()
-        return await self._wait(self._execute(shard, shard.join_group(req, now), now))
+        return await self._wait(await self._run(req.group_id, lambda shard, now: shard.join_group(req, now)))
 
     async def sync_group(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                          protocol_type: str | None, protocol_name: str | None,
                          assignments: dict[str, bytes]) -> SyncResult:
-        shard = self._shard(group_id)
-        now = self.clock.now_ms()
-        result = shard.sync_group(group_id, generation, member_id, instance_id, protocol_type, protocol_name,
-                                  assignments, now)
-        return await self._wait(self._execute(shard, result, now))
+        return await self._wait(await self._run(group_id, lambda shard, now: shard.sync_group(
+            group_id, generation, member_id, instance_id, protocol_type, protocol_name, assignments, now)))
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         shard = self._shard(group_id)
         shard.heartbeat(group_id, generation, member_id, instance_id, self.clock.now_ms())
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError | None]:
-        shard = self._shard(group_id)
-        now = self.clock.now_ms()
-        return self._execute(shard, shard.leave_group(group_id, members, now), now)
+    async def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError | None]:
+        return await self._run(group_id, lambda shard, now: shard.leave_group(group_id, members, now))
 
     # -- offsets ------------------------------------------------------------------------------------
 
-    def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
-                       offsets: dict[TopicPartition, OffsetCommitData], *,
-                       retention_ms: int = -1) -> dict[TopicPartition, KafkaError | None]:
-        shard = self._shard(group_id)
-        now = self.clock.now_ms()
-        expire = now + retention_ms if retention_ms >= 0 else -1
-        result = shard.commit_offsets(group_id, generation, member_id, instance_id, offsets, now, expire_timestamp=expire)
-        return self._execute(shard, result, now, offsets=True)
+    async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                             offsets: dict[TopicPartition, OffsetCommitData], *,
+                             retention_ms: int = -1) -> dict[TopicPartition, KafkaError | None]:
+        def decide(shard: GroupShard, now: int) -> Result:
+            expire = now + retention_ms if retention_ms >= 0 else -1
+            return shard.commit_offsets(group_id, generation, member_id, instance_id, offsets, now,
+                                        expire_timestamp=expire)
+        return await self._run(group_id, decide, offsets=True)
 
-    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
-                           member_id: str, instance_id: str | None,
-                           offsets: dict[TopicPartition, OffsetCommitData]) -> dict[TopicPartition, KafkaError | None]:
-        shard = self._shard(group_id)
-        now = self.clock.now_ms()
-        result = shard.txn_commit_offsets(group_id, producer_id, producer_epoch, generation, member_id, instance_id,
-                                          offsets, now)
-        return self._execute(shard, result, now, offsets=True)
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                                 member_id: str, instance_id: str | None,
+                                 offsets: dict[TopicPartition, OffsetCommitData]) -> dict[TopicPartition, KafkaError | None]:
+        return await self._run(group_id, lambda shard, now: shard.txn_commit_offsets(
+            group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets, now), offsets=True)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
                       ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
         return self._shard(group_id).fetch_offsets(group_id, partitions, require_stable)
 
-    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
-        shard = self._shard(group_id)
-        now = self.clock.now_ms()
-        return self._execute(shard, shard.delete_offsets(group_id, partitions, now), now)
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
+        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now))
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
                              producer_epoch: int | None = None) -> None:
@@ -305,10 +324,8 @@ class GroupCoordinator:
     def describe_group(self, group_id: str) -> GroupSummary:
         return self._shard(group_id).describe_group(group_id)
 
-    def delete_group(self, group_id: str) -> None:
-        shard = self._shard(group_id)
-        now = self.clock.now_ms()
-        self._execute(shard, shard.delete_group(group_id, now), now)
+    async def delete_group(self, group_id: str) -> None:
+        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now))
 
     # -- timers ---------------------------------------------------------------------------------------
 
@@ -321,7 +338,9 @@ class GroupCoordinator:
                 if p in self.loading or deadline is None or deadline > now:
                     continue
                 try:
-                    self._execute(shard, shard.tick(now), now)
+                    async with self.runtime.lock(p):
+                        if self.shards.get(p) is shard:
+                            await self._execute(shard, shard.tick(now), now)
                 except KafkaError as exc:
                     log.warning("__consumer_offsets-%d: timers: %s", p, exc)
                 except Exception:
@@ -330,16 +349,19 @@ class GroupCoordinator:
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(self.retention_check_ms / 1000)
-            self.expire_offsets()
+            await self.expire_offsets()
 
-    def expire_offsets(self) -> int:
+    async def expire_offsets(self) -> int:
         """One offsets-retention pass over every loaded partition; returns the tombstones written."""
         now = self.clock.now_ms()
         written = 0
         for p, shard in list(self.shards.items()):
             try:
-                result = shard.expire_offsets(now)
-                self._execute(shard, result, now)
+                async with self.runtime.lock(p):
+                    if self.shards.get(p) is not shard:
+                        continue
+                    result = shard.expire_offsets(now)
+                    await self._execute(shard, result, now)
                 written += len(result.records)
             except KafkaError as exc:
                 log.warning("__consumer_offsets-%d: offsets expiry: %s", p, exc)

@@ -18,6 +18,9 @@ have). Then, in this order:
    an earlier term can never be trusted by mistake). A partition that fails to open is logged
    and tried again at the next view.
 
+4. the coordinators hear of every internal partition opened (``on_lead(tp, leader_epoch)``: the
+   group or transaction coordinator loads its shard) and closed (``on_resign(tp)``).
+
 Invariant: a partition is open here only under the epoch the store had when it was opened;
 appends under that epoch are refused by the store once it moves (fencing), so opening and
 closing late is never unsafe, only slow. Recovery and reads run on the event loop with the
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from oncelog.broker import topic_config
 from oncelog.broker.config import BrokerConfig
@@ -58,6 +62,9 @@ class LeaderTracker:
         self.reader = reader
         self.committer = committer
         self.cache_dir = Path(config.data_dir) / "cluster-cache"
+        #: told of every internal partition this broker starts / stops leading (the coordinators)
+        self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
+        self.on_resign: Callable[[TopicPartition], None] = lambda tp: None
 
     def apply(self, view: ClusterView, may_lead: bool) -> None:
         self._set_topics(view)
@@ -94,6 +101,8 @@ class LeaderTracker:
 
     def _close(self, tp: TopicPartition, part: Partition, why: str) -> None:
         self.replicas.partitions.pop(tp, None)
+        if tp.topic in INTERNAL_TOPICS:
+            self.on_resign(tp)
         try:
             part.close()  # wakes parked fetches; the engine holds no resource of its own
         except (OSError, KafkaError) as exc:
@@ -121,3 +130,5 @@ class LeaderTracker:
         self.replicas.partitions[tp] = part
         log.info("node %d leads %s, leader epoch %d, offsets [%d, %d)", self.node_id, tp, row.leader_epoch,
                  plog.log_start_offset, plog.log_end_offset)
+        if tp.topic in INTERNAL_TOPICS:
+            self.on_lead(tp, row.leader_epoch)

@@ -24,16 +24,17 @@ Single-threaded: called only from the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import logging
 
 from oncelog.protocol import records
 from oncelog.storage.engine import PartitionEngine, ReadPart
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.protocol.errors import InvalidProducerEpoch
+from oncelog.protocol.errors import InvalidProducerEpoch, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
 from oncelog.types import TopicPartition
@@ -108,9 +109,8 @@ class Partition:
             producers.map_end_offset = plog.log_start_offset
         replayed = 0
         for h in plog.iter_headers(producers.map_end_offset):
-            if h.is_control:
-                _index_marker(plog, producers, aborted, h)
-            producers.update(h, h.base_offset)
+            coordinator_epoch = _index_marker(plog, producers, aborted, h) if h.is_control else None
+            producers.update(h, h.base_offset, coordinator_epoch=coordinator_epoch)
             replayed += 1
         producers.map_end_offset = end
         if replayed:
@@ -155,8 +155,18 @@ class Partition:
         of one producer id are appended one after the other here, so each is checked against a
         state that includes the previous one. Raises the append's KafkaError
         (NOT_LEADER_OR_FOLLOWER when fenced, KAFKA_STORAGE_ERROR when the store failed)."""
-        pid = header.producer_id
-        for _ in range(1000):  # bounded: each turn waits for one earlier batch of this producer
+        async with self._producer_turn(header.producer_id):
+            dup = self.producers.check(header)
+            if dup is not None:
+                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+            base, last = await self._append_committed(batch, header, now_ms)
+            return AppendResult(base, last, self.log.log_start_offset)
+
+    @contextlib.asynccontextmanager
+    async def _producer_turn(self, pid: int) -> AsyncIterator[None]:
+        """Async appends of one producer id (data, coordinator batches, markers) one after the
+        other: each is checked against a producer state that includes the previous one."""
+        for _ in range(1000):  # bounded: each turn waits for one earlier append of this producer
             busy = self._inflight_pids.get(pid) if pid >= 0 else None
             if busy is None:
                 break
@@ -165,18 +175,20 @@ class Partition:
         if pid >= 0:
             self._inflight_pids[pid] = done
         try:
-            dup = self.producers.check(header)
-            if dup is not None:
-                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
-            pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
-            await asyncio.wrap_future(pending.future)
-            self.producers.update(header, pending.base_offset, now_ms)
-            self._wake()
-            return AppendResult(pending.base_offset, pending.last_offset, self.log.log_start_offset)
+            yield
         finally:
             if pid >= 0 and self._inflight_pids.get(pid) is done:
                 del self._inflight_pids[pid]
             done.set_result(None)
+
+    async def _append_committed(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                                *, coordinator_epoch: int | None = None) -> tuple[int, int]:
+        """Submit to the background engine, wait for COMMIT, then apply to the producer state."""
+        pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
+        await asyncio.wrap_future(pending.future)
+        self.producers.update(header, pending.base_offset, now_ms, coordinator_epoch=coordinator_epoch)
+        self._wake()
+        return pending.base_offset, pending.last_offset
 
     def append_internal(self, batch: bytes, now_ms: int) -> AppendResult:
         """Append a batch written by the broker's own coordinators (offset commits, group
@@ -188,16 +200,28 @@ class Partition:
         base, last = self._append(batch, header, now_ms)
         return AppendResult(base, last, self.log.log_start_offset)
 
+    async def append_internal_async(self, batch: bytes, now_ms: int) -> AppendResult:
+        """``append_internal`` on any engine: awaits COMMIT when the engine commits in the
+        background (the coordinators of cluster mode), plain ``append_internal`` otherwise."""
+        if not self.commits_asynchronously:
+            return self.append_internal(batch, now_ms)
+        header = records.parse_header(batch)
+        async with self._producer_turn(header.producer_id):
+            self.producers.check_epoch(header)
+            base, last = await self._append_committed(batch, header, now_ms)
+            return AppendResult(base, last, self.log.log_start_offset)
+
     def delete_records(self, offset: int) -> None:
         """DeleteRecords: the log start moves up to ``offset`` (the caller checked it is at most
         the high watermark); segments wholly below it are deleted. A lower offset changes nothing."""
         if offset > self.log.log_start_offset:
             self.log.set_log_start_offset(offset)
 
-    def _append(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[int, int]:
+    def _append(self, batch: bytes, header: records.BatchHeader, now_ms: int, *,
+                coordinator_epoch: int | None = None) -> tuple[int, int]:
         active = self.log.active_base_offset
         base, last = self.log.append(batch, header, now_ms)
-        self.producers.update(header, base, now_ms)
+        self.producers.update(header, base, now_ms, coordinator_epoch=coordinator_epoch)
         if self.log.active_base_offset != active:
             self._snapshot()
         self._wake()
@@ -216,9 +240,37 @@ class Partition:
         returned; otherwise the marker's offset. An ABORT adds the transaction to the aborted
         index; either way the producer's transaction closes and the LSO may advance.
 
-        Raises InvalidProducerEpoch for a marker older than the producer's current epoch (a
-        zombie coordinator).
+        Raises InvalidProducerEpoch for a marker older than the producer's current epoch, and
+        TransactionCoordinatorFenced for one from an older coordinator epoch than the last
+        marker of this producer here (a zombie coordinator: its late COMMIT must not close the
+        producer's next transaction, which has the same producer epoch under TV1).
         """
+        plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        if plan is None:
+            return None
+        batch, header, first, lso_before = plan
+        base, _ = self._append(batch, header, now_ms, coordinator_epoch=coordinator_epoch)
+        self._marker_written(producer_id, commit, first, base, lso_before)
+        return base
+
+    async def append_marker_async(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int | None:
+        """``append_marker`` on any engine (awaits COMMIT on one that commits in the background)."""
+        if not self.commits_asynchronously:
+            return self.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        async with self._producer_turn(producer_id):
+            plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+            if plan is None:
+                return None
+            batch, header, first, lso_before = plan
+            base, _ = await self._append_committed(batch, header, now_ms, coordinator_epoch=coordinator_epoch)
+            self._marker_written(producer_id, commit, first, base, lso_before)
+            return base
+
+    def _marker_plan(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                     now_ms: int) -> tuple[bytes, records.BatchHeader, int, int] | None:
+        """The checks of a marker and its control batch; None when there is nothing to mark."""
         first = self.producers.ongoing.get(producer_id)
         if first is None:
             return None
@@ -228,7 +280,11 @@ class Partition:
                 f"{self.tp}: marker for producer {producer_id} has epoch {producer_epoch}, "
                 f"older than the producer's epoch {entry.epoch}"
             )
-        lso_before = self.last_stable_offset
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFenced(
+                f"{self.tp}: marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch} of its last marker here"
+            )
         batch = records.build_control_batch(
             commit=commit,
             producer_id=producer_id,
@@ -236,10 +292,11 @@ class Partition:
             coordinator_epoch=coordinator_epoch,
             timestamp_ms=now_ms,
         )
-        base, _ = self._append(batch, records.parse_header(batch), now_ms)
+        return batch, records.parse_header(batch), first, self.last_stable_offset
+
+    def _marker_written(self, producer_id: int, commit: bool, first: int, base: int, lso_before: int) -> None:
         if not commit:
             self.aborted.append(AbortedTxn(producer_id, first, base, lso_before))
-        return base
 
     def read(self, offset: int, max_bytes: int, *, read_committed: bool = False, min_one_batch: bool = True) -> ReadResult:
         """Whole batches from ``offset`` up to the high watermark (or the LSO when read_committed).
@@ -289,12 +346,18 @@ class Partition:
         self.producers.write_snapshot(extra={"aborted_last": self.aborted.last_offset})
 
 
-def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborted: AbortedTxnIndex, h: records.BatchHeader) -> None:
-    """During replay: index an ABORT marker (before ``producers.update`` closes the transaction)."""
+def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborted: AbortedTxnIndex,
+                  h: records.BatchHeader) -> int | None:
+    """During replay: read a marker of an open transaction, index it when it is an ABORT (before
+    ``producers.update`` closes the transaction); returns its coordinator epoch (None: no
+    transaction was open, nothing to read)."""
     first = producers.ongoing.get(h.producer_id)
-    if first is None or h.base_offset <= aborted.last_offset:
-        return
+    if first is None:
+        return None
     marker = records.read_control_marker(plog.read_batches(h.base_offset, h.size, h.base_offset + 1))
+    if h.base_offset <= aborted.last_offset:
+        return marker.coordinator_epoch
     if not marker.commit:
         lso_before = producers.first_unstable_offset()
         aborted.append(AbortedTxn(h.producer_id, first, h.base_offset, first if lso_before is None else lso_before))
+    return marker.coordinator_epoch

@@ -3,8 +3,9 @@ of ``__transaction_state`` on the coordinator runtime, markers through a ``Marke
 
 Every request follows the runtime's order: the shard decides (``TxnResult``: records, markers,
 answer); the records are appended as one batch and replayed into the shard; the markers are
-written, partition by partition, each ``__consumer_offsets`` one reported to the group
-coordinator (its pending offsets settle, R13); the shard is told which were written and, when
+written, every partition at once through the ``MarkerWriter`` (locally, or to each partition's
+leader in a cluster; a ``__consumer_offsets`` marker settles the group coordinator's pending
+offsets there, R13); the shard is told which were written and, when
 all are, its Complete* record is appended and replayed the same way; then the answer goes out.
 
 EndTxn: Prepare* is appended first — from then on the outcome is fixed — then the markers,
@@ -25,8 +26,9 @@ Crash points (``oncelog.faults``): ``end_txn.before_prepare``, ``end_txn.after_p
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.markers import MarkerWriter
@@ -43,9 +45,6 @@ from oncelog.protocol import records
 from oncelog.protocol.errors import ConcurrentTransactions, CoordinatorNotAvailable, KafkaError, UnknownTopicOrPartition
 from oncelog.types import TopicPartition
 
-if TYPE_CHECKING:
-    from oncelog.broker.group_coordinator import GroupCoordinator
-
 log = logging.getLogger(__name__)
 
 TXN_TOPIC = "__transaction_state"
@@ -55,13 +54,11 @@ TXN_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024
 
 class TransactionCoordinator:
     def __init__(self, replicas: ReplicaManager, clock: Clock, settings: TxnSettings, *,
-                 producer_ids: ProducerIdManager, markers: MarkerWriter, groups: "GroupCoordinator | None",
-                 coordinator_epoch: int = 0, crash: CrashPoints | None = None) -> None:
+                 producer_ids: ProducerIdManager, markers: MarkerWriter, coordinator_epoch: int = 0, crash: CrashPoints | None = None) -> None:
         self.settings = settings
         self.clock = clock
         self.producer_ids = producer_ids
         self.markers = markers
-        self.groups = groups
         self.coordinator_epoch = coordinator_epoch
         self.crash = crash or CrashPoints("")
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
@@ -76,15 +73,31 @@ class TransactionCoordinator:
             {"cleanup.policy": "compact", "segment.bytes": str(TXN_TOPIC_SEGMENT_BYTES)},
         )
         await self.runtime.load(range(self.settings.num_partitions), self._new_shard, replay_batch)
-        for shard in self.runtime.shards.values():
-            for tid in shard.in_between():
-                log.info("finishing transaction %r left in %s", tid, shard.txns[tid].state.kafka_name)
-                await self._advance(shard, tid)
+        for shard in list(self.runtime.shards.values()):
+            await self._finish_left(shard)
         return sum(len(s.txns) for s in self.runtime.shards.values())
 
-    def _new_shard(self, partition: int) -> TransactionShard:
+    def _new_shard(self, partition: int, coordinator_epoch: int | None = None) -> TransactionShard:
         return TransactionShard(partition, self.settings, new_producer_id=self.producer_ids.next_producer_id,
-                                coordinator_epoch=self.coordinator_epoch, offsets_partition=self.offsets_partition)
+                                coordinator_epoch=self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch,
+                                offsets_partition=self.offsets_partition)
+
+    def lead(self, partition: int, leader_epoch: int) -> None:
+        """Cluster mode: this broker now leads ``__transaction_state-<partition>`` under
+        ``leader_epoch``: load it in the background, with the leader epoch as the coordinator
+        epoch of its markers, then finish every transaction the previous coordinator left
+        between states (R19 across brokers)."""
+        self.runtime.load_one(partition, lambda p: self._new_shard(p, leader_epoch), replay_batch, self._finish_left)
+
+    def resign(self, partition: int) -> None:
+        """Cluster mode: this broker stopped leading ``partition``: stop serving its ids."""
+        if self.runtime.unload(partition) is not None:
+            log.info("transaction coordinator resigned %s-%d", TXN_TOPIC, partition)
+
+    async def _finish_left(self, shard: TransactionShard) -> None:
+        for tid in shard.in_between():
+            log.info("finishing transaction %r left in %s", tid, shard.txns[tid].state.kafka_name)
+            await self._advance(shard, tid)
 
     # -- placement --------------------------------------------------------------------------------
 
@@ -93,6 +106,12 @@ class TransactionCoordinator:
 
     def offsets_partition(self, group_id: str) -> TopicPartition:
         return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.settings.offsets_partitions))
+
+    def serves(self, transactional_id: str) -> bool:
+        """Whether this broker coordinates ``transactional_id`` (or is loading its partition).
+        Always true on the embedded single node."""
+        p = self.partition_of(transactional_id)
+        return p in self.runtime.shards or p in self.runtime.loading
 
     def shard_of(self, transactional_id: str) -> TransactionShard:
         return self.runtime.shard(self.partition_of(transactional_id), f"transactional id {transactional_id!r}")
@@ -220,7 +239,7 @@ class TransactionCoordinator:
                 timestamp_ms=now,
             )
             try:
-                self.runtime.append(shard.partition, batch, now)
+                await self.runtime.append(shard.partition, batch, now)
             except KafkaError as exc:
                 shard.abandon(result)
                 raise CoordinatorNotAvailable(f"cannot write the transaction log {TXN_TOPIC}-{shard.partition}: {exc}") from None
@@ -235,21 +254,12 @@ class TransactionCoordinator:
             await self._write_markers(shard, job, now, end_txn=end_txn)
 
     async def _write_markers(self, shard: TransactionShard, job: MarkerJob, now: int, *, end_txn: bool) -> None:
-        done: list[TopicPartition] = []
-        failed: list[TopicPartition] = []
-        for tp in sorted(job.partitions):
-            try:
-                await self.markers.write(job, tp, now)
-            except UnknownTopicOrPartition:
-                done.append(tp)  # the topic was deleted: nothing left to mark
-                continue
-            except KafkaError as exc:
-                log.warning("marker for %r on %s failed, will retry: %s", job.transactional_id, tp, exc)
-                failed.append(tp)
-                continue
-            done.append(tp)
-            if tp.topic == OFFSETS_TOPIC and self.groups is not None:
-                self.groups.complete_transaction(tp.partition, job.producer_id, job.commit)
+        """Write ``job``'s markers on every partition at once (in a cluster each goes to its
+        partition's leader; one slow or moving partition does not hold up the others)."""
+        tps = sorted(job.partitions)
+        outcomes = await asyncio.gather(*(self._write_marker(job, tp, now) for tp in tps))
+        done = [tp for tp, ok in zip(tps, outcomes) if ok]
+        failed = [tp for tp, ok in zip(tps, outcomes) if not ok]
         if end_txn:
             self.crash.reached("end_txn.after_markers")
         follow = shard.markers_written(job.transactional_id, done, failed, now)
@@ -257,6 +267,17 @@ class TransactionCoordinator:
             await self._execute(shard, follow, now)
             if end_txn:
                 self.crash.reached("end_txn.after_complete")
+
+    async def _write_marker(self, job: MarkerJob, tp: TopicPartition, now: int) -> bool:
+        """One marker; False when it must be retried."""
+        try:
+            await self.markers.write(job, tp, now)
+        except UnknownTopicOrPartition:
+            return True  # the topic was deleted: nothing left to mark
+        except KafkaError as exc:
+            log.warning("marker for %r on %s failed, will retry: %s", job.transactional_id, tp, exc)
+            return False
+        return True
 
     async def _advance(self, shard: TransactionShard, transactional_id: str) -> None:
         """The next step of a transaction left between states, if it has one. Failures are

@@ -48,6 +48,17 @@ def create(conn: Any, name: str, partitions: int, configs: Mapping[str, str] | N
     return topic
 
 
+def ensure(conn: Any, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicInfo:
+    """The topic ``name``, created with ``partitions`` and ``configs`` unless it exists (then
+    as it exists: an internal topic keeps the partition count its first broker gave it)."""
+    try:
+        return create(conn, name, partitions, configs)
+    except TopicAlreadyExists:
+        found = get(conn, name)
+        assert found is not None, f"topic {name!r} exists but cannot be read"
+        return found
+
+
 def get(conn: Any, name: str) -> TopicInfo | None:
     row = conn.execute(f"SELECT {_COLUMNS} FROM oncelog_topic WHERE name = %s", (name,)).fetchone()
     return None if row is None else TopicInfo(*row)

@@ -85,6 +85,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
+    WRITE_TXN_MARKERS: (1, 2),
 }
 
 

@@ -181,8 +181,11 @@ class ProducerStateManager:
                 f"{self.tp}: producer {h.producer_id} epoch {h.producer_epoch} is older than the current epoch {entry.epoch}"
             )
 
-    def update(self, h: BatchHeader, base_offset: int, now_ms: int | None = None) -> None:
-        """Apply a batch that is now in the log at ``base_offset`` (live append or replay)."""
+    def update(self, h: BatchHeader, base_offset: int, now_ms: int | None = None, *,
+               coordinator_epoch: int | None = None) -> None:
+        """Apply a batch that is now in the log at ``base_offset`` (live append or replay).
+        ``coordinator_epoch``: a marker's, when known; the producer's entry keeps the highest
+        (markers from an older coordinator epoch are then refused, ``Partition.append_marker``)."""
         last_offset = base_offset + h.last_offset_delta
         self.map_end_offset = last_offset + 1
         if h.producer_id < 0:
@@ -190,13 +193,17 @@ class ProducerStateManager:
         entry = self.entries.get(h.producer_id)
         if entry is None or h.producer_epoch > entry.epoch:
             old_txn = entry.current_txn_first_offset if entry is not None else None
+            old_coordinator = entry.coordinator_epoch if entry is not None else -1
             entry = ProducerEntry(h.producer_id, h.producer_epoch)
             entry.current_txn_first_offset = old_txn
+            entry.coordinator_epoch = old_coordinator
             self.entries[h.producer_id] = entry
         ts = h.max_timestamp if now_ms is None else now_ms
         entry.last_timestamp = max(entry.last_timestamp, ts)
         if h.is_control:
             # A transaction marker ends the producer's open transaction on this partition.
+            if coordinator_epoch is not None and coordinator_epoch > entry.coordinator_epoch:
+                entry.coordinator_epoch = coordinator_epoch
             entry.current_txn_first_offset = None
             self.ongoing.pop(h.producer_id, None)
             return

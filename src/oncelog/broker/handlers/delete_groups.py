@@ -24,7 +24,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     for group_id in req.groups_names:
         try:
             validate_group_id(group_id, allow_empty=True)
-            broker.groups.delete_group(group_id)
+            await broker.groups.delete_group(group_id)
             code = ErrorCode.none
         except KafkaError as exc:
             code = exc.code

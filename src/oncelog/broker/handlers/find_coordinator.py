@@ -3,9 +3,12 @@
 
 The coordinator of a key is the leader of partition ``abs(hash(key)) % N`` of the internal topic
 (``__consumer_offsets`` / ``__transaction_state``); with one broker that leader is always this
-broker, so the answer is this broker whenever the key is valid. In cluster mode (issue 15) the
-coordinators do not run yet: every valid key gets COORDINATOR_NOT_AVAILABLE. ``RESOLVERS`` maps each key type
-to the check of its keys; adding a key type is one entry. v4+ asks for many keys at once.
+broker, so the answer is this broker whenever the key is valid. In cluster mode (issue 15) it
+is the live broker the store names as that partition's leader (from this broker's latest view;
+COORDINATOR_NOT_AVAILABLE while the partition has no live leader). The named broker may still
+be loading the partition (it answers COORDINATOR_LOAD_IN_PROGRESS) or may have lost it since
+(NOT_COORDINATOR): clients ask again, as with Kafka. ``RESOLVERS`` maps each key type to the
+check of its keys; adding a key type is one entry. v4+ asks for many keys at once.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from oncelog.protocol import apis
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
+from oncelog.types import TopicPartition
 
 API_KEY = apis.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
@@ -36,38 +40,44 @@ def _transaction_key(broker: BrokerContext, key: str) -> None:
 RESOLVERS: dict[int, Callable[[BrokerContext, str], None]] = {GROUP: _group_key, TRANSACTION: _transaction_key}
 
 
-def _resolve(broker: BrokerContext, key_type: int, key: str) -> ErrorCode:
+#: key type -> the internal topic whose partition leader coordinates the key
+TOPICS = {GROUP: "__consumer_offsets", TRANSACTION: "__transaction_state"}
+
+
+def _resolve(broker: BrokerContext, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
+    """(error, node id, host, port) of the coordinator of ``key``."""
     check = RESOLVERS.get(key_type)
     if check is None:
-        return ErrorCode.invalid_request
+        return ErrorCode.invalid_request, -1, "", -1
     try:
         check(broker, key)
     except KafkaError as exc:
-        return exc.code
-    if broker.cluster is not None:
-        return ErrorCode.coordinator_not_available  # no coordinators in cluster mode yet (docs/CLUSTER.md)
-    return ErrorCode.none
+        return exc.code, -1, "", -1
+    if broker.cluster is None:
+        return ErrorCode.none, broker.node_id, broker.advertised_host, broker.advertised_port
+    view = broker.cluster.view
+    if key_type == GROUP:
+        partition = broker.groups.partition_for(key)
+    else:
+        partition = broker.transactions.partition_of(key)
+    leader, _ = view.leader(TopicPartition(TOPICS[key_type], partition))
+    node = view.broker(leader) if leader >= 0 else None
+    if node is None:
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    return ErrorCode.none, node.node_id, node.host, node.port
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    node, host, port = broker.node_id, broker.advertised_host, broker.advertised_port
     key_type = getattr(req, "key_type", GROUP)
     if request.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys:
-            code = _resolve(broker, key_type, key)
-            ok = code == ErrorCode.none
+            code, node, host, port = _resolve(broker, key_type, key)
             coordinators.append(
-                m.Coordinator(
-                    key=key, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
-                    error_code=code, error_message=None,
-                )
+                m.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
             )
         return m.FindCoordinatorResponse(coordinators=tuple(coordinators))
-    code = _resolve(broker, key_type, req.key)
-    ok = code == ErrorCode.none
-    return m.FindCoordinatorResponse(
-        error_code=code, error_message=None, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1
-    )
+    code, node, host, port = _resolve(broker, key_type, req.key)
+    return m.FindCoordinatorResponse(error_code=code, error_message=None, node_id=node, host=host, port=port)

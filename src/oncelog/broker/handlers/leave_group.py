@@ -31,7 +31,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     try:
         groups = broker.groups
         validate_group_id(req.group_id)
-        errors = groups.leave_group(req.group_id, leaving)
+        errors = await groups.leave_group(req.group_id, leaving)
     except KafkaError as exc:
         return m.LeaveGroupResponse(error_code=exc.code, members=())
     codes = [ErrorCode.none if e is None else e.code for e in errors]

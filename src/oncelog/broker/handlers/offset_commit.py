@@ -32,7 +32,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         groups = broker.groups
         validate_group_id(req.group_id, allow_empty=True)
         if offsets:
-            errors = groups.commit_offsets(
+            errors = await groups.commit_offsets(
                 req.group_id, req.generation_id_or_member_epoch, req.member_id, getattr(req, "group_instance_id", None),
                 offsets, retention_ms=ms(retention) if retention is not None else -1,
             )

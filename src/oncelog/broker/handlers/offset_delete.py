@@ -35,7 +35,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 codes[tp] = ErrorCode.unknown_topic_or_partition
     try:
         validate_group_id(req.group_id)
-        errors = broker.groups.delete_offsets(req.group_id, known)
+        errors = await broker.groups.delete_offsets(req.group_id, known)
     except KafkaError as exc:
         return m.OffsetDeleteResponse(error_code=exc.code, topics=())
     for tp, err in errors.items():

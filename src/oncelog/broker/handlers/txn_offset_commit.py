@@ -37,8 +37,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if offsets:
             # Only the current producer of an Ongoing transaction that added this group's
             # offsets partition may commit offsets in it (as it may produce, R9, R12).
-            broker.transactions.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
-            errors = groups.txn_commit_offsets(
+            if broker.transactions.serves(req.transactional_id):  # cluster mode: else on another broker
+                broker.transactions.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                       req.group_id)
+            errors = await groups.txn_commit_offsets(
                 req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
                 getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), offsets,
             )

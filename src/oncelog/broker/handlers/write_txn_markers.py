@@ -1,0 +1,47 @@
+"""WriteTxnMarkers (27): append COMMIT/ABORT markers on partitions this broker leads (R14).
+
+Sent by a transaction coordinator on another broker of the cluster (broker/markers.py) and by
+admin tools aborting a hanging transaction (``kafka-transactions.sh abort``). Each partition is
+written by ``markers.write_local``, the same code the local coordinator uses: idempotent (a
+partition where the producer has no open transaction is answered NONE, nothing written), a
+marker from an older producer epoch gets INVALID_PRODUCER_EPOCH, one from an older coordinator
+epoch than the last marker of that producer there TRANSACTION_COORDINATOR_FENCED, a partition
+this broker does not lead NOT_LEADER_OR_FOLLOWER (the coordinator retries at the new leader).
+The markers of one request are written one after the other; each partition gets its own code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker import markers
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.framing import Request
+from oncelog.protocol.messages import Builder
+from oncelog.types import TopicPartition
+
+API_KEY = apis.WRITE_TXN_MARKERS
+
+
+async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    m = Builder(API_KEY, request.api_version)
+    now = broker.clock.now_ms()
+    results = []
+    for marker in request.body.markers:
+        topics = []
+        for topic in marker.topics:
+            parts = []
+            for index in topic.partition_indexes:
+                try:
+                    await markers.write_local(broker.replicas, broker.groups, marker.producer_id,
+                                              marker.producer_epoch, bool(marker.transaction_result),
+                                              marker.coordinator_epoch, TopicPartition(topic.name, index), now)
+                    code = ErrorCode.none
+                except KafkaError as exc:
+                    code = exc.code
+                parts.append(m.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
+            topics.append(m.WritableTxnMarkerTopicResult(name=topic.name, partitions=tuple(parts)))
+        results.append(m.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=tuple(topics)))
+    return m.WriteTxnMarkersResponse(markers=tuple(results))
