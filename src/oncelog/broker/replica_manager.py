@@ -351,6 +351,11 @@ class ReplicaManager:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
         return self._by_id.get(topic_id)
 
+    def exists(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is a partition of a known topic (led here or, in cluster mode, elsewhere)."""
+        meta = self.topics.get(tp.topic)
+        return meta is not None and 0 <= tp.partition < meta.num_partitions
+
     def partition(self, topic: str, index: int) -> Partition:
         """The partition this broker leads. Raises NotLeaderOrFollower for a partition of a
         known topic that is not open here (in cluster mode: another broker leads it; embedded,

@@ -33,7 +33,7 @@ def requested_offsets(broker: BrokerContext, topics: Any) -> tuple[dict[TopicPar
     for t in topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
-            if tp not in broker.replicas.partitions:
+            if not broker.replicas.exists(tp):
                 codes[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 offsets[tp] = OffsetCommitData(

@@ -25,7 +25,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     wanted = [TopicPartition(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     codes: dict[TopicPartition, ErrorCode] = {}
-    unknown = {tp for tp in wanted if tp not in broker.replicas.partitions}
+    unknown = {tp for tp in wanted if not broker.replicas.exists(tp)}
     if unknown:
         codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted for tp in wanted}
     else:
