@@ -75,6 +75,8 @@ def copy_cmd(
     seed: Optional[int] = typer.Option(None, help="replay a run"),
     time_limit: float = typer.Option(900.0, help="seconds before unfinished copiers count as a failure"),
     work_dir: Optional[Path] = typer.Option(None, help="keep the broker's and copiers' files here"),
+    cluster: int = typer.Option(0, "--cluster", help="run on this many brokers sharing a PostgreSQL started here "
+                                "(faults: broker SIGKILL/SIGSTOP, PostgreSQL restarts); 0: one embedded broker"),
 ) -> None:
     """Scenario 1: transactional copy while the broker and the copiers are SIGKILLed (Kafka's
     transactions_test.py), with a concurrent read_committed reader."""
@@ -90,11 +92,11 @@ def copy_cmd(
                           f"restarts {r.copier_restarts}, watchdog {r.watchdog_kills}")
 
         r = copy.run(work, records=records, partitions=partitions, broker_kills=broker_kills,
-                     copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress)
+                     copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress, cluster=cluster)
     rows = [
         ("input records", str(r.records)), ("output records (read_committed)", str(r.copied)),
         ("records seen by the concurrent reader", str(r.reader_records)),
-        ("fault: broker SIGKILL", str(r.broker_kills)), ("fault: copier SIGKILL", str(r.copier_kills)),
+        *[(f"fault: {kind}", str(n)) for kind, n in sorted(r.faults.items())], ("fault: copier SIGKILL", str(r.copier_kills)),
         ("copier restarts after a client error", str(r.copier_restarts)),
         ("copiers killed by the watchdog (client hang, librdkafka #5456)", str(r.watchdog_kills)),
         ("wall time", f"{r.seconds:.1f} s"),

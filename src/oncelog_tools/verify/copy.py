@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oncelog.process import BrokerProcess
 from oncelog_tools.verify.checker import Anomaly
+from oncelog_tools.verify.targets import Cluster, SingleBroker, Target
 from oncelog_tools.verify.copier import HEARTBEAT_ENV
 
 INPUT, OUTPUT = "input", "output"
@@ -36,7 +36,8 @@ WATCHDOG_S = 30.0
 class CopyResult:
     records: int = 0
     copied: int = 0
-    broker_kills: int = 0
+    broker_kills: int = 0  # faults of the target (broker, or cluster: see targets.py)
+    faults: dict[str, int] = field(default_factory=dict)  # by kind
     copier_kills: int = 0
     copier_restarts: int = 0
     #: copiers whose client hung (no transaction finished for WATCHDOG_S) and were killed
@@ -121,15 +122,17 @@ def _final_read(bootstrap: str, partitions: int, expected: int) -> dict[int, lis
 
 def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_kills: int, seed: int,
         time_limit: float = 900.0, progress=None, txn_records: int = 500,
-        txn_pause_ms: int = 0) -> CopyResult:  # type: ignore[no-untyped-def]
+        txn_pause_ms: int = 0, cluster: int = 0) -> CopyResult:  # type: ignore[no-untyped-def]
     """``txn_records`` caps the records per transaction and ``txn_pause_ms`` pauses each copier
-    after every transaction: small runs use them so that the faults land while copying."""
+    after every transaction: small runs use them so that the faults land while copying.
+    ``cluster``: that many brokers on a PostgreSQL (issue 15; ``broker_kills`` then counts the
+    cluster's faults: broker SIGKILL, SIGSTOP, PostgreSQL restarts, targets.Cluster); 0: the
+    embedded single broker."""
     rng = random.Random(seed)
     result = CopyResult(records=records)
     start = time.monotonic()
-    broker = BrokerProcess(work / "data", log_path=work / "broker.log",
-                           overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
-    broker.start()
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+    broker: Target = Cluster(work, overrides, brokers=cluster) if cluster else SingleBroker(work, overrides)
     copiers: dict[int, subprocess.Popen[bytes]] = {}
     done: set[int] = set()
     reader = _Reader(broker.bootstrap, partitions)
@@ -175,10 +178,9 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
             if faults and time.monotonic() >= next_fault:
                 fault = faults.pop()
                 if fault == "broker":
-                    broker.kill()
+                    kind = broker.fault(rng)
                     result.broker_kills += 1
-                    time.sleep(rng.uniform(0.0, 1.5))
-                    broker.start(timeout=60)
+                    result.faults[kind] = result.faults.get(kind, 0) + 1
                 elif copiers:
                     p = rng.choice(sorted(copiers))
                     copiers[p].kill()
