@@ -1,0 +1,164 @@
+"""Transactions and groups across three brokers on one real PostgreSQL (issue 15, R8-R14, R19).
+
+* One transaction writes to partitions led by all three brokers and commits consumer offsets
+  to a group whose coordinator is another broker than the transaction's coordinator; committed
+  transactions are read (read_committed) whole, aborted ones not at all, and the group's
+  committed offset is the last committed transaction's — with confluent-kafka and kafka-python.
+* A consumer group (subscribe, commit) works when its coordinator is not the bootstrap broker.
+* The transactional copy of ``oncelog verify copy --cluster`` in small: copiers and a
+  read_committed reader while brokers are SIGKILLed / SIGSTOPped and PostgreSQL restarts;
+  0 anomalies (lost, duplicate, aborted read, order).
+
+Every wait is bounded; all traffic is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import kafka_clients as kc
+from oncelog.client import ProtocolClient
+from oncelog.process import BrokerProcess
+from oncelog.protocol import apis
+from oncelog_tools.verify import copy
+from txn_clients import TxnProducer
+
+SMALL = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "400",
+         "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6"}
+PARTITIONS = 6
+
+
+@pytest.fixture
+def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
+    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SMALL) for n in (1, 2, 3)]
+    try:
+        for b in brokers:
+            b.start(timeout=60)
+        yield brokers
+    finally:
+        for b in brokers:
+            try:
+                b.stop(timeout=30)
+            except Exception:
+                b.kill()
+
+
+def _coordinator(bootstrap: str, key_type: int, key: str) -> int:
+    """The node id FindCoordinator names for ``key`` (bounded retries while it has none)."""
+    c = ProtocolClient(bootstrap.split(",")[0])
+    try:
+        m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
+        for _ in range(50):
+            r = c.request(apis.FIND_COORDINATOR, m(key_type=key_type, coordinator_keys=(key,)), version=4)
+            if r.coordinators[0].error_code == 0:
+                return r.coordinators[0].node_id
+            time.sleep(0.2)
+    finally:
+        c.sock.close()
+    raise AssertionError(f"no coordinator for {key!r}")
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def _wait_spread(bootstrap: str, topic: str) -> None:
+    for _ in range(100):
+        if len(set(_leaders(bootstrap, topic).values())) == 3:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}'s leaders did not spread over 3 brokers: {_leaders(bootstrap, topic)}")
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+def test_one_transaction_spans_three_brokers_and_a_remote_group_coordinator(cluster: list[BrokerProcess],
+                                                                            client: str) -> None:
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    topic = f"spread-{client}"
+    kc.create_topic("confluent", bootstrap, topic, PARTITIONS)
+    kc.create_topic("confluent", bootstrap, "source", 1)
+    _wait_spread(bootstrap, topic)
+    tid = f"txn-{client}"
+    txn_node = _coordinator(bootstrap, 1, tid)
+    group = next(g for g in (f"group-{client}-{i}" for i in range(200)) if _coordinator(bootstrap, 0, g) != txn_node)
+    assert _coordinator(bootstrap, 0, group) != txn_node
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    group_consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    p = TxnProducer(client, bootstrap, tid)
+    try:
+        p.init()
+        for i in range(6):
+            p.begin()
+            for part in range(PARTITIONS):
+                p.send(topic, f"{i}-{part}".encode(), partition=part)
+            p.send_offsets({("source", 0): 10 * (i + 1)}, group, group_consumer)
+            if i % 3 == 2:
+                p.abort()
+            else:
+                p.commit()
+    finally:
+        p.close()
+        group_consumer.close()
+
+    got = kc.consume("confluent", bootstrap, topic, list(range(PARTITIONS)), expected=4 * PARTITIONS,
+                     isolation="read_committed", timeout=60, settle=1.0)
+    values = sorted(v.decode() for _p, _o, _k, v in got if v is not None)
+    assert values == sorted(f"{i}-{part}" for i in (0, 1, 3, 4) for part in range(PARTITIONS))
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = c.committed([TopicPartition("source", 0)], timeout=20)
+    finally:
+        c.close()
+    assert committed[0].offset == 50  # transaction 4 committed, 5 aborted
+
+
+def test_subscribed_group_commits_through_its_coordinator(cluster: list[BrokerProcess]) -> None:
+    from confluent_kafka import Consumer
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    kc.create_topic("confluent", bootstrap, "events", 3)
+    _wait_spread(bootstrap, "events")
+    kc.produce("confluent", bootstrap, "events", [(p, None, f"v{p}-{i}".encode()) for p in range(3) for i in range(20)])
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "readers", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    seen = 0
+    try:
+        c.subscribe(["events"])
+        deadline = time.monotonic() + 60
+        while seen < 60 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                seen += 1
+        assert seen == 60
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "readers", "enable.auto.commit": False})
+    try:
+        from confluent_kafka import TopicPartition
+
+        committed = c.committed([TopicPartition("events", p) for p in range(3)], timeout=20)
+    finally:
+        c.close()
+    assert [tp.offset for tp in committed] == [20, 20, 20]
+
+
+def test_transactional_copy_under_cluster_faults(tmp_path: Path) -> None:
+    """Copiers (confluent-kafka, sendOffsetsToTransaction, a third aborted) and a read_committed
+    reader while the cluster suffers 5 faults (seeded: broker SIGKILLs, a SIGSTOP past the
+    session, PostgreSQL restarts) and the copiers 2 SIGKILLs."""
+    result = copy.run(tmp_path, records=6_000, partitions=3, broker_kills=5, copier_kills=2, seed=3, time_limit=300,
+                      txn_records=100, txn_pause_ms=100, cluster=3)
+    assert result.broker_kills == 5 and result.copier_kills == 2
+    assert result.copied == 6_000
+    assert result.anomalies == []
