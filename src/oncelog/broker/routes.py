@@ -32,6 +32,7 @@ from oncelog.broker.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
     txn_offset_commit,
@@ -47,7 +48,8 @@ ROUTES: dict[int, Handler] = {
         add_offsets_to_txn, add_partitions_to_txn, api_versions, create_topics, delete_groups, delete_records,
         delete_topics, describe_cluster, describe_configs, describe_groups, end_txn, fetch, find_coordinator,
         heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
-        offset_commit, offset_delete, offset_fetch, produce, sync_group, txn_offset_commit, write_txn_markers,
+        offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit,
+        write_txn_markers,
     )
 }
 

@@ -332,6 +332,30 @@ class PgPartitionLog:
             pass
         return max(h.base_offset, self._start), h.max_timestamp
 
+    # -- leader epochs (KIP-320; storage/leader_epochs.py) ----------------------------------
+
+    def epoch_bounds(self, epoch: int) -> tuple[int | None, int | None]:
+        """The largest leader epoch <= ``epoch`` of a stored batch, and the base offset of the
+        first batch of a greater epoch: one statement, two probes of the index on
+        ``(partition_id, leader_epoch, base_offset)`` (epochs grow along the offsets, so the
+        first row of the next epoch in that order is the first batch after ``epoch``)."""
+        rows = self._query(
+            "SELECT (SELECT leader_epoch FROM oncelog_batch WHERE partition_id = %(p)s AND leader_epoch <= %(e)s "
+            "ORDER BY leader_epoch DESC LIMIT 1), "
+            "(SELECT base_offset FROM oncelog_batch WHERE partition_id = %(p)s AND leader_epoch > %(e)s "
+            "ORDER BY leader_epoch, base_offset LIMIT 1)", {"p": self.partition_id, "e": epoch})
+        return (rows[0][0], rows[0][1]) if rows else (None, None)
+
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the batch holding ``offset`` (primary-key probe); this engine's epoch at
+        or past the committed end, or when no batch holds it."""
+        if offset >= self.log_end_offset:
+            return self.leader_epoch
+        rows = self._query(
+            "SELECT leader_epoch FROM oncelog_batch WHERE partition_id = %(p)s AND base_offset <= %(o)s "
+            "ORDER BY base_offset DESC LIMIT 1", {"p": self.partition_id, "o": offset})
+        return rows[0][0] if rows else self.leader_epoch
+
     # -- retention --------------------------------------------------------------------------
 
     def set_log_start_offset(self, offset: int, now_ms: int | None = None) -> None:

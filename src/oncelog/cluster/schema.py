@@ -15,6 +15,11 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     base_offset)``, with the header fields that fetch, ListOffsets, retention, producer-state
     recovery and the aborted-transaction index need as columns. ``data`` is stored EXTERNAL
     (out of line, uncompressed): batches are usually compressed by the producer already.
+    ``leader_epoch`` is the epoch of the leader that wrote the batch (also in the batch's
+    partitionLeaderEpoch); epochs grow along the offsets, and the index ``oncelog_batch_epoch``
+    on ``(partition_id, leader_epoch, base_offset)`` answers OffsetForLeaderEpoch (KIP-320)
+    with two probes. Created by ``CREATE INDEX IF NOT EXISTS`` like the rest: a database made
+    before it gets it (built once) when the first broker starts.
 
 ``oncelog_topic``
     One row per topic: ``name``, ``topic_id`` (a UUID, as Kafka's), ``partitions`` (the count),
@@ -78,6 +83,8 @@ CREATE TABLE IF NOT EXISTS oncelog_batch (
     CHECK (last_offset >= base_offset AND size = octet_length(data))
 );
 ALTER TABLE oncelog_batch ALTER COLUMN data SET STORAGE EXTERNAL;
+-- OffsetForLeaderEpoch (KIP-320): a partition's epoch history is its batches' leader epochs
+CREATE INDEX IF NOT EXISTS oncelog_batch_epoch ON oncelog_batch (partition_id, leader_epoch, base_offset);
 
 CREATE TABLE IF NOT EXISTS oncelog_topic (
     name       text        PRIMARY KEY,

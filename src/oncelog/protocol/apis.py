@@ -7,6 +7,8 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
 * Metadata reaches v12 (kafka-python infers the broker version from Metadata's range and needs
   v4 or more); v10+ returns real topic ids, which we keep per topic.
 * Produce v3+ only: magic 2 record batches are the only format the log stores.
+* OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
+  them; librdkafka and the Java consumer send v2+.
 
 Message classes come from ``kio`` (generated from Kafka's own JSON schemas); ``message_class``
 resolves them by (api key, version, request/response).
@@ -42,6 +44,7 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
+OFFSET_FOR_LEADER_EPOCH = 23
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
@@ -77,6 +80,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_TOPICS: (1, 6),
     DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 4),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ADD_PARTITIONS_TO_TXN: (0, 3),
     ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3),

@@ -110,3 +110,5 @@ TopicDeletionDisabled = _define("TopicDeletionDisabled", ErrorCode.topic_deletio
 UnknownTopicId = _define("UnknownTopicId", ErrorCode.unknown_topic_id)
 PolicyViolation = _define("PolicyViolation", ErrorCode.policy_violation)
 OffsetMetadataTooLarge = _define("OffsetMetadataTooLarge", ErrorCode.offset_metadata_too_large)
+FencedLeaderEpoch = _define("FencedLeaderEpoch", ErrorCode.fenced_leader_epoch)
+UnknownLeaderEpoch = _define("UnknownLeaderEpoch", ErrorCode.unknown_leader_epoch)

@@ -120,6 +120,23 @@ class PartitionEngine(Protocol):
         at batch granularity (the batch's base offset and max timestamp)."""
         ...
 
+    @property
+    def leader_epoch(self) -> int:
+        """The leader epoch this engine writes into the batches it appends (each batch's
+        partitionLeaderEpoch): local 0, PostgreSQL the epoch it leads under."""
+        ...
+
+    def epoch_bounds(self, epoch: int) -> tuple[int | None, int | None]:
+        """For OffsetForLeaderEpoch (``storage/leader_epochs.py``): the largest leader epoch <=
+        ``epoch`` among the stored batches (None if none), and the base offset of the first
+        stored batch whose leader epoch > ``epoch`` (None if none)."""
+        ...
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch of the batch holding ``offset`` (ListOffsets answers it); the
+        current ``leader_epoch`` at or past the log end."""
+        ...
+
     def set_log_start_offset(self, offset: int, now_ms: int | None = None) -> None:
         """Advance the log start (DeleteRecords); no-op if not an advance; OffsetOutOfRange
         beyond the log end. Durable: it survives restarts."""

@@ -223,6 +223,22 @@ class PartitionLog:
         return self._segments[-1].base_offset
 
     @property
+    def leader_epoch(self) -> int:
+        """Always 0: the embedded broker is the only leader this log ever has, and every batch
+        it appends carries partitionLeaderEpoch 0."""
+        return 0
+
+    def epoch_bounds(self, epoch: int) -> tuple[int | None, int | None]:
+        """Every batch has epoch 0 (see ``leader_epoch``): (0, None) for an epoch >= 0, (None,
+        the log start) below it; (None, None) for an empty log."""
+        if self.log_end_offset <= self._log_start:
+            return None, None
+        return (0, None) if epoch >= 0 else (None, self._log_start)
+
+    def epoch_at(self, offset: int) -> int:
+        return 0
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         """The live segments, oldest first (read-only view for tests and tooling)."""
         return tuple(self._segments)

@@ -13,6 +13,13 @@ waiting at once when its connection closes, so a parked fetch never outlives its
 Isolation: read_uncommitted reads up to the high watermark; read_committed up to the last stable
 offset (R15).
 
+Leader epochs (KIP-320, v9+): a partition whose ``current_leader_epoch`` (-1: not checked) is
+older than the leader's answers FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, and
+nothing is read for it. ``current_leader`` (KIP-951) is not filled: Kafka fills it from Fetch
+v16 on, with the NodeEndpoints that come with it, and we stop at v12. ``last_fetched_epoch``
+(v12+, sent by followers; consumers send -1) is not checked: there are no followers, so no
+``diverging_epoch`` is ever answered.
+
 Fetch sessions (KIP-227) are not kept: every answer has session id 0, which tells clients to
 send full fetch requests; that is a documented, supported mode of the protocol.
 """
@@ -29,6 +36,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
 from oncelog.storage.engine import parts_length
+from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1
@@ -49,6 +57,9 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
             part = None
             try:
                 part = rm.partition(t.topic, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
+                # KIP-320 (v9+): FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH before any read
+                check_current_epoch(f"{t.topic}-{p.partition}", getattr(p, "current_leader_epoch", UNDEFINED_EPOCH),
+                                    part.log.leader_epoch)
                 parts_seen.append(part)
                 limit = min(p.partition_max_bytes, max(budget - total, 0))
                 res = part.read(p.fetch_offset, limit, read_committed=read_committed, min_one_batch=first_data)

@@ -4,6 +4,11 @@ Special timestamps: -2 earliest (the log start offset), -1 latest (the high wate
 last stable offset for read_committed requests), -3 the batch holding the largest timestamp
 (KIP-734). Any other timestamp: the first offset whose batch has a timestamp >= it, or -1 when
 none does.
+
+Leader epochs (KIP-320, v4+): ``current_leader_epoch`` older than the leader's answers
+FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (-1: not checked). The answer's leader epoch is
+Kafka's: the leader's current epoch for -1 (latest), the epoch of the batch holding the offset
+otherwise (embedded: always 0).
 """
 
 from __future__ import annotations
@@ -15,24 +20,32 @@ from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
+from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 
 API_KEY = apis.LIST_OFFSETS
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def _lookup(part: Any, ts: int, read_committed: bool) -> tuple[int, int]:
-    if ts == EARLIEST:
-        return -1, part.log_start_offset
+def _lookup(part: Any, ts: int, read_committed: bool) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) as Kafka answers them: latest carries the leader's
+    current epoch, the others the epoch of the batch holding the offset found."""
+    plog = part.log
     if ts == LATEST:
-        return -1, part.last_stable_offset if read_committed else part.high_watermark
+        return -1, part.last_stable_offset if read_committed else part.high_watermark, plog.leader_epoch
+    if ts == EARLIEST:
+        start = part.log_start_offset
+        return -1, start, plog.epoch_at(start)
     if ts == MAX_TIMESTAMP:
-        found = part.log.max_timestamp_offset()
-        return found if found is not None else (-1, -1)
-    found = part.log.offset_for_timestamp(ts)
-    if found is None:
-        return -1, -1
-    offset, found_ts = found
-    return found_ts, offset
+        found = plog.max_timestamp_offset()
+        if found is None:
+            return -1, -1, -1
+        found_ts, offset = found
+    else:
+        found = plog.offset_for_timestamp(ts)
+        if found is None:
+            return -1, -1, -1
+        offset, found_ts = found
+    return found_ts, offset, plog.epoch_at(offset)
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -45,10 +58,13 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         for p in t.partitions:
             try:
                 part = broker.replicas.partition(t.name, p.partition_index)
-                ts, offset = _lookup(part, p.timestamp, read_committed)
+                check_current_epoch(f"{t.name}-{p.partition_index}",
+                                    getattr(p, "current_leader_epoch", UNDEFINED_EPOCH), part.log.leader_epoch)
+                ts, offset, epoch = _lookup(part, p.timestamp, read_committed)
                 results.append(
                     m.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index, error_code=ErrorCode.none, timestamp=ts, offset=offset, leader_epoch=0
+                        partition_index=p.partition_index, error_code=ErrorCode.none, timestamp=ts, offset=offset,
+                        leader_epoch=epoch,
                     )
                 )
             except KafkaError as exc:
