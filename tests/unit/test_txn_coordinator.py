@@ -4,6 +4,8 @@ directory with a manual clock: transitions, fencing, markers, timeouts, expiry, 
 
 from __future__ import annotations
 
+import asyncio
+
 import dataclasses
 import itertools
 from pathlib import Path
@@ -180,6 +182,24 @@ def test_marker_failure_does_not_block_other_partitions_and_is_retried(cluster: 
         c.add_partitions("tx", pid, epoch, {ORDERS0})
     cluster.fail_markers.clear()
     assert c.retry_unfinished() == 0
+    assert c.txns["tx"].state is TxnState.COMPLETE_COMMIT
+    assert cluster.committed_values(INVENTORY0) == [b"i"]
+
+
+def test_failed_markers_are_retried_soon_without_the_cleanup_timer(cluster: Cluster) -> None:
+    """A marker that failed (in a cluster: a partition between leaders) is tried again within a
+    second, doubling the wait, not only at the cleanup interval (10 s by default)."""
+    c = cluster.coord
+    pid, epoch = c.init_producer_id("tx", 10_000)
+    c.add_partitions("tx", pid, epoch, {ORDERS0, INVENTORY0})
+    cluster.produce(pid, epoch, ORDERS0, b"o")
+    cluster.produce(pid, epoch, INVENTORY0, b"i")
+    cluster.fail_markers.add(INVENTORY0)
+    c.end_txn("tx", pid, epoch, commit=True)
+    cluster.loop.run_until_complete(asyncio.sleep(0.4))  # one retry, still failing: next in 0.5 s
+    assert c.txns["tx"].state is TxnState.PREPARE_COMMIT
+    cluster.fail_markers.clear()
+    cluster.loop.run_until_complete(asyncio.sleep(0.8))
     assert c.txns["tx"].state is TxnState.COMPLETE_COMMIT
     assert cluster.committed_values(INVENTORY0) == [b"i"]
 

@@ -9,16 +9,22 @@ offsets there, R13); the shard is told which were written and, when
 all are, its Complete* record is appended and replayed the same way; then the answer goes out.
 
 EndTxn: Prepare* is appended first — from then on the outcome is fixed — then the markers,
-then Complete*. **Difference from Kafka:** with local partitions the markers are written before
-EndTxn answers, so when a producer's commit returns, read_committed consumers can already read
-its data (Kafka answers after Prepare* and writes the markers afterwards). A marker that fails
-is retried every transaction.abort.timed.out.transaction.cleanup.interval.ms without holding up
-the other partitions; meanwhile the transaction stays Prepare* and new requests for it are told
+then Complete*. **Difference from Kafka:** the markers are written before EndTxn answers, so
+when a producer's commit returns, read_committed consumers can already read its data (Kafka
+answers after Prepare* and writes the markers afterwards). A marker that fails is retried after
+MARKER_RETRY_FIRST_S, doubling up to MARKER_RETRY_MAX_S, and at every
+transaction.abort.timed.out.transaction.cleanup.interval.ms, without holding up the other
+partitions; meanwhile the transaction stays Prepare* and new requests for it are told
 CONCURRENT_TRANSACTIONS.
 
 Loading: at start, before the broker listens, every partition is replayed (the same replay as
 live writes), then every transaction left between states is pushed on (R19): the abort after
 an epoch fence, the markers and the completion of a Prepare*.
+
+Cluster mode (issue 15): ``lead(partition, leader_epoch)`` loads one partition of
+``__transaction_state`` when this broker becomes its leader (the leader epoch is the
+coordinator epoch of its markers) and finishes what the previous coordinator left (R19 across
+brokers); ``resign`` drops it. Markers go to each partition's leader (markers.ClusterMarkerWriter).
 
 Crash points (``oncelog.faults``): ``end_txn.before_prepare``, ``end_txn.after_prepare``,
 ``end_txn.after_markers``, ``end_txn.after_complete``.
@@ -50,6 +56,10 @@ log = logging.getLogger(__name__)
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024
+#: first and longest wait before markers that failed are tried again (doubling in between);
+#: the periodic cleanup (transaction.abort.timed.out.transaction.cleanup.interval.ms) also retries
+MARKER_RETRY_FIRST_S = 0.25
+MARKER_RETRY_MAX_S = 4.0
 
 
 class TransactionCoordinator:
@@ -62,6 +72,9 @@ class TransactionCoordinator:
         self.coordinator_epoch = coordinator_epoch
         self.crash = crash or CrashPoints("")
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
+        self._marker_retries: dict[str, int] = {}  # transactional id -> failed marker rounds in a row
+        self._retry_timers: dict[str, asyncio.TimerHandle] = {}
+        self._retry_tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -262,11 +275,35 @@ class TransactionCoordinator:
         failed = [tp for tp, ok in zip(tps, outcomes) if not ok]
         if end_txn:
             self.crash.reached("end_txn.after_markers")
+        if failed:
+            self._retry_soon(shard, job.transactional_id)
+        else:
+            self._marker_retries.pop(job.transactional_id, None)
         follow = shard.markers_written(job.transactional_id, done, failed, now)
         if follow:
             await self._execute(shard, follow, now)
             if end_txn:
                 self.crash.reached("end_txn.after_complete")
+
+    def _retry_soon(self, shard: TransactionShard, transactional_id: str) -> None:
+        """Try the markers of ``transactional_id`` again after a short, doubling wait (a
+        partition moving between brokers usually has its new leader within a second or two;
+        read_committed consumers wait at the LSO meanwhile), unless a retry is already due."""
+        if transactional_id in self._retry_timers:
+            return
+        rounds = self._marker_retries.get(transactional_id, 0)
+        self._marker_retries[transactional_id] = rounds + 1
+        delay = min(MARKER_RETRY_MAX_S, MARKER_RETRY_FIRST_S * 2 ** rounds)
+
+        def fire() -> None:
+            self._retry_timers.pop(transactional_id, None)
+            if self.runtime.shards.get(shard.partition) is not shard:
+                return  # the partition moved: its new coordinator finishes the transaction
+            task = asyncio.get_running_loop().create_task(self._advance(shard, transactional_id))
+            self._retry_tasks.add(task)
+            task.add_done_callback(self._retry_tasks.discard)
+
+        self._retry_timers[transactional_id] = asyncio.get_running_loop().call_later(delay, fire)
 
     async def _write_marker(self, job: MarkerJob, tp: TopicPartition, now: int) -> bool:
         """One marker; False when it must be retried."""
