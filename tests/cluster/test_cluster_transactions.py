@@ -162,3 +162,62 @@ def test_transactional_copy_under_cluster_faults(tmp_path: Path) -> None:
     assert result.broker_kills == 5 and result.copier_kills == 2
     assert result.copied == 6_000
     assert result.anomalies == []
+
+
+def _node_bootstrap(cluster: list[BrokerProcess], node: int) -> str:
+    return next(b.bootstrap for b in cluster if b.node_id == node)
+
+
+def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(cluster: list[BrokerProcess]) -> None:
+    """KIP-890 verification across brokers: a transactional batch for a partition the
+    transaction never added, sent to its leader on another broker than the coordinator, is
+    refused (INVALID_TXN_STATE) after the leader asked the coordinator (AddPartitionsToTxn v4
+    verify_only); once the partition is added, the same batch is appended. Crafted requests."""
+    import datetime
+
+    from oncelog.protocol import records
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    kc.create_topic("confluent", bootstrap, "verified", PARTITIONS)
+    _wait_spread(bootstrap, "verified")
+    leaders = _leaders(bootstrap, "verified")
+    tid = "verify-me"
+    coordinator = _coordinator(bootstrap, 1, tid)
+    part = next(p for p, node in leaders.items() if node != coordinator)
+
+    coord = ProtocolClient(_node_bootstrap(cluster, coordinator))
+    leader = ProtocolClient(_node_bootstrap(cluster, leaders[part]))
+    try:
+        v = coord.version_for(apis.INIT_PRODUCER_ID)
+        init = coord.classes(apis.INIT_PRODUCER_ID, v)["InitProducerIdRequest"]
+        kw = dict(transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60))
+        if v >= 3:
+            kw.update(producer_id=-1, producer_epoch=-1)
+        resp = coord.request(apis.INIT_PRODUCER_ID, init(**kw), version=v)
+        assert resp.error_code == 0
+        pid, epoch = resp.producer_id, resp.producer_epoch
+        batch = records.build_batch([(None, b"stray", ())], timestamp_ms=1, producer_id=pid, producer_epoch=epoch,
+                                    base_sequence=0, transactional=True)
+
+        def produce() -> int:
+            m = leader.classes(apis.PRODUCE)
+            req = m["ProduceRequest"](transactional_id=tid, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                      topic_data=(m["TopicProduceData"](name="verified", partition_data=(
+                                          m["PartitionProduceData"](index=part, records=batch),)),))
+            return int(leader.request(apis.PRODUCE, req).responses[0].partition_responses[0].error_code)
+
+        assert produce() == 48  # INVALID_TXN_STATE: the coordinator on another broker said no
+        add = coord.classes(apis.ADD_PARTITIONS_TO_TXN, 3)
+        r = coord.request(apis.ADD_PARTITIONS_TO_TXN, add["AddPartitionsToTxnRequest"](
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(add["AddPartitionsToTxnTopic"](name="verified", partitions=(part,)),)), version=3)
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        assert produce() == 0
+        end = coord.classes(apis.END_TXN, 3)["EndTxnRequest"]
+        assert coord.request(apis.END_TXN, end(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                               committed=True), version=3).error_code == 0
+    finally:
+        coord.sock.close()
+        leader.sock.close()
+    got = kc.consume("confluent", bootstrap, "verified", [part], expected=1, isolation="read_committed", timeout=30)
+    assert [v for _p, _o, _k, v in got] == [b"stray"]

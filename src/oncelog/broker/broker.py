@@ -165,6 +165,7 @@ class Broker:
         from oncelog.broker.cluster_member import ClusterMember
         from oncelog.broker.cluster_parts import ClusterParts
         from oncelog.broker.markers import ClusterMarkerWriter
+        from oncelog.broker.txn_verifier import RemoteVerifier
         from oncelog.cluster.producer_ids import StoreProducerIds
 
         assert self.store
@@ -197,6 +198,7 @@ class Broker:
             markers=ClusterMarkerWriter(self.node_id, self.replicas, self.groups, lambda: member.view, self._peers),
             crash=CrashPoints(),
         )
+        self.transactions.remote = RemoteVerifier(lambda: member.view, self._peers, self.transactions.partition_of)
         parts.tracker.on_lead = self._on_lead
         parts.tracker.on_resign = self._on_resign
         bound = await self.server.start()

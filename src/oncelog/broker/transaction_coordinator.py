@@ -38,6 +38,7 @@ from typing import Callable, Iterable
 
 from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.markers import MarkerWriter
+from oncelog.broker.txn_verifier import RemoteVerifier
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.placement import partition_for
@@ -64,11 +65,13 @@ MARKER_RETRY_MAX_S = 4.0
 
 class TransactionCoordinator:
     def __init__(self, replicas: ReplicaManager, clock: Clock, settings: TxnSettings, *,
-                 producer_ids: ProducerIdManager, markers: MarkerWriter, coordinator_epoch: int = 0, crash: CrashPoints | None = None) -> None:
+                 producer_ids: ProducerIdManager, markers: MarkerWriter, coordinator_epoch: int = 0,
+                 remote: "RemoteVerifier | None" = None, crash: CrashPoints | None = None) -> None:
         self.settings = settings
         self.clock = clock
         self.producer_ids = producer_ids
         self.markers = markers
+        self.remote = remote
         self.coordinator_epoch = coordinator_epoch
         self.crash = crash or CrashPoints("")
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
@@ -170,6 +173,13 @@ class TransactionCoordinator:
 
     def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
         self.shard_of(transactional_id).verify_produce(transactional_id, producer_id, epoch, tp)
+
+    async def verify_remotely(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
+        """Cluster mode: verify a produce to ``tp`` with the coordinator on another broker
+        (txn_verifier.py); nothing to do when no verifier is set (the embedded broker serves
+        every transactional id itself)."""
+        if self.remote is not None:
+            await self.remote.verify(transactional_id, producer_id, epoch, tp)
 
     def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
         self.shard_of(transactional_id).verify_txn_offsets(transactional_id, producer_id, epoch, group_id)

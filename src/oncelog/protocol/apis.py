@@ -81,7 +81,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_PARTITIONS_TO_TXN: (0, 4),
     ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3),
     TXN_OFFSET_COMMIT: (0, 3),

@@ -3,6 +3,11 @@
 Per-partition answers: partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and, as in
 Kafka, the others then get OPERATION_NOT_ATTEMPTED (nothing is added); a coordinator error
 (fenced, concurrent transition, unknown producer id) applies to every partition.
+
+v4 (KIP-890, sent by brokers: broker/txn_verifier.py) carries several transactions, each either
+added as above or, with ``verify_only``, only checked: each partition answers NONE when it is
+in the producer's ongoing transaction, else the coordinator's refusal (INVALID_TXN_STATE,
+PRODUCER_FENCED, NOT_COORDINATOR…); nothing is written.
 """
 
 from __future__ import annotations
@@ -23,27 +28,54 @@ API_KEY = apis.ADD_PARTITIONS_TO_TXN
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    if request.api_version >= 4:
+        results = []
+        for txn in req.transactions:
+            wanted = [TopicPartition(t.name, p) for t in txn.topics for p in t.partitions]
+            if txn.verify_only:
+                codes = _verify(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
+            else:
+                codes = await _add(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                                   request.api_version)
+            results.append(m.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                      topic_results=_topic_results(m, wanted, codes)))
+        return m.AddPartitionsToTxnResponse(error_code=ErrorCode.none, results_by_transaction=tuple(results))
     wanted = [TopicPartition(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-    codes: dict[TopicPartition, ErrorCode] = {}
+    codes = await _add(broker, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                       req.v3_and_below_producer_epoch, wanted, request.api_version)
+    return m.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_topic_results(m, wanted, codes))
+
+
+async def _add(broker: BrokerContext, tid: str, pid: int, epoch: int, wanted: list[TopicPartition],
+               version: int) -> dict[TopicPartition, ErrorCode]:
     unknown = {tp for tp in wanted if not broker.replicas.exists(tp)}
     if unknown:
-        codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted for tp in wanted}
-    else:
+        return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                for tp in wanted}
+    try:
+        await broker.transactions.add_partitions(tid, pid, epoch, set(wanted))
+    except KafkaError as exc:
+        code = error_code(exc, API_KEY, version)
+        return {tp: code for tp in wanted}
+    return {tp: ErrorCode.none for tp in wanted}
+
+
+def _verify(broker: BrokerContext, tid: str, pid: int, epoch: int,
+            wanted: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+    codes = {}
+    for tp in wanted:
         try:
-            await broker.transactions.add_partitions(
-                req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, set(wanted)
-            )
-            codes = {tp: ErrorCode.none for tp in wanted}
+            broker.transactions.verify_produce(tid, pid, epoch, tp)
+            codes[tp] = ErrorCode.none
         except KafkaError as exc:
-            code = error_code(exc, API_KEY, request.api_version)
-            codes = {tp: code for tp in wanted}
+            codes[tp] = exc.code
+    return codes
+
+
+def _topic_results(m: Builder, wanted: list[TopicPartition], codes: dict[TopicPartition, ErrorCode]) -> tuple:
     by_topic: dict[str, list[Any]] = {}
     for tp in wanted:
         by_topic.setdefault(tp.topic, []).append(
             m.AddPartitionsToTxnPartitionResult(partition_index=tp.partition, partition_error_code=codes[tp])
         )
-    return m.AddPartitionsToTxnResponse(
-        results_by_topic_v3_and_below=tuple(
-            m.AddPartitionsToTxnTopicResult(name=t, results_by_partition=tuple(r)) for t, r in by_topic.items()
-        )
-    )
+    return tuple(m.AddPartitionsToTxnTopicResult(name=t, results_by_partition=tuple(r)) for t, r in by_topic.items())

@@ -16,14 +16,15 @@ Kafka does (one stray record there used to stop the next start, R22).
 Transactional batches (R12) must come with the request's transactional.id and go only to
 partitions their transaction has added (the coordinator's ``verify_produce``, as Kafka 3.6+'s
 KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written. In cluster mode the
-check is made when this broker is also the transaction's coordinator (else not yet: see
-docs/CLUSTER.md).
+check is local when this broker is also the transaction's coordinator; otherwise the first batch
+of the transaction on the partition is verified by the coordinator's broker
+(AddPartitionsToTxn v4 verify_only, broker/txn_verifier.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.protocol import apis, records
@@ -58,7 +59,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")
                 header = records.validate_produce_batch(p.records, part.config.max_message_bytes,
                                                         part.config.max_uncompressed_bytes)
-                _check_transactional(broker, txn_id, TopicPartition(t.name, p.index), header)
+                tp = TopicPartition(t.name, p.index)
+                if _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
+                    await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
+                                                              header.producer_epoch, tp)
                 if part.commits_asynchronously:  # cluster mode: answered after the group COMMIT
                     waiting.append((results, len(results), t.name, p.index,
                                     part.append_validated_async(p.records, header, now)))
@@ -88,15 +92,18 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
 
 
 def _check_transactional(broker: BrokerContext, transactional_id: str | None, tp: TopicPartition,
-                         h: records.BatchHeader) -> None:
+                         h: records.BatchHeader, has_open_transaction: Callable[[int], bool]) -> bool:
     """A transactional batch needs the request's transactional id and a partition its Ongoing
-    transaction added (the coordinator's verification); a plain batch needs no id."""
+    transaction added (the coordinator's verification); a plain batch needs no id. Returns True
+    when the batch must still be verified by the coordinator on another broker (cluster mode:
+    the first batch of the transaction on this partition, broker/txn_verifier.py)."""
     if h.is_transactional:
         if transactional_id is None:
             raise InvalidRequest(f"transactional batch for {tp} in a produce request without a transactional id")
         if broker.transactions.serves(transactional_id):
             broker.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
-        # else (cluster mode): the coordinator is another broker; the batch is not verified
-        # there (docs/CLUSTER.md: KIP-890's verify-only AddPartitionsToTxn is not sent yet)
-    elif transactional_id is not None:
+            return False
+        return not has_open_transaction(h.producer_id)
+    if transactional_id is not None:
         raise InvalidRequest(f"non-transactional batch for {tp} in a transactional produce request")
+    return False
