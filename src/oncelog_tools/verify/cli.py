@@ -75,6 +75,9 @@ def copy_cmd(
     seed: Optional[int] = typer.Option(None, help="replay a run"),
     time_limit: float = typer.Option(900.0, help="seconds before unfinished copiers count as a failure"),
     work_dir: Optional[Path] = typer.Option(None, help="keep the broker's and copiers' files here"),
+    txn_records: int = typer.Option(500, help="records per transaction at most"),
+    txn_pause_ms: int = typer.Option(0, help="each copier pauses this long after every transaction (spreads a "
+                                     "long run's faults over more transactions)"),
     cluster: int = typer.Option(0, "--cluster", help="run on this many brokers sharing a PostgreSQL started here "
                                 "(faults: broker SIGKILL/SIGSTOP, PostgreSQL restarts); 0: one embedded broker"),
 ) -> None:
@@ -92,7 +95,8 @@ def copy_cmd(
                           f"restarts {r.copier_restarts}, watchdog {r.watchdog_kills}")
 
         r = copy.run(work, records=records, partitions=partitions, broker_kills=broker_kills,
-                     copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress, cluster=cluster)
+                     copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress, cluster=cluster,
+                     txn_records=txn_records, txn_pause_ms=txn_pause_ms)
     rows = [
         ("input records", str(r.records)), ("output records (read_committed)", str(r.copied)),
         ("records seen by the concurrent reader", str(r.reader_records)),
