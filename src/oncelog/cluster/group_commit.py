@@ -47,6 +47,7 @@ from typing import Any, Callable
 
 import psycopg
 
+from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
 from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 
@@ -118,7 +119,7 @@ class GroupCommitter:
                  name: str = "oncelog-group-commit") -> None:
         if max_bytes < 1 or linger_s < 0:
             raise ValueError("max_bytes must be >= 1 and linger_s >= 0")
-        self._connect = connect
+        self._store = StoreConnection(connect, name)  # the writer thread's (and close()'s, after it)
         self._max_bytes = max_bytes
         self._linger_s = linger_s
         self._resolve_s = resolve_s
@@ -127,7 +128,6 @@ class GroupCommitter:
         self._queued_bytes = 0
         self._cond = threading.Condition()
         self._closing = False
-        self._conn: Any = None
         self._stats = CommitStats()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -164,7 +164,7 @@ class GroupCommitter:
             self._queue.clear()
         for req in stranded:
             _fail(req, StoreUnavailable(f"{req.what}: the group committer closed before writing it"))
-        self._drop_connection()
+        self._store.drop()
 
     # -- the writer thread ------------------------------------------------------------------------
 
@@ -206,12 +206,12 @@ class GroupCommitter:
 
     def _commit_round(self, reqs: list[AppendRequest]) -> None:
         try:
-            conn = self._connection()
-        except Exception as exc:
+            conn = self._store.raw()
+        except StoreUnavailable as exc:
             with self._cond:
                 self._stats.failed_rounds += 1
             for req in reqs:
-                _fail(req, StoreUnavailable(f"{req.what}: cannot reach the store: {exc}"))
+                _fail(req, StoreUnavailable(f"{req.what}: {exc}"))
             time.sleep(RECONNECT_PAUSE_S)
             return
         accepted: list[AppendRequest] = []
@@ -224,7 +224,7 @@ class GroupCommitter:
             # A broken connection may have lost the answer of a committed statement; any other
             # error rolled the statement (the transaction) back.
             unknown = conn.broken or isinstance(exc, psycopg.OperationalError)
-            self._drop_connection()
+            self._store.drop()
             with self._cond:
                 self._stats.failed_rounds += 1
             landed = self._resolve(reqs) if unknown else [False] * len(reqs)
@@ -275,30 +275,17 @@ class GroupCommitter:
         deadline = self._monotonic() + self._resolve_s
         for _attempt in range(int(self._resolve_s / RECONNECT_PAUSE_S) + 1):
             try:
-                conn = self._connection()
+                conn = self._store.raw()
                 found = set(conn.execute(_LANDED, [list(c) for c in zip(*(
                     (r.partition_id, r.base_offset, r.leader_epoch, r.last_offset) for r in reqs))]).fetchall())
                 return [(r.partition_id, r.base_offset) in found for r in reqs]
             except Exception as exc:
-                self._drop_connection()
+                self._store.drop()
                 log.info("asking the store what the last round wrote failed: %s", exc)
             if self._monotonic() + RECONNECT_PAUSE_S > deadline:
                 break
             time.sleep(RECONNECT_PAUSE_S)
         return None
-
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-        return self._conn
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
 
 
 def _fail(req: AppendRequest, exc: KafkaError) -> None:
