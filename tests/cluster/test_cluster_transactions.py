@@ -172,7 +172,8 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(clus
     """KIP-890 verification across brokers: a transactional batch for a partition the
     transaction never added, sent to its leader on another broker than the coordinator, is
     refused (INVALID_TXN_STATE) after the leader asked the coordinator (AddPartitionsToTxn v4
-    verify_only); once the partition is added, the same batch is appended. Crafted requests."""
+    verify_only); once the partition is added, the same batch is appended. TxnOffsetCommit for a
+    group the transaction never added is refused the same way. Crafted requests."""
     import datetime
 
     from oncelog.protocol import records
@@ -213,6 +214,21 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(clus
             v3_and_below_topics=(add["AddPartitionsToTxnTopic"](name="verified", partitions=(part,)),)), version=3)
         assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
         assert produce() == 0
+        # offsets of a group whose coordinator is another broker, without AddOffsetsToTxn: the
+        # group coordinator asks the transaction coordinator and refuses them
+        group = next(g for g in (f"verify-group-{i}" for i in range(200)) if _coordinator(bootstrap, 0, g) != coordinator)
+        gc = ProtocolClient(_node_bootstrap(cluster, _coordinator(bootstrap, 0, group)))
+        try:
+            toc = gc.classes(apis.TXN_OFFSET_COMMIT, 3)
+            r = gc.request(apis.TXN_OFFSET_COMMIT, toc["TxnOffsetCommitRequest"](
+                transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+                member_id="", group_instance_id=None, topics=(toc["TxnOffsetCommitRequestTopic"](
+                    name="verified", partitions=(toc["TxnOffsetCommitRequestPartition"](
+                        partition_index=part, committed_offset=1, committed_leader_epoch=-1,
+                        committed_metadata=""),)),)), version=3)
+            assert r.topics[0].partitions[0].error_code == 48  # INVALID_TXN_STATE
+        finally:
+            gc.sock.close()
         end = coord.classes(apis.END_TXN, 3)["EndTxnRequest"]
         assert coord.request(apis.END_TXN, end(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
                                                committed=True), version=3).error_code == 0

@@ -49,7 +49,8 @@ from oncelog.coordinator.transaction.shard import MarkerJob, TransactionShard, T
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.faults import CrashPoints
 from oncelog.protocol import records
-from oncelog.protocol.errors import ConcurrentTransactions, CoordinatorNotAvailable, KafkaError, UnknownTopicOrPartition
+from oncelog.protocol.errors import (ConcurrentTransactions, CoordinatorNotAvailable, KafkaError, NotEnoughReplicas,
+                                     UnknownTopicOrPartition)
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -174,12 +175,14 @@ class TransactionCoordinator:
     def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
         self.shard_of(transactional_id).verify_produce(transactional_id, producer_id, epoch, tp)
 
-    async def verify_remotely(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
-        """Cluster mode: verify a produce to ``tp`` with the coordinator on another broker
-        (txn_verifier.py); nothing to do when no verifier is set (the embedded broker serves
-        every transactional id itself)."""
+    async def verify_remotely(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, *,
+                              retriable: type[KafkaError] = NotEnoughReplicas) -> None:
+        """Cluster mode: verify a write to ``tp`` (a produce; or ``__consumer_offsets`` for a
+        TxnOffsetCommit) with the coordinator on another broker (txn_verifier.py); ``retriable``
+        is what the client is told when the coordinator cannot answer now. Nothing to do when no
+        verifier is set (the embedded broker serves every transactional id itself)."""
         if self.remote is not None:
-            await self.remote.verify(transactional_id, producer_id, epoch, tp)
+            await self.remote.verify(transactional_id, producer_id, epoch, tp, retriable=retriable)
 
     def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
         self.shard_of(transactional_id).verify_txn_offsets(transactional_id, producer_id, epoch, group_id)

@@ -6,7 +6,10 @@ read_committed consumer at the LSO (a "hanging transaction"). When this broker c
 transactional id the check is local (``TransactionCoordinator.verify_produce``, every batch).
 When another broker does, the leader asks it with AddPartitionsToTxn v4, ``verify_only``, as
 Kafka's brokers do, for the first batch of the producer's transaction on the partition only (a
-later batch finds the transaction open in the partition's producer state).
+later batch finds the transaction open in the partition's producer state). The group
+coordinator verifies every TxnOffsetCommit the same way (its ``__consumer_offsets`` partition
+must be in the transaction: AddOffsetsToTxn added it), so a zombie producer's late offsets are
+refused before they become pending offsets no marker will settle.
 
 Errors a producer cannot act on are translated as Kafka's leader translates them: the
 coordinator moving, loading or unreachable becomes NOT_ENOUGH_REPLICAS (retriable: the producer
@@ -50,12 +53,14 @@ class RemoteVerifier:
         self.peers = peers
         self.coordinator_partition = coordinator_partition
 
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition) -> None:
-        """Raises the KafkaError the Produce answer for ``tp`` carries when the coordinator does
-        not confirm that ``tp`` is in the producer's ongoing transaction."""
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition, *,
+                     retriable: type[KafkaError] = NotEnoughReplicas) -> None:
+        """Raises the KafkaError the answer for ``tp`` carries when the coordinator does not
+        confirm that ``tp`` is in the producer's ongoing transaction; ``retriable`` (default
+        NOT_ENOUGH_REPLICAS, what a producer retries) when the coordinator cannot answer now."""
         leader, _ = self.view().leader(TopicPartition(TXN_TOPIC, self.coordinator_partition(transactional_id)))
         if leader < 0:
-            raise NotEnoughReplicas(f"{tp}: the transaction coordinator of {transactional_id!r} has no live broker")
+            raise retriable(f"{tp}: the transaction coordinator of {transactional_id!r} has no live broker")
         m = Builder(apis.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, response=False)
         body = m.AddPartitionsToTxnRequest(transactions=(m.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
@@ -65,12 +70,12 @@ class RemoteVerifier:
             resp = await self.peers.request(leader, apis.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body,
                                             timeout_s=VERIFY_TIMEOUT_S)
         except KafkaError as exc:
-            raise NotEnoughReplicas(f"{tp}: cannot verify the transaction at node {leader}: {exc}") from None
+            raise retriable(f"{tp}: cannot verify the transaction at node {leader}: {exc}") from None
         code = ErrorCode(resp.error_code)
         if code == ErrorCode.none:
             code = ErrorCode(resp.results_by_transaction[0].topic_results[0].results_by_partition[0].partition_error_code)
         if code == ErrorCode.none:
             return
         if code in _RETRIABLE:
-            raise NotEnoughReplicas(f"{tp}: verification at node {leader}: {code.name}")
+            raise retriable(f"{tp}: verification at node {leader}: {code.name}")
         raise error_for(code, f"{tp}: transaction {transactional_id!r} verification at node {leader}")

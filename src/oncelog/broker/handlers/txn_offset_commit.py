@@ -20,7 +20,7 @@ from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import CoordinatorLoadInProgress, ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 from oncelog.protocol.framing import Request
 
@@ -37,9 +37,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if offsets:
             # Only the current producer of an Ongoing transaction that added this group's
             # offsets partition may commit offsets in it (as it may produce, R9, R12).
-            if broker.transactions.serves(req.transactional_id):  # cluster mode: else on another broker
-                broker.transactions.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                       req.group_id)
+            txns = broker.transactions
+            if txns.serves(req.transactional_id):
+                txns.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
+            else:  # cluster mode: the transaction's coordinator is another broker (broker/txn_verifier.py)
+                await txns.verify_remotely(req.transactional_id, req.producer_id, req.producer_epoch,
+                                           txns.offsets_partition(req.group_id), retriable=CoordinatorLoadInProgress)
             errors = await groups.txn_commit_offsets(
                 req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
                 getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), offsets,
