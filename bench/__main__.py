@@ -66,17 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", action="store_true",
                     help="replace the '## Side by side with peers' results in docs/PERFORMANCE.md")
     ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
-    args, rest = ap.parse_known_args(argv)
-    if args.cluster_failover:
-        from bench import cluster_failover
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for flag, module in (("--cluster-failover", "cluster_failover"), ("--cluster-load", "cluster_load")):
+        if flag in argv:  # the rest of the command line is that module's own
+            import importlib
 
-        return cluster_failover.main(rest)
-    if args.cluster_load:
-        from bench import cluster_load
-
-        return cluster_load.main(rest)
-    if rest:
-        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+            return importlib.import_module(f"bench.{module}").main([a for a in argv if a != flag])
+    args = ap.parse_args(argv)
     if not args.scenarios:
         args.scenarios = CLUSTER if args.cluster else DEFAULT
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
