@@ -10,9 +10,12 @@ Then, ``--kills`` times:
 1. the broker to kill is the next of 1, 2, 3; the partitions it leads (Metadata) are the moved ones;
 2. SIGKILL (time t0);
 3. measured: t0 -> the first acknowledged record *produced after t0* on a moved partition (it
-   can only have been written by a new leader); also t0 -> every moved partition has one, and
+   can only have been written by a new leader); also t0 -> every moved partition has one;
    t0 -> the store shows every moved partition led by another broker (a thread polls
-   ``oncelog_partition`` every 20 ms): the server's part of the failover;
+   ``oncelog_partition`` every 20 ms); t0 -> Metadata from the brokers names the new leaders
+   (an AdminClient asks every 50 ms); and t0 -> a *new* producer, created as soon as Metadata
+   names the new leaders, has one record acknowledged on each moved partition (the server's
+   readiness without the long-running client's reconnect and retry backoff);
 4. the killed broker is started again (same node id, port, data directory); once Metadata shows
    every partition back at its original leader and an acknowledgement on each after that,
    the next kill follows.
@@ -170,6 +173,30 @@ class _MetadataWatch:
         self.thread.join(5)
 
 
+def _fresh_probe(bootstrap: str, topic: str, parts: set[int], timeout: float = 30) -> float:
+    """A new producer (no backoff state, metadata fetched now) sends one record to each of
+    ``parts``; returns the monotonic time of the last acknowledgement."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False, "linger.ms": 0,
+                  "message.timeout.ms": int(timeout * 1000)})
+    done: dict[int, float] = {}
+    errors: list[str] = []
+
+    def cb(err, msg):  # type: ignore[no-untyped-def]
+        if err is None:
+            done[msg.partition()] = time.monotonic()
+        else:
+            errors.append(str(err))
+
+    for part in parts:
+        p.produce(topic, b"probe", partition=part, on_delivery=cb)
+    p.flush(timeout)
+    if len(done) != len(parts):
+        raise RuntimeError(f"probe: {errors[:3]}")
+    return max(done.values())
+
+
 def _leaders(admin, topic: str) -> dict[int, int]:  # type: ignore[no-untyped-def]
     md = admin.list_topics(topic, timeout=10).topics[topic]
     return {p.id: p.leader for p in md.partitions.values()}
@@ -249,8 +276,21 @@ def run(kills: int, session_ms: int, heartbeat_ms: int, partitions: int, interva
             victim = i % 3 + 1
             moved = {p for p, b in home.items() if b == victim}
             store_before = dict(watch.changed_at)
+            probe: dict[str, float] = {}
+
+            def probe_after_move(moved=moved, victim=victim) -> None:  # type: ignore[no-untyped-def]
+                try:
+                    _wait(lambda: all(mdwatch.leaders.get(p) not in (victim, -1, None) and mdwatch.changed_at.get(p, 0) > t0
+                                      for p in moved), 60, "probe")
+                    probe["start"] = time.monotonic()
+                    probe["acked"] = _fresh_probe(bootstrap, topic, moved)
+                except Exception as e:  # noqa: BLE001 - reported as missing
+                    print(f"probe failed: {e}", file=sys.stderr)
+
+            prober = threading.Thread(target=probe_after_move, daemon=True)
             t0 = time.monotonic()
             brokers[victim - 1].kill()
+            prober.start()
             first = _wait(lambda: (lambda a: a if len(a) == len(moved) else None)(load.first_ack_after(moved, t0)),
                           120, f"kill {i}: every moved partition acknowledged")
             store_moved = _wait(lambda: all(watch.changed_at.get(p, 0) > t0 and watch.leaders.get(p) != victim
@@ -266,6 +306,9 @@ def run(kills: int, session_ms: int, heartbeat_ms: int, partitions: int, interva
                 "store_first_moved_s": min(watch.changed_at[p] for p in moved) - t0,
                 "metadata_moved_s": max(mdwatch.changed_at[p] for p in moved) - t0,
             }
+            prober.join(60)
+            if "acked" in probe:
+                rec["fresh_client_ack_s"] = probe["acked"] - t0
             del store_before
             # restart the killed broker; wait for its partitions to come back and be acknowledged there
             t1 = time.monotonic()
@@ -277,7 +320,7 @@ def run(kills: int, session_ms: int, heartbeat_ms: int, partitions: int, interva
             out["kills"].append(rec)
             print(f"kill {i}: broker {victim} (partitions {sorted(moved)}): first ack {rec['first_ack_s']:.2f} s, "
                   f"all moved {rec['all_moved_acked_s']:.2f} s, store moved {rec['store_first_moved_s']:.2f}-"
-                  f"{rec['store_moved_s']:.2f} s, Metadata moved {rec['metadata_moved_s']:.2f} s; back {rec['restart_to_leaders_back_s']:.2f} s after restart",
+                  f"{rec['store_moved_s']:.2f} s, Metadata moved {rec['metadata_moved_s']:.2f} s, a new client acked {rec.get('fresh_client_ack_s', float('nan')):.2f} s; back {rec['restart_to_leaders_back_s']:.2f} s after restart",
                   file=sys.stderr, flush=True)
             time.sleep(1.0)
         left = load.close()
@@ -318,6 +361,9 @@ def run(kills: int, session_ms: int, heartbeat_ms: int, partitions: int, interva
         "store_moved_p99_s": _pct([k["store_moved_s"] for k in out["kills"]], 0.99),
         "metadata_moved_p50_s": statistics.median(k["metadata_moved_s"] for k in out["kills"]) if firsts else None,
         "metadata_moved_p99_s": _pct([k["metadata_moved_s"] for k in out["kills"]], 0.99),
+        "fresh_client_p50_s": statistics.median(fr) if (fr := [k["fresh_client_ack_s"] for k in out["kills"]
+                                                                 if "fresh_client_ack_s" in k]) else float("nan"),
+        "fresh_client_p99_s": _pct(fr, 0.99),
     }
     return out
 
@@ -347,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  SIGKILL -> every moved partition acked:    p50 {s['all_moved_p50_s']:.2f} s, p99 {s['all_moved_p99_s']:.2f} s")
     print(f"  SIGKILL -> store moved every partition:    p50 {s['store_moved_p50_s']:.2f} s, p99 {s['store_moved_p99_s']:.2f} s")
     print(f"  SIGKILL -> Metadata answers new leaders:   p50 {s['metadata_moved_p50_s']:.2f} s, p99 {s['metadata_moved_p99_s']:.2f} s")
+    print(f"  SIGKILL -> a new producer's records acked:  p50 {s['fresh_client_p50_s']:.2f} s, p99 {s['fresh_client_p99_s']:.2f} s "
+          "(created once Metadata shows the new leaders: the server side without the long-running client's backoff)")
     print(f"  records: {out['produced']} produced, {out['acked']} acknowledged, {out['lost']} acknowledged but lost, "
           f"{out['duplicated']} duplicated, {out['delivery_errors']} delivery errors {out['delivery_errors_first']}")
     if args.json:
