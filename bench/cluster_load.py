@@ -1,10 +1,10 @@
-"""``python -m bench --cluster-load [--brokers 1 3] [--seconds S] [--repeat N] [--sizes 100 1024]``
+"""``python -m bench --cluster-load [--brokers 1 3] [--seconds S] [--repeat N] [--sizes 100 1024] [--mode plain]``
 (also ``python -m bench.cluster_load``)
 
 What cluster mode (issue 15) asks of its PostgreSQL, measured under the produce scenario: one
 PostgreSQL server (``oncelog_tools.pgserver``: fsync and synchronous_commit on) and 1 or 3
 ``oncelog broker --store …`` processes on a fresh database; one confluent-kafka producer
-(acks=all, idempotent, linger 5 ms; ``bench.clients.produce_timed``) sends records round-robin to
+(acks=all, idempotent unless ``--mode plain``, linger 5 ms; ``bench.clients.produce_timed``) sends records round-robin to
 a topic of 6 partitions for ``--seconds``. Over exactly that window:
 
 * acknowledged records/s and payload MB/s;
@@ -76,7 +76,8 @@ def _connections(conn, db: str, brokers) -> dict[str, int]:  # type: ignore[no-u
     return out
 
 
-def measure(pg, brokers: int, size: int, seconds: float, work: Path, rep: int) -> dict:  # type: ignore[no-untyped-def]
+def measure(pg, brokers: int, size: int, seconds: float, work: Path, rep: int,  # type: ignore[no-untyped-def]
+            mode: str = "idempotent") -> dict:
     import psycopg
 
     from bench import clients
@@ -95,14 +96,14 @@ def measure(pg, brokers: int, size: int, seconds: float, work: Path, rep: int) -
         topic = "load"
         create_topic_admin(bootstrap, topic, 6)
         wait_leaders(bootstrap, topic, 6)
-        clients.produce_timed(bootstrap, topic, 1.0, size, "idempotent", partitions=6)  # warm-up
+        clients.produce_timed(bootstrap, topic, 1.0, size, mode, partitions=6)  # warm-up
         bprocs = [psutil.Process(b.pid) for b in procs]
         pprocs = _pg_procs(pg)
         me = psutil.Process()
         s0, b0, p0, c0 = _snapshot(stats, db), _cpu(bprocs), _cpu(pprocs), _cpu([me])
         t0 = time.monotonic()
         conns_during: dict[str, int] = {}
-        rate = clients.produce_timed(bootstrap, topic, seconds, size, "idempotent", partitions=6)
+        rate = clients.produce_timed(bootstrap, topic, seconds, size, mode, partitions=6)
         t1 = time.monotonic()
         s1, b1, p1, c1 = _snapshot(stats, db), _cpu(bprocs), _cpu(_pg_procs(pg)), _cpu([me])
         conns_during = _connections(stats, db, procs)
@@ -111,7 +112,7 @@ def measure(pg, brokers: int, size: int, seconds: float, work: Path, rep: int) -
         records = rate * seconds  # produce_timed's rate is over its own window (== seconds)
         commits = s1["commits"] - s0["commits"]
         return {
-            "brokers": brokers, "size": size, "seconds": el,
+            "brokers": brokers, "size": size, "mode": mode, "seconds": el,
             "records_per_s": rate, "payload_mb_per_s": rate * size / 1e6,
             "commits_per_s": commits / el,
             "records_per_commit": records / commits if commits else 0.0,
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1024])
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--mode", choices=("idempotent", "plain"), default="idempotent", help="the producer's mode")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from oncelog_tools.pgserver import PgServer
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(args.repeat):
                 for size in args.sizes:
                     for n in args.brokers:
-                        r = measure(pg, n, size, args.seconds, Path(d), rep)
+                        r = measure(pg, n, size, args.seconds, Path(d), rep, args.mode)
                         results.append(r)
                         print(f"rep {rep} {n} broker(s) {size} B: " + ", ".join(
                             f"{label} {fmt.format(r[k] / (1e6 if k == 'wal_bytes_per_s' else 1))}" for k, label, fmt in KEYS)
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         pg.close()
     print(f"Measured {started} by `python -m bench --cluster-load --seconds {args.seconds:g} --repeat {args.repeat}`: "
           f"PostgreSQL 15 and the brokers and the client on one 2-core machine, shared (load average "
-          f"{load0:.1f} before, {psutil.getloadavg()[0]:.1f} after); one idempotent acks=all producer, 6 partitions; "
+          f"{load0:.1f} before, {psutil.getloadavg()[0]:.1f} after); one {args.mode} acks=all producer, 6 partitions; "
           f"median of {args.repeat} (min–max).\n")
     cols = [(n, s) for s in args.sizes for n in args.brokers]
     print("| measure | " + " | ".join(f"{n} broker{'s' if n > 1 else ''}, {s} B" for n, s in cols) + " |")
