@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"tansu-pg on one PostgreSQL; default scenarios {' '.join(CLUSTER)}")
     ap.add_argument("--cluster-failover", action="store_true",
                     help="SIGKILL of a partition leader under a producer, repeated (bench.cluster_failover)")
+    ap.add_argument("--txn-failover", action="store_true",
+                    help="SIGKILL of a transactional id's coordinator under back-to-back commits, repeated "
+                    "(bench.txn_failover)")
     ap.add_argument("--cluster-load", action="store_true",
                     help="PostgreSQL commits/s, WAL bytes/s, connections and CPU under produce (bench.cluster_load)")
     ap.add_argument("--baseline", type=Path, metavar="DIR",
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="replace the '## Side by side with peers' results in docs/PERFORMANCE.md")
     ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
     argv = sys.argv[1:] if argv is None else list(argv)
-    for flag, module in (("--cluster-failover", "cluster_failover"), ("--cluster-load", "cluster_load")):
+    for flag, module in (("--cluster-failover", "cluster_failover"), ("--cluster-load", "cluster_load"),
+                         ("--txn-failover", "txn_failover")):
         if flag in argv:  # the rest of the command line is that module's own
             import importlib
 

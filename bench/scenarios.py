@@ -153,9 +153,9 @@ def footprint_cases(o: Options) -> list[Case]:
 
 
 def cluster_produce_cases(o: Options) -> list[Case]:
-    """Cluster mode (issue 15) serves no transactions yet (COORDINATOR_NOT_AVAILABLE), so the
-    produce scenario without them: 100 B and 1 KiB records, plain and idempotent (acks=all), 1
-    and 6 partitions (6: two per broker with 3 brokers), records round-robin."""
+    """Cluster mode (issue 15), produce: 100 B and 1 KiB records, plain and idempotent
+    (acks=all), 1 and 6 partitions (6: two per broker with 3 brokers), records round-robin.
+    Transactions are ``cluster-txn``."""
     out = []
     for size in (100, 1024):
         n = o.records if size == 100 else o.records // 2
@@ -178,9 +178,18 @@ def cluster_consume_cases(o: Options) -> list[Case]:
     return [Case("cluster-consume", "consume", "rec/s", run)]
 
 
+def cluster_txn_cases(o: Options) -> list[Case]:
+    """Cluster mode (issue 15), transactions: the ``txn-overhead`` pair (1 KiB idempotent vs
+    transactional with a commit every 100 ms) and the ``coordinator`` cases (1 and 50
+    transactional producers, one record per transaction: with 3 brokers their coordinators,
+    partitions and markers are spread over the brokers)."""
+    return txn_overhead_cases(o) + coordinator_cases(o)
+
+
 SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
     "cluster-produce": cluster_produce_cases,
     "cluster-consume": cluster_consume_cases,
+    "cluster-txn": cluster_txn_cases,
     "produce": produce_cases,
     "consume": consume_cases,
     "txn-overhead": txn_overhead_cases,
@@ -193,5 +202,5 @@ SCENARIOS: dict[str, Callable[[Options], list[Case]]] = {
 }
 DEFAULT = ["produce", "consume", "txn-overhead", "latency", "correctness"]
 #: ``python -m bench --cluster``: oncelog embedded (reference), 1 and 3 brokers on PostgreSQL, Tansu on PostgreSQL.
-CLUSTER = ["cluster-produce", "cluster-consume"]
+CLUSTER = ["cluster-produce", "cluster-consume", "cluster-txn"]
 CLUSTER_SYSTEMS = ["oncelog", "oncelog-cluster1", "oncelog-cluster3", "tansu-pg"]
