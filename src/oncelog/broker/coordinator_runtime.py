@@ -21,7 +21,9 @@ Cluster mode (issue 15): the internal topic's partitions are loaded and unloaded
 this broker gains and loses their leadership (``load_one`` / ``unload``); a partition led
 elsewhere gets NOT_COORDINATOR, one still loading COORDINATOR_LOAD_IN_PROGRESS. A shard is
 installed only if its partition is still the one the load started for (``Partition`` object
-identity), so a load overtaken by a loss of leadership installs nothing.
+identity), so a load overtaken by a loss of leadership installs nothing. A load the store fails
+(a ``KafkaError`` such as StoreUnavailable) is retried, 0.25 s doubling to 5 s, for as long as
+this broker still leads that partition.
 
 This runtime does not know what a shard is beyond its ``partition``: loading, encoding and
 replaying are the coordinator's (callables passed in).
@@ -30,6 +32,7 @@ replaying are the coordinator's (callables passed in).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Awaitable, Callable, Generic, Iterable, Protocol, TypeVar
 
@@ -38,12 +41,14 @@ from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.load_report import SkipReport
 from oncelog.protocol import records
-from oncelog.protocol.errors import CoordinatorLoadInProgress, NotCoordinator
+from oncelog.protocol.errors import CoordinatorLoadInProgress, KafkaError, NotCoordinator
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 _LOAD_YIELD_EVERY = 64  # batches replayed between two yields to the event loop
+_LOAD_RETRY_FIRST_S = 0.25  # cluster mode: a load the store failed is retried while led here,
+_LOAD_RETRY_MAX_S = 5.0  # doubling in between
 
 
 class ShardLike(Protocol):
@@ -122,15 +127,24 @@ class CoordinatorRuntime(Generic[S]):
     async def _load_one(self, p: int, make_shard: Callable[[int], S], replay_batch: ReplayBatch,
                         then: Callable[[S], Awaitable[object]] | None) -> None:
         started = self.clock.monotonic_ms()
+        tp = TopicPartition(self.topic, p)
         try:
-            part = self.replicas.partitions.get(TopicPartition(self.topic, p))
-            if part is None:
-                return
-            await self._load(p, make_shard, replay_batch, expect=part)
+            part = self.replicas.partitions.get(tp)
+            for attempt in itertools.count():
+                if part is None or self.replicas.partitions.get(tp) is not part:
+                    return  # not led here any more
+                try:
+                    await self._load(p, make_shard, replay_batch, expect=part)
+                    break
+                except KafkaError as exc:  # the store failed under the load: try again while we lead
+                    wait = min(_LOAD_RETRY_MAX_S, _LOAD_RETRY_FIRST_S * 2 ** min(attempt, 8))
+                    self.log.warning("%s: loading %s-%d failed (%s); retrying in %.1f s", self.name, self.topic, p,
+                                     exc, wait)
+                    await asyncio.sleep(wait)
         except asyncio.CancelledError:
             raise
         except Exception:
-            self.log.exception("%s: loading %s-%d failed; it is retried when its leadership changes",
+            self.log.exception("bug: %s: loading %s-%d failed; it is retried when its leadership changes",
                                self.name, self.topic, p)
             return
         finally:

@@ -67,6 +67,8 @@ class PeerConnection:
             raise RequestTimedOut(f"node {self.node_id} did not answer in {timeout_s:.1f} s") from None
         finally:
             self._waiting.pop(corr, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: a failure after the deadline is reported above, not by asyncio
 
     async def _connect(self) -> None:
         async with self._connecting:
