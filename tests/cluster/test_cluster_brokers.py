@@ -1,8 +1,8 @@
 """Three broker processes on one real PostgreSQL (issue 15), with real clients.
 
 A topic of 6 partitions is led by the three brokers (two each, checked with Metadata); a
-confluent-kafka producer (acks=all, idempotent) writes 3,000 records and a consumer (assign: the
-group coordinator does not run in cluster mode yet) reads every one back exactly once. Then one
+confluent-kafka producer (acks=all, idempotent) writes 3,000 records and a consumer (assign)
+reads every one back exactly once. Then one
 broker is SIGKILLed: once its session expires (broker.session.timeout.ms=2000) its partitions
 move to the two others with bumped leader epochs, the producer's next records are acknowledged,
 and reading everything back finds every acknowledged record once and nothing else. kafka-python
@@ -219,8 +219,9 @@ def test_other_clients_produce_and_consume_across_the_cluster(cluster: list[Brok
 def test_a_broker_refuses_what_it_does_not_lead_and_describes_the_whole_cluster(cluster: list[BrokerProcess]) -> None:
     """Crafted requests: Produce and Fetch at a broker that does not lead the partition get
     NOT_LEADER_OR_FOLLOWER, at its leader they work; Metadata v12 and DescribeCluster at any
-    broker name all three brokers and each partition's leader with its epoch; coordinators
-    answer COORDINATOR_NOT_AVAILABLE (not run in cluster mode yet)."""
+    broker name all three brokers and each partition's leader with its epoch; FindCoordinator
+    names the leader of the key's internal partition, which alone answers a transactional
+    InitProducerId (the others: NOT_COORDINATOR)."""
     import datetime
     import uuid
 
@@ -291,12 +292,17 @@ def test_a_broker_refuses_what_it_does_not_lead_and_describes_the_whole_cluster(
         assert sorted(b.broker_id for b in dc.brokers) == [1, 2, 3]
         m = c.classes(apis.FIND_COORDINATOR, 3)
         fc = c.request(apis.FIND_COORDINATOR, make(m["FindCoordinatorRequest"], key="g", key_type=0), version=3)
-        assert fc.error_code == 15  # COORDINATOR_NOT_AVAILABLE
+        assert fc.error_code == 0 and fc.node_id in (1, 2, 3)  # the leader of g's __consumer_offsets partition
+        fc = c.request(apis.FIND_COORDINATOR, make(m["FindCoordinatorRequest"], key="tx", key_type=1), version=3)
+        assert fc.error_code == 0
+        txn_coordinator = fc.node_id
         m = c.classes(apis.INIT_PRODUCER_ID, 4)
-        ip = c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id="tx",
-                                                   transaction_timeout=datetime.timedelta(seconds=10),
-                                                   producer_id=-1, producer_epoch=-1), version=4)
-        assert ip.error_code == 15
+        for node, expected in ((n, 0 if n == txn_coordinator else 16) for n in (1, 2, 3)):  # 16: NOT_COORDINATOR
+            with ProtocolClient(by_node[node].bootstrap) as at:
+                ip = at.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id="tx",
+                                                            transaction_timeout=datetime.timedelta(seconds=10),
+                                                            producer_id=-1, producer_epoch=-1), version=4)
+                assert ip.error_code == expected, (node, txn_coordinator, ip)
         ids = {c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id=None,
                                                      transaction_timeout=datetime.timedelta(seconds=10),
                                                      producer_id=-1, producer_epoch=-1), version=4).producer_id
