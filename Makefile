@@ -26,7 +26,7 @@ cluster: $(STAMP)
 	$(PY) -m oncelog_tools.cluster
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # Unit tests only: seconds, no broker processes.
 test-fast: $(STAMP)
