@@ -53,14 +53,22 @@ class PeerConnection:
         """Send one request and return the decoded response body. Raises RequestTimedOut (the
         connection is closed) or NotLeaderOrFollower-like retriable errors when the peer cannot
         be reached."""
-        await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+        try:
+            await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise NotLeaderOrFollower(f"connecting to node {self.node_id} timed out") from None
         writer = self._writer
-        assert writer is not None
+        if writer is None:  # closed between connecting and now (the peer hung up at once)
+            raise NotLeaderOrFollower(f"connection to node {self.node_id} closed before the request")
         corr = next(self._corr) & 0x7FFFFFFF
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[corr] = (api_key, version, fut)
         try:
-            writer.write(framing.encode_request(api_key, version, corr, self.client_id, body))
+            try:
+                writer.write(framing.encode_request(api_key, version, corr, self.client_id, body))
+            except (OSError, RuntimeError) as exc:  # the transport is closing
+                self.close(f"write failed: {exc!r}")
+                raise NotLeaderOrFollower(f"cannot send to node {self.node_id}: {exc}") from None
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except asyncio.TimeoutError:
             self.close(f"no answer from node {self.node_id} in {timeout_s:.1f} s")
