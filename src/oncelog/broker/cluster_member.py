@@ -19,7 +19,9 @@ timers (broker/periodic.py):
   loads again. A failed rebalance is retried at the next poll.
 
 ``on_change(view, may_lead)`` is called on the event loop after every view and every loss of
-the lease; the leader tracker opens and closes partitions from it. ``may_lead`` is False
+the lease (then with the last view minus this broker, which Metadata and FindCoordinator answer
+from until a view is loaded again: a broker cut from the store names itself nowhere); the
+leader tracker opens and closes partitions from it. ``may_lead`` is False
 whenever this broker does not surely hold its session: safety never rests on it (every append
 is fenced by its leader epoch in the store), it only stops a deposed broker from answering.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -201,6 +204,19 @@ class ClusterMember:
         self.view = view
         self._on_change(view, self.may_lead())
 
+    def _drop_leaderships(self) -> None:
+        """The session may be over: close every partition, and stop naming this broker in the
+        answers given from the last view (Metadata: LEADER_NOT_AVAILABLE for what it led;
+        FindCoordinator: COORDINATOR_NOT_AVAILABLE for its keys) until a view is loaded from the
+        store again. That view is stale (this broker cannot read the store, or its session
+        ended), and a client that asks only this broker would otherwise go round in circles:
+        Metadata naming it, Produce answering NOT_LEADER_OR_FOLLOWER, Metadata naming it again."""
+        view = self.view
+        if self.node_id in view.live_ids:
+            view = dataclasses.replace(view, brokers=tuple(b for b in view.brokers if b.node_id != self.node_id))
+            self.view = view
+        self._on_change(view, False)
+
     async def _heartbeat(self) -> None:
         session = self.session
         assert session is not None
@@ -208,7 +224,7 @@ class ClusterMember:
             await self._call(lambda _conn: session.heartbeat())
         except (BrokerSessionExpired, BrokerNotRegistered) as exc:
             log.warning("node %d: %s; dropping every leadership and registering again", self.node_id, exc)
-            self._on_change(self.view, False)
+            self._drop_leaderships()
             try:
                 await self._register()
             except KafkaError as again:  # the store is down, or the node id is held: next heartbeat retries
@@ -218,7 +234,7 @@ class ClusterMember:
             if not session.holds_lease():
                 log.warning("node %d: heartbeat failed past the session timeout (%s); dropping every leadership",
                             self.node_id, exc)
-                self._on_change(self.view, False)
+                self._drop_leaderships()
             else:
                 log.info("node %d: heartbeat failed (%s); retrying", self.node_id, exc)
 
@@ -228,7 +244,7 @@ class ClusterMember:
         except StoreUnavailable as exc:
             log.info("node %d: reading the cluster metadata failed: %s", self.node_id, exc)
             if not self.may_lead():
-                self._on_change(self.view, False)
+                self._drop_leaderships()
             return
         changed = view.live_ids != self._rebalanced_for
         self._apply(view)

@@ -10,6 +10,10 @@ Faults, callable from any thread:
 * ``cut()``: closes every open connection at once (both directions), as a network partition that
   heals immediately: clients see a disconnect mid-request and reconnect.
 * ``set_delay(seconds)``: every chunk forwarded from now on waits this long first (0 removes it).
+* ``block()`` / ``unblock()``: a partition that lasts: ``block()`` closes every open connection
+  (as ``cut()``) and, until ``unblock()``, closes every new connection as soon as it is accepted
+  and forwards nothing (the client's connect fails at once: the upstream looks unreachable).
+  Used to cut one broker from PostgreSQL for longer than its session (issue 15).
 
 With ``record=True`` it also keeps every request frame the clients sent (size prefix included)
 in ``requests``, in arrival order per connection: the corpus of the bad-input fuzz test is
@@ -33,7 +37,9 @@ class Proxy:
         self.listen_port = listen_port
         self.upstream_port = upstream_port
         self.delay = 0.0
+        self.blocked = False
         self.connections = 0
+        self.refused = 0
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -49,10 +55,19 @@ class Proxy:
         self._server = await asyncio.start_server(self._on_connect, self.host, self.listen_port, reuse_address=True)
 
     async def _on_connect(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+        if self.blocked:
+            self.refused += 1
+            c_writer.transport.abort()
+            return
         try:
             u_reader, u_writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.upstream_port), 5)
         except (OSError, asyncio.TimeoutError):
             c_writer.close()
+            return
+        if self.blocked:  # blocked while connecting upstream
+            self.refused += 1
+            c_writer.transport.abort()
+            u_writer.transport.abort()
             return
         self.connections += 1
         self._writers.update((c_writer, u_writer))
@@ -89,6 +104,8 @@ class Proxy:
                     recorder(data)
                 if self.delay:
                     await asyncio.sleep(self.delay)
+                if self.blocked:
+                    break
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.CancelledError):
@@ -107,6 +124,24 @@ class Proxy:
             return len(ws)
 
         return asyncio.run_coroutine_threadsafe(_call(close_all), self._loop).result(10)
+
+    def block(self) -> int:
+        """Close every open connection and refuse new ones until ``unblock()``; returns how many
+        sockets were closed."""
+
+        def block_all() -> int:
+            self.blocked = True
+            ws = list(self._writers)
+            for w in ws:
+                w.transport.abort()
+            self._writers.clear()
+            return len(ws)
+
+        return asyncio.run_coroutine_threadsafe(_call(block_all), self._loop).result(10)
+
+    def unblock(self) -> None:
+        """Accept and forward connections again."""
+        self.blocked = False
 
     def set_delay(self, seconds: float) -> None:
         self.delay = seconds
