@@ -1,9 +1,10 @@
 """The store-side parts a cluster-mode broker owns (issue 15), opened and closed together: the
-reader connection of the event loop (partition reads and recovery, producer id blocks), the
-group committer (the one writer thread), and the leader tracker that uses both.
+reader connection of the event loop (partition reads, producer id blocks), the opener
+connection (partition recovery, on the leader tracker's opener thread), the group committer
+(the one writer thread), and the leader tracker that uses them.
 
-Closing order: the tracker's partitions first (nothing new is submitted), then the committer
-(it writes what is queued, then stops), then the reader.
+Closing order: the tracker's partitions first (nothing new is submitted; the opener thread
+finishes), then the committer (it writes what is queued, then stops), then the connections.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = ["ClusterParts"]
 @dataclass
 class ClusterParts:
     reader: StoreConnection
+    opener: StoreConnection
     committer: GroupCommitter
     tracker: LeaderTracker
 
@@ -30,10 +32,12 @@ class ClusterParts:
     def open(cls, dsn: str, config: BrokerConfig, replicas: ReplicaManager) -> "ClusterParts":
         connect = connector(dsn)
         reader = StoreConnection(connect, f"node {config.node_id} reads")
+        opener = StoreConnection(connect, f"node {config.node_id} opens partitions")
         committer = GroupCommitter(connect, name=f"oncelog-group-commit-{config.node_id}").start()
-        return cls(reader, committer, LeaderTracker(config, replicas, reader, committer))
+        return cls(reader, opener, committer, LeaderTracker(config, replicas, reader, committer, opener))
 
     def close(self) -> None:
         self.tracker.close_all()
         self.committer.close()
+        self.opener.close()
         self.reader.close()

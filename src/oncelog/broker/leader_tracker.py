@@ -11,26 +11,32 @@ have). Then, in this order:
    store's, or whose engine stopped after a failed append (``PgPartitionLog.failed``: the store
    may hold batches the leader never applied) is closed and removed: from then on requests for
    it get NOT_LEADER_OR_FOLLOWER, and parked fetches wake up;
-3. every partition to lead that is not open is opened: its row is read again (the view may be
+3. every partition to lead that is neither open nor opening is opened on the opener thread
+   (one worker with its own store connection, so a long recovery never blocks the event loop,
+   its heartbeats or the other partitions' requests): its row is read again (the view may be
    older than this broker's own last commits), and if it still names this broker under the
    same epoch, ``Partition.recover`` rebuilds the producer state, LSO and aborted index from
    the store alone (the local directory is only a cache and is emptied first, so a snapshot of
-   an earlier term can never be trusted by mistake). A partition that fails to open is logged
-   and tried again at the next view.
+   an earlier term can never be trusted by mistake). Back on the event loop, the partition is
+   installed only if the latest view still wants it under that epoch (else it is dropped), and
+   its reads then use the event loop's reader connection. A partition that fails to open is
+   logged and tried again at the next view.
 
 4. the coordinators hear of every internal partition opened (``on_lead(tp, leader_epoch)``: the
    group or transaction coordinator loads its shard) and closed (``on_resign(tp)``).
 
 Invariant: a partition is open here only under the epoch the store had when it was opened;
 appends under that epoch are refused by the store once it moves (fencing), so opening and
-closing late is never unsafe, only slow. Recovery and reads run on the event loop with the
-broker's reader connection (one query per page of headers); see docs/CLUSTER.md.
+closing late is never unsafe, only slow. Reads run on the event loop with the broker's reader
+connection (one query per read); see docs/CLUSTER.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -39,6 +45,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.partition import Partition
 from oncelog.broker.replica_manager import INTERNAL_TOPICS, ReplicaManager, TopicMeta
 from oncelog.cluster import leadership
+from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.group_commit import GroupCommitter
 from oncelog.cluster.pg_log import PgPartitionLog
@@ -55,7 +62,9 @@ class LeaderTracker:
     """See the module docstring. Single-threaded: the event loop only."""
 
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, reader: StoreConnection,
-                 committer: GroupCommitter) -> None:
+                 committer: GroupCommitter, opener: StoreConnection | None = None) -> None:
+        """``opener``: the store connection of the opener thread (recovery); None: reuse
+        ``reader`` there too (tests that drive the tracker without an event loop)."""
         self.node_id = config.node_id
         self.config = config
         self.replicas = replicas
@@ -65,10 +74,15 @@ class LeaderTracker:
         #: told of every internal partition this broker starts / stops leading (the coordinators)
         self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
         self.on_resign: Callable[[TopicPartition], None] = lambda tp: None
+        self.opener = opener or reader
+        self._opener_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-open-{self.node_id}")
+        self._opening: dict[TopicPartition, asyncio.Future[Partition | None]] = {}
+        self._wanted: dict[TopicPartition, Leadership] = {}  # the latest view's, for installing opened ones
 
     def apply(self, view: ClusterView, may_lead: bool) -> None:
         self._set_topics(view)
         wanted = view.led_by(self.node_id) if may_lead else {}
+        self._wanted = wanted
         parts = self.replicas.partitions
         for tp, part in list(parts.items()):
             row = wanted.get(tp)
@@ -80,12 +94,14 @@ class LeaderTracker:
                        f"append failed: {plog.failed}")
                 self._close(tp, part, why)
         for tp, row in wanted.items():
-            if tp not in parts:
-                self._open(tp, row.partition_id)
+            if tp not in parts and tp not in self._opening:
+                self._start_open(tp, row.partition_id)
 
     def close_all(self) -> None:
+        self._wanted = {}
         for tp, part in list(self.replicas.partitions.items()):
             self._close(tp, part, "broker stopping")
+        self._opener_thread.shutdown(wait=True, cancel_futures=True)
 
     def _set_topics(self, view: ClusterView) -> None:
         old = self.replicas.topics
@@ -109,24 +125,57 @@ class LeaderTracker:
             log.warning("closing %s: %s", tp, exc)
         log.info("node %d stopped leading %s (%s)", self.node_id, tp, why)
 
-    def _open(self, tp: TopicPartition, partition_id: int) -> None:
+    def _start_open(self, tp: TopicPartition, partition_id: int) -> None:
         meta = self.replicas.topics.get(tp.topic)
         if meta is None:
             return
+        cfg = topic_config.log_config(self.config, meta.configs)
         try:
-            row = leadership.current(self.reader.raw(), partition_id)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (unit tests drive the tracker directly): open here
+            self._install(tp, self._build(tp, partition_id, cfg))
+            return
+        fut = asyncio.wrap_future(self._opener_thread.submit(self._build, tp, partition_id, cfg), loop=loop)
+        self._opening[tp] = fut
+
+        def done(f: "asyncio.Future[Partition | None]") -> None:
+            if self._opening.get(tp) is f:
+                del self._opening[tp]
+            if not f.cancelled() and f.exception() is None:
+                self._install(tp, f.result())
+
+        fut.add_done_callback(done)
+
+    def _build(self, tp: TopicPartition, partition_id: int, cfg: object) -> Partition | None:
+        """On the opener thread: read the row again and recover the partition from the store;
+        None when it moved meanwhile or cannot be opened now (logged; retried at the next view)."""
+        try:
+            row = leadership.current(self.opener.raw(), partition_id)
             if row is None or row.leader_broker != self.node_id:
-                return  # moved since the view was read
-            cfg = topic_config.log_config(self.config, meta.configs)
-            plog = PgPartitionLog(self.reader, self.committer, row, cfg)
+                return None  # moved since the view was read
+            plog = PgPartitionLog(self.opener, self.committer, row, cfg)  # type: ignore[arg-type]
             path = self.cache_dir / f"{tp.topic}-{tp.partition}"
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
-            part = Partition.recover(tp, plog, path, cfg)
+            return Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
         except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
-            self.reader.drop()  # a failed query may leave the connection unusable
+            self.opener.drop()  # a failed query may leave the connection unusable
             log.warning("node %d could not take the lead of %s (retried at the next view): %s", self.node_id, tp, exc)
+            return None
+
+    def _install(self, tp: TopicPartition, part: Partition | None) -> None:
+        """On the event loop: serve ``part`` if the latest view still wants it under its epoch."""
+        if part is None:
             return
+        plog = part.log
+        assert isinstance(plog, PgPartitionLog)
+        row = self._wanted.get(tp)
+        if row is None or row.leader_epoch != plog.leader_epoch or tp in self.replicas.partitions:
+            part.close()
+            log.info("node %d opened %s under epoch %d but no longer leads it there; dropped", self.node_id, tp,
+                     plog.leader_epoch)
+            return
+        plog.hand_over(self.reader)
         self.replicas.partitions[tp] = part
         log.info("node %d leads %s, leader epoch %d, offsets [%d, %d)", self.node_id, tp, row.leader_epoch,
                  plog.log_start_offset, plog.log_end_offset)

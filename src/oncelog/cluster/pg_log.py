@@ -89,6 +89,11 @@ class PgPartitionLog:
         self._inflight = 0
         self._failed: KafkaError | None = None
 
+    def hand_over(self, store: StoreConnection) -> None:
+        """From now on reads go through ``store`` (the thread that built and recovered this
+        log hands it to the event loop, which reads with its own connection)."""
+        self._store = store
+
     # -- state ------------------------------------------------------------------------------
 
     @property
