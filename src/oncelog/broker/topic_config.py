@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping, Sequence
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import InvalidConfig
@@ -54,6 +54,11 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+#: the broker's dynamic values: broker config name -> [(value, source)], per-node first
+#: (``dynamic_config.DynamicBrokerConfigs.layered``)
+Layers = Mapping[str, Sequence[tuple[str, "ConfigSource"]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +169,6 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     )
 }
 
-#: Topic configs Kafka 4.x accepts only when the value equals ... none; names refused besides
-#: unknown ones: none. (Kafka 4 refuses every name not in its table: INVALID_CONFIG.)
-
-
 def _parse_bool(raw: str) -> str:
     v = raw.strip().lower()
     if v not in ("true", "false"):
@@ -213,7 +214,7 @@ def normalize(d: TopicConfigDef, raw: str) -> str:
 
 
 def validate_topic_configs(broker: BrokerConfig, configs: Mapping[str, str | None],
-                           dynamic: Mapping[str, str] | None = None) -> dict[str, str]:
+                           dynamic: Layers | None = None) -> dict[str, str]:
     """Check names and values against ``TOPIC_CONFIGS`` and that the log settings they make are
     usable; returns the configs normalised (a None value is dropped: the default applies).
     Raises InvalidConfig — before anything is written, so a refused request changes nothing."""
@@ -258,17 +259,16 @@ def static_broker_value(broker: BrokerConfig, broker_name: str) -> str | None:
 
 
 def resolve(broker: BrokerConfig, topic_configs: Mapping[str, str], name: str,
-            dynamic: Mapping[str, str] | None = None) -> list[tuple[str, str, ConfigSource]]:
+            dynamic: Layers | None = None) -> list[tuple[str, str, ConfigSource]]:
     """Every value that applies to topic config ``name``, highest precedence first, as
     (config name, value, source): Kafka's synonyms list. The first is the effective value.
-    ``dynamic`` maps broker config names to their dynamic values with their source prefix
-    resolved (``dynamic_config.DynamicConfigs.layered``: name -> (value, source))."""
+    ``dynamic`` is the broker's dynamic values (``Layers``)."""
     d = TOPIC_CONFIGS[name]
     out: list[tuple[str, str, ConfigSource]] = []
     if name in topic_configs:
         out.append((name, topic_configs[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
     if d.broker_name is not None:
-        for value, source in (dynamic or {}).get(d.broker_name, ()):  # type: ignore[attr-defined]
+        for value, source in (dynamic or {}).get(d.broker_name, ()):
             out.append((d.broker_name, value, source))
         static = static_broker_value(broker, d.broker_name)
         if static is not None:
@@ -288,12 +288,12 @@ def _as_topic_value(d: TopicConfigDef, value: str) -> str:
 
 
 def effective(broker: BrokerConfig, topic_configs: Mapping[str, str], name: str,
-              dynamic: Mapping[str, str] | None = None) -> str:
+              dynamic: Layers | None = None) -> str:
     return resolve(broker, topic_configs, name, dynamic)[0][1]
 
 
 def log_config(broker: BrokerConfig, topic_configs: Mapping[str, str],
-               dynamic: Mapping[str, str] | None = None) -> LogConfig:
+               dynamic: Layers | None = None) -> LogConfig:
     """The LogConfig of a topic's partitions: topic settings over broker values. Raises
     InvalidConfig when the combination is unusable."""
     kwargs: dict[str, object] = {}
@@ -312,7 +312,7 @@ def log_config(broker: BrokerConfig, topic_configs: Mapping[str, str],
 
 
 def describe(broker: BrokerConfig, topic_configs: Mapping[str, str],
-             dynamic: Mapping[str, str] | None = None) -> list[tuple[TopicConfigDef, list[tuple[str, str, ConfigSource]]]]:
+             dynamic: Layers | None = None) -> list[tuple[TopicConfigDef, list[tuple[str, str, ConfigSource]]]]:
     """(definition, synonyms) for every topic config, by name: DescribeConfigs and CreateTopics
     v5+. The first synonym is the effective value and its source."""
     return [(TOPIC_CONFIGS[n], resolve(broker, topic_configs, n, dynamic)) for n in sorted(TOPIC_CONFIGS)]
@@ -327,5 +327,3 @@ def compatibility_table() -> str:
                     f"| {'yes' if d.applied else 'no'} | {d.note} |")
     return "\n".join(rows) + "\n"
 
-
-Validator = Callable[[str], str]

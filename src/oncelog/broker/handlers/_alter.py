@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from oncelog.broker import topic_config
 from oncelog.broker.context import BrokerContext
 from oncelog.protocol.errors import InvalidRequest
 
@@ -34,7 +35,6 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         layers = rm.dynamic.layered()
 
         def effective(key: str) -> str:
-            from oncelog.broker import topic_config
             if key not in topic_config.TOPIC_CONFIGS:
                 return ""
             return topic_config.effective(broker.config, meta.configs, key, layers)
