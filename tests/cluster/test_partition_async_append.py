@@ -84,3 +84,28 @@ def test_a_deposed_leader_is_refused_and_its_state_does_not_move(pg_dsn, tmp_pat
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("engine", ["files", "postgresql"])
+def test_log_append_time_stamps_batches_on_both_engines(engine, pg_dsn, tmp_path) -> None:
+    """message.timestamp.type=LogAppendTime (issue 16): the batch in the log carries the append
+    time as its max timestamp and the LogAppendTime attribute, with a valid CRC, on both engines."""
+    import dataclasses
+
+    cfg = dataclasses.replace(CONFIG, log_append_time=True)
+    store = Store(pg_dsn) if engine == "postgresql" else None
+    try:
+        if store is not None:
+            part = Partition.recover(TP, store.lead("orders"), tmp_path, cfg)
+            res = asyncio.run(part.append_validated_async(_batch(0), R.parse_header(_batch(0)), 7_777))
+        else:
+            part = Partition.open(TP, tmp_path / "orders-0", cfg, 0)
+            res = part.append_validated(_batch(0), R.parse_header(_batch(0)), 7_777)
+        assert res.log_append_time == 7_777
+        read = part.log.read_batches(0, 1 << 20)
+        (_pos, h), = list(R.iter_batches(read, verify_crc=True))
+        assert h.max_timestamp == 7_777 and h.timestamp_type == R.TIMESTAMP_LOG_APPEND_TIME
+        assert [r.timestamp for r in R.iter_records(read)] == [7_777] * 3
+    finally:
+        if store is not None:
+            store.close()

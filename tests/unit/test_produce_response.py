@@ -3,6 +3,8 @@ the broker advertises (produce_response's contract; kio is the reference for the
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +23,8 @@ results = st.builds(
     base_offset=st.integers(-1, 2**63 - 1),
     log_start_offset=st.integers(-1, 2**63 - 1),
     error_message=st.none() | st.text(max_size=300),
+    log_append_time=st.just(-1) | st.integers(0, 2**41),
+    record_errors=st.lists(st.tuples(st.integers(0, 2**31 - 1), st.none() | st.text(max_size=50)), max_size=3).map(tuple),
 )
 topics = st.lists(
     st.tuples(st.text(min_size=1, max_size=249), st.lists(results, max_size=5)),
@@ -33,8 +37,12 @@ def kio_bytes(version: int, correlation_id: int, body: list[tuple[str, list[Part
     response = m.ProduceResponse(responses=tuple(
         m.TopicProduceResponse(name=name, partition_responses=tuple(
             m.PartitionProduceResponse(
-                index=r.index, error_code=ErrorCode(r.error_code), base_offset=r.base_offset, log_append_time=None,
-                log_start_offset=r.log_start_offset, record_errors=(), error_message=r.error_message,
+                index=r.index, error_code=ErrorCode(r.error_code), base_offset=r.base_offset,
+                log_append_time=None if r.log_append_time < 0 else
+                datetime.datetime.fromtimestamp(r.log_append_time / 1000, datetime.timezone.utc),
+                log_start_offset=r.log_start_offset, error_message=r.error_message,
+                record_errors=tuple(m.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=e)
+                                    for i, e in r.record_errors) if version >= 8 else (),
             ) for r in rs))
         for name, rs in body))
     return framing.encode_response_bytes(apis.PRODUCE, version, correlation_id, response)

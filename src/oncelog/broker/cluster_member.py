@@ -52,7 +52,7 @@ from oncelog.cluster.errors import BrokerNotRegistered, BrokerSessionExpired, St
 from oncelog.cluster.membership import BrokerSession, SessionConfig
 from oncelog.cluster.notify import MetadataListener
 from oncelog.cluster.view import ClusterView, load
-from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 
 __all__ = ["POLL_INTERVAL_S", "ClusterMember"]
 
@@ -278,6 +278,16 @@ class ClusterMember:
         if any(isinstance(r, TopicMeta) for r in created.values()):
             await self.rebalance()
         return [created[m.name] if isinstance(m, TopicMeta) else m for m in metas]
+
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Store the new (validated) configs of topic ``name``, then load and apply a view (this
+        broker sees them at once; the others at their notification or next poll). Raises
+        UnknownTopicOrPartition, StoreUnavailable."""
+        found = await self._call(lambda conn: store_topics.set_configs(conn, name, configs))
+        if not found:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        await self.refresh()
 
 
 def _ensure_schema_and_cluster_id(conn: Any) -> str:

@@ -81,7 +81,7 @@ class BrokerConfig:
     log_flush_interval_ms: int | None = field(default=None, metadata={"kafka": "log.flush.interval.ms", "parse": _opt_int})
     log_index_interval_bytes: int = field(default=4096, metadata={"kafka": "log.index.interval.bytes", "parse": int})
     log_cleanup_policy: str = field(default="delete", metadata={"kafka": "log.cleanup.policy", "parse": str})
-    file_delete_delay_ms: int = field(default=60_000, metadata={"kafka": "file.delete.delay.ms", "parse": int})
+    file_delete_delay_ms: int = field(default=60_000, metadata={"kafka": "log.segment.delete.delay.ms", "parse": int})
     offsets_topic_num_partitions: int = field(default=50, metadata={"kafka": "offsets.topic.num.partitions", "parse": int})
     offsets_retention_minutes: int = field(default=7 * 24 * 60, metadata={"kafka": "offsets.retention.minutes", "parse": int})
     group_initial_rebalance_delay_ms: int = field(
@@ -122,6 +122,23 @@ class BrokerConfig:
     def advertised(self) -> str:
         return self.advertised_host or self.host
 
+    def kafka_value(self, kafka_name: str) -> str | None:
+        """The value of a Kafka-named property as Kafka describes it (unset flush intervals are
+        Long.MAX_VALUE, booleans lower case); None for a name this class does not hold."""
+        spec = _BY_KAFKA_NAME.get(kafka_name)
+        if spec is None or _CANONICAL.get(spec[0]) != kafka_name:
+            return None
+        value = getattr(self, spec[0])
+        if value is None and spec[0] in ("log_flush_interval_messages", "log_flush_interval_ms"):
+            return "9223372036854775807"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return None if value is None else str(value)
+
+    def kafka_default(self, kafka_name: str) -> str | None:
+        """``kafka_value`` of the built-in default."""
+        return _DEFAULT.kafka_value(kafka_name)
+
     def with_overrides(self, props: dict[str, str]) -> "BrokerConfig":
         """A copy with Kafka-named properties applied. Raises InvalidConfig on unknown keys."""
         changes: dict[str, Any] = {}
@@ -144,7 +161,10 @@ class BrokerConfig:
 _BY_KAFKA_NAME: dict[str, tuple[str, Callable[[str], Any]]] = {
     f.metadata["kafka"]: (f.name, f.metadata["parse"]) for f in dataclasses.fields(BrokerConfig)
 }
+_CANONICAL: dict[str, str] = {f.name: f.metadata["kafka"] for f in dataclasses.fields(BrokerConfig)}
+_DEFAULT = BrokerConfig()
 # Kafka spells some of these several ways; accept the common aliases.
+_BY_KAFKA_NAME["file.delete.delay.ms"] = _BY_KAFKA_NAME["log.segment.delete.delay.ms"]  # oncelog's older name
 _BY_KAFKA_NAME["log.dir"] = _BY_KAFKA_NAME["log.dirs"]
 _BY_KAFKA_NAME["broker.id"] = _BY_KAFKA_NAME["node.id"]
 _BY_KAFKA_NAME["log.retention.hours"] = ("log_retention_ms", lambda v: int(v) * 3600 * 1000)

@@ -6,7 +6,9 @@ names it as leader, and none when ``may_lead`` is False (its session surely ende
 have). Then, in this order:
 
 1. the topics the broker knows (``ReplicaManager.topics``) become the store's, so Produce and
-   Fetch tell a partition led elsewhere (NOT_LEADER_OR_FOLLOWER) from an unknown one;
+   Fetch tell a partition led elsewhere (NOT_LEADER_OR_FOLLOWER) from an unknown one; a topic
+   whose configs changed in the store (AlterConfigs through any broker) gets them, applied live
+   to its open partitions;
 2. every open partition that is not to be led any more, or whose leader epoch is not the
    store's, or whose engine stopped after a failed append (``PgPartitionLog.failed``: the store
    may hold batches the leader never applied) is closed and removed: from then on requests for
@@ -106,14 +108,23 @@ class LeaderTracker:
     def _set_topics(self, view: ClusterView) -> None:
         old = self.replicas.topics
         metas = []
+        reconfigured = []
         for name, info in view.topics.items():
             meta = old.get(name)
             if meta is None or meta.topic_id != info.topic_id or meta.num_partitions != info.partitions:
                 configs = topic_config.usable_topic_configs(self.config, name, dict(info.configs))
                 meta = TopicMeta(name, info.topic_id, info.partitions, configs, name in INTERNAL_TOPICS)
+            elif dict(info.configs) != (meta.store_configs if meta.store_configs is not None else meta.configs):
+                # AlterConfigs through any broker: the same topic with other configs, applied live
+                meta.configs = topic_config.usable_topic_configs(self.config, name, dict(info.configs))
+                reconfigured.append(meta)
+            meta.store_configs = dict(info.configs)
             metas.append(meta)
         if len(metas) != len(old) or any(old.get(m.name) is not m for m in metas):
             self.replicas.set_topics(metas)
+        if reconfigured:
+            self.replicas.refresh_log_configs(reconfigured)
+            log.info("node %d: configs of %s changed", self.node_id, ", ".join(m.name for m in reconfigured))
 
     def _close(self, tp: TopicPartition, part: Partition, why: str) -> None:
         self.replicas.partitions.pop(tp, None)
@@ -129,7 +140,7 @@ class LeaderTracker:
         meta = self.replicas.topics.get(tp.topic)
         if meta is None:
             return
-        cfg = topic_config.log_config(self.config, meta.configs)
+        cfg = self.replicas.log_config(meta)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (unit tests drive the tracker directly): open here
@@ -177,6 +188,9 @@ class LeaderTracker:
             return
         plog.hand_over(self.reader)
         self.replicas.partitions[tp] = part
+        meta = self.replicas.topics.get(tp.topic)
+        if meta is not None:
+            self.replicas.refresh_log_configs([meta])  # configs altered while it was opening
         log.info("node %d leads %s, leader epoch %d, offsets [%d, %d)", self.node_id, tp, row.leader_epoch,
                  plog.log_start_offset, plog.log_end_offset)
         if tp.topic in INTERNAL_TOPICS:

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 import logging
 
@@ -48,6 +48,8 @@ class AppendResult:
     last_offset: int
     log_start_offset: int
     duplicate: bool = False
+    #: the batch's timestamp when the topic uses LogAppendTime (Produce's log_append_time_ms), else -1
+    log_append_time: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,13 @@ class Partition:
             log.info("%s: producer state rebuilt, %d batch headers replayed", tp, replayed)
         return cls(tp, plog, config, producers, aborted)
 
+    def set_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs live (AlterConfigs): produce checks, retention, roll,
+        flush and compaction read the new values from now on; index settings apply to segments
+        created from now on."""
+        self.config = config
+        self.log.config = config
+
     @property
     def high_watermark(self) -> int:
         return self.log.log_end_offset
@@ -143,8 +152,18 @@ class Partition:
         dup = self.producers.check(header)
         if dup is not None:
             return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+        batch, header, stamped = self._stamp(batch, header, now_ms)
         base, last = self._append(batch, header, now_ms)
-        return AppendResult(base, last, self.log.log_start_offset)
+        return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
+
+    def _stamp(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[Any, records.BatchHeader, int]:
+        """message.timestamp.type=LogAppendTime: the batch stamped with ``now_ms`` (header fields
+        and CRC only, ``records.stamp_log_append_time``), for either storage engine; otherwise
+        the batch unchanged. Returns (batch, header, log append time or -1)."""
+        if not self.config.log_append_time:
+            return batch, header, -1
+        stamped, header = records.stamp_log_append_time(batch, header, now_ms)
+        return stamped, header, now_ms
 
     async def append_validated_async(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
         """``append_validated`` for an engine that commits in the background (cluster mode):
@@ -159,8 +178,9 @@ class Partition:
             dup = self.producers.check(header)
             if dup is not None:
                 return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+            batch, header, stamped = self._stamp(batch, header, now_ms)
             base, last = await self._append_committed(batch, header, now_ms)
-            return AppendResult(base, last, self.log.log_start_offset)
+            return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
 
     @contextlib.asynccontextmanager
     async def _producer_turn(self, pid: int) -> AsyncIterator[None]:

@@ -35,6 +35,7 @@ from typing import Sequence
 
 from oncelog.broker import topic_config
 from oncelog.broker.config import BrokerConfig
+from oncelog.broker.dynamic_config import DynamicBrokerConfigs
 from oncelog.broker.partition import Partition
 from oncelog.clock import Clock
 from oncelog.protocol.errors import (
@@ -78,6 +79,8 @@ class TopicMeta:
     num_partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     internal: bool = False
+    #: cluster mode: the configs as the store last had them (leader_tracker.py tells changes by them)
+    store_configs: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         return {
@@ -111,11 +114,14 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         self._deleted_logs: list[PartitionEngine] = []
+        #: the broker's dynamic configs (AlterConfigs on a BROKER resource), loaded by ``open``
+        self.dynamic = DynamicBrokerConfigs(self.data_dir / "dynamic-broker-configs.json", config.node_id)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.dynamic = DynamicBrokerConfigs.load(self.data_dir, self.config.node_id)
         meta_file = self.data_dir / "topics.json"
         dirs = self._partition_dirs()
         if meta_file.exists():
@@ -191,7 +197,7 @@ class ReplicaManager:
 
     def _open_partition(self, meta: TopicMeta, p: int, now_ms: int) -> Partition:
         tp = TopicPartition(meta.name, p)
-        cfg = topic_config.log_config(self.config, meta.configs)
+        cfg = self.log_config(meta)
         path = self.data_dir / f"{meta.name}-{p}"
         part = Partition.open(tp, path, cfg, now_ms)
         self.partitions[tp] = part
@@ -287,7 +293,7 @@ class ReplicaManager:
             raise InvalidReplicationFactor(f"replication factor {rf} is larger than the 1 available broker")
         if not 1 <= rf <= max_replication_factor:
             raise InvalidReplicationFactor(f"replication factor {rf} is not between 1 and the {max_replication_factor} live brokers")
-        clean = topic_config.validate_topic_configs(self.config, t.configs or {})
+        clean = topic_config.validate_topic_configs(self.config, t.configs or {}, self.dynamic.layered())
         return TopicMeta(t.name, uuid.uuid4(), num_partitions, clean, t.internal)
 
     def _close_created(self, meta: TopicMeta) -> None:
@@ -367,6 +373,65 @@ class ReplicaManager:
                 raise NotLeaderOrFollower(f"this broker (node {self.config.node_id}) does not lead {topic}-{index}")
             raise UnknownTopicOrPartition(f"partition {topic}-{index} does not exist on this broker")
         return part
+
+    # -- configs (AlterConfigs, IncrementalAlterConfigs) -----------------------------------------
+
+    def log_config(self, meta: TopicMeta) -> "topic_config.LogConfig":
+        """The LogConfig of ``meta``'s partitions: its configs over the broker's dynamic, static
+        and default values. A combination that became unusable (a broker value changed under
+        a topic value) falls back to the topic's configs over Kafka's defaults."""
+        return topic_config.log_config(self.config, meta.configs, self.dynamic.layered())
+
+    def validate_topic_configs(self, name: str, configs: dict[str, str]) -> dict[str, str]:
+        """The complete new configs of topic ``name`` validated and normalised (nothing changed).
+        Raises UnknownTopicOrPartition, InvalidConfig."""
+        self.topic(name)
+        return topic_config.validate_topic_configs(self.config, configs, self.dynamic.layered())
+
+    def set_topic_configs(self, name: str, configs: dict[str, str], *, persist: bool = True) -> None:
+        """Make ``configs`` (validated) the whole set of topic ``name``'s configs, durable in
+        topics.json (embedded; cluster mode: the store, ``persist=False``), applied live to its
+        open partitions. Raises UnknownTopicOrPartition, KafkaStorageError."""
+        meta = self.topic(name)
+        old = meta.configs
+        meta.configs = dict(configs)
+        if persist:
+            try:
+                self._persist()
+            except OSError as exc:
+                meta.configs = old
+                raise KafkaStorageError(f"cannot write the configs of topic {name!r}: {exc}") from None
+        self.refresh_log_configs([meta])
+
+    def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        """Make ``configs`` (validated, ``DynamicBrokerConfigs.validate``) the dynamic broker
+        configs of ``scope`` ("default" or "node"), durable, applied live to every partition.
+        Raises KafkaStorageError."""
+        old = self.dynamic.current(scope)
+        try:
+            self.dynamic.replace(scope, configs)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write {self.dynamic.path}: {exc}") from None
+        try:
+            for meta in self.topics.values():
+                self.log_config(meta)
+        except KafkaError:
+            self.dynamic.replace(scope, old)
+            raise
+        self.refresh_log_configs(list(self.topics.values()))
+
+    def refresh_log_configs(self, metas: Sequence[TopicMeta]) -> None:
+        """Give the open partitions of ``metas`` their LogConfig as it is now."""
+        for meta in metas:
+            try:
+                cfg = self.log_config(meta)
+            except KafkaError as exc:
+                log.error("topic %s: configs not applied (%s)", meta.name, exc)
+                continue
+            for p in range(meta.num_partitions):
+                part = self.partitions.get(TopicPartition(meta.name, p))
+                if part is not None and part.config != cfg:
+                    part.set_config(cfg)
 
     # -- housekeeping --------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from oncelog.broker.context import Handler
 from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     api_versions,
     create_topics,
     delete_groups,
@@ -23,6 +24,7 @@ from oncelog.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -45,9 +47,9 @@ __all__ = ["ROUTES", "advertised_versions"]
 ROUTES: dict[int, Handler] = {
     m.API_KEY: m.handle
     for m in (
-        add_offsets_to_txn, add_partitions_to_txn, api_versions, create_topics, delete_groups, delete_records,
+        add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions, create_topics, delete_groups, delete_records,
         delete_topics, describe_cluster, describe_configs, describe_groups, end_txn, fetch, find_coordinator,
-        heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
+        heartbeat, incremental_alter_configs, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
         offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit,
         write_txn_markers,
     )

@@ -1,16 +1,23 @@
-"""Topic-level configuration: Kafka's topic property names, their broker-wide defaults, and the
-``LogConfig`` a partition's log is opened with.
+"""Topic-level configuration: the one table of Apache Kafka 4.x's topic configs (name, type,
+default, broker synonym, whether oncelog applies it), and the ``LogConfig`` a partition's log is
+opened with.
 
-A topic stores only the properties set on it (CreateTopics configs); every other value comes from
-the broker's config at the time of use, exactly as in Kafka, so DescribeConfigs can tell a
-topic's own setting (source TOPIC_CONFIG) from an inherited default (DEFAULT_CONFIG).
+Theory of operation. ``TOPIC_CONFIGS`` is the single source used by CreateTopics (validation),
+DescribeConfigs (type, value, source, synonyms, documentation), AlterConfigs and
+IncrementalAlterConfigs, and docs/COMPATIBILITY-configs.md (generated from it; a unit test holds
+the two in sync). A topic stores only the configs set on it; every other value comes from the
+broker, in Kafka's order of precedence (``resolve``): the topic's own value (DYNAMIC_TOPIC_CONFIG),
+the broker's dynamic per-node value, the broker's dynamic cluster default, the static broker value
+(server.properties / command line), Kafka's default. Configs marked ``applied=False`` are accepted,
+stored and described, and change nothing here (the note says why).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Mapping, Sequence
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import InvalidConfig
@@ -18,93 +25,211 @@ from oncelog.storage.log import LogConfig
 
 log = logging.getLogger(__name__)
 
+LONG_MAX = 9223372036854775807
+INT_MAX = 2147483647
 
-def _opt(v: str) -> int | None:
-    return None if v in ("", "9223372036854775807") else int(v)
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs ``config_type`` (Kafka's ConfigDef types)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs ``config_source``."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+#: the broker's dynamic values: broker config name -> [(value, source)], per-node first
+#: (``dynamic_config.DynamicBrokerConfigs.layered``)
+Layers = Mapping[str, Sequence[tuple[str, "ConfigSource"]]]
 
 
 @dataclass(frozen=True, slots=True)
-class TopicProperty:
+class TopicConfigDef:
+    """One Kafka topic config. ``default`` is Kafka's default as Kafka describes it;
+    ``broker_name`` the broker config it inherits from (None: none); ``low``/``high`` bounds of
+    numbers; ``choices`` the allowed values of a STRING or each item of a LIST; ``log_field`` the
+    LogConfig field it sets; ``applied`` whether it changes anything here, ``note`` how."""
+
     name: str
-    parse: Callable[[str], Any]
-    default: Callable[[BrokerConfig], Any]
-    log_field: str | None  # the LogConfig field it sets, if any
+    type: ConfigType
+    default: str
+    broker_name: str | None
+    applied: bool
+    doc: str
+    note: str = ""
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+    log_field: str | None = None
 
 
-def _policy(v: str) -> str:
-    parts = sorted(p.strip() for p in v.split(",") if p.strip())
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError("cleanup.policy is delete, compact or compact,delete")
-    return ",".join(parts)
-
-
-TOPIC_PROPERTIES: dict[str, TopicProperty] = {
-    p.name: p
-    for p in (
-        TopicProperty("cleanup.policy", _policy, lambda b: b.log_cleanup_policy, "cleanup_policy"),
-        TopicProperty("retention.ms", int, lambda b: b.log_retention_ms, "retention_ms"),
-        TopicProperty("retention.bytes", int, lambda b: b.log_retention_bytes, "retention_bytes"),
-        TopicProperty("segment.bytes", int, lambda b: b.log_segment_bytes, "segment_bytes"),
-        TopicProperty("segment.ms", int, lambda b: b.log_roll_ms, "segment_ms"),
-        TopicProperty("max.message.bytes", int, lambda b: b.message_max_bytes, "max_message_bytes"),
-        TopicProperty("flush.messages", _opt, lambda b: b.log_flush_interval_messages, "flush_messages"),
-        TopicProperty("flush.ms", _opt, lambda b: b.log_flush_interval_ms, "flush_ms"),
-        TopicProperty("index.interval.bytes", int, lambda b: b.log_index_interval_bytes, "index_interval_bytes"),
-        TopicProperty("file.delete.delay.ms", int, lambda b: b.file_delete_delay_ms, "file_delete_delay_ms"),
-        TopicProperty("delete.retention.ms", int, lambda b: 86_400_000, "delete_retention_ms"),
-        TopicProperty("min.compaction.lag.ms", int, lambda b: 0, "min_compaction_lag_ms"),
-        TopicProperty("min.insync.replicas", int, lambda b: 1, None),
-        TopicProperty("message.timestamp.type", str, lambda b: "CreateTime", None),
-        TopicProperty("compression.type", str, lambda b: "producer", None),
-        TopicProperty("unclean.leader.election.enable", str, lambda b: "false", None),
+_T = ConfigType
+_ACCEPTED = "accepted and described, no effect here"
+_D = TopicConfigDef
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in (
+        _D("cleanup.policy", _T.LIST, "delete", "log.cleanup.policy", True,
+           "The retention policy of log segments: delete, compact, or both.", "retention and compaction",
+           choices=("delete", "compact"), log_field="cleanup_policy"),
+        _D("compression.gzip.level", _T.INT, "-1", "compression.gzip.level", False,
+           "The compression level used with gzip.", _ACCEPTED + " (batches are stored as produced)", low=-1, high=9),
+        _D("compression.lz4.level", _T.INT, "9", "compression.lz4.level", False,
+           "The compression level used with lz4.", _ACCEPTED + " (batches are stored as produced)", low=1, high=17),
+        _D("compression.type", _T.STRING, "producer", "compression.type", False,
+           "The final compression type of the topic; 'producer' keeps the producer's codec.",
+           "accepted and described; batches are always stored as produced (as 'producer')",
+           choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+        _D("compression.zstd.level", _T.INT, "3", "compression.zstd.level", False,
+           "The compression level used with zstd.", _ACCEPTED + " (batches are stored as produced)", low=-131072, high=22),
+        _D("delete.retention.ms", _T.LONG, "86400000", "log.cleaner.delete.retention.ms", True,
+           "How long tombstones are kept in a compacted topic.", "compaction", low=0, log_field="delete_retention_ms"),
+        _D("file.delete.delay.ms", _T.LONG, "60000", "log.segment.delete.delay.ms", True,
+           "How long a deleted segment's file is kept before it is removed.", "retention", low=0,
+           log_field="file_delete_delay_ms"),
+        _D("flush.messages", _T.LONG, str(LONG_MAX), "log.flush.interval.messages", True,
+           "Fsync the log after this many messages.", "fsync policy", low=1, log_field="flush_messages"),
+        _D("flush.ms", _T.LONG, str(LONG_MAX), "log.flush.interval.ms", True,
+           "Fsync the log after this many milliseconds.", "fsync policy", low=0, log_field="flush_ms"),
+        _D("follower.replication.throttled.replicas", _T.LIST, "", "follower.replication.throttled.replicas", False,
+           "Replicas whose log replication is throttled on the follower side.", _ACCEPTED + " (no replication)"),
+        _D("index.interval.bytes", _T.INT, "4096", "log.index.interval.bytes", True,
+           "How often an offset index entry is added.", "offset index", low=0, log_field="index_interval_bytes"),
+        _D("leader.replication.throttled.replicas", _T.LIST, "", "leader.replication.throttled.replicas", False,
+           "Replicas whose log replication is throttled on the leader side.", _ACCEPTED + " (no replication)"),
+        _D("local.retention.bytes", _T.LONG, "-2", "log.local.retention.bytes", False,
+           "Bytes kept locally before tiered storage deletes them.", _ACCEPTED + " (no tiered storage)", low=-2),
+        _D("local.retention.ms", _T.LONG, "-2", "log.local.retention.ms", False,
+           "Time a segment is kept locally before tiered storage deletes it.", _ACCEPTED + " (no tiered storage)",
+           low=-2),
+        _D("max.compaction.lag.ms", _T.LONG, str(LONG_MAX), "log.cleaner.max.compaction.lag.ms", False,
+           "The longest a message stays ineligible for compaction.", _ACCEPTED + " (the cleaner runs on its own schedule)",
+           low=1),
+        _D("max.message.bytes", _T.INT, "1048588", "message.max.bytes", True,
+           "The largest record batch size allowed.", "produce", low=0, log_field="max_message_bytes"),
+        _D("message.downconversion.enable", _T.BOOLEAN, "true", "log.message.downconversion.enable", False,
+           "Removed in Kafka 4.0 (no down-conversion).", "accepted for older tools, no effect (removed in Kafka 4.0)"),
+        _D("message.format.version", _T.STRING, "3.0-IV1", "log.message.format.version", False,
+           "Removed in Kafka 4.0 (always record batch v2).", "accepted for older tools, no effect (removed in Kafka 4.0)"),
+        _D("message.timestamp.after.max.ms", _T.LONG, "3600000", "log.message.timestamp.after.max.ms", False,
+           "How far a CreateTime timestamp may be ahead of the broker's clock.", _ACCEPTED, low=0),
+        _D("message.timestamp.before.max.ms", _T.LONG, str(LONG_MAX), "log.message.timestamp.before.max.ms", False,
+           "How far a CreateTime timestamp may be behind the broker's clock.", _ACCEPTED, low=0),
+        _D("message.timestamp.type", _T.STRING, "CreateTime", "log.message.timestamp.type", True,
+           "CreateTime or LogAppendTime.", "LogAppendTime: the broker stamps each batch at append",
+           choices=("CreateTime", "LogAppendTime"), log_field="log_append_time"),
+        _D("min.cleanable.dirty.ratio", _T.DOUBLE, "0.5", "log.cleaner.min.cleanable.ratio", False,
+           "The dirty ratio above which the cleaner compacts.", _ACCEPTED + " (the cleaner runs on its own schedule)",
+           low=0, high=1),
+        _D("min.compaction.lag.ms", _T.LONG, "0", "log.cleaner.min.compaction.lag.ms", True,
+           "The shortest time a message stays uncompacted.", "compaction", low=0, log_field="min_compaction_lag_ms"),
+        _D("min.insync.replicas", _T.INT, "1", "min.insync.replicas", False,
+           "Replicas that must acknowledge a write with acks=all.", _ACCEPTED + " (one copy, or the store)", low=1),
+        _D("preallocate", _T.BOOLEAN, "false", "log.preallocate", False,
+           "Preallocate the file of a new segment.", _ACCEPTED),
+        _D("remote.log.copy.disable", _T.BOOLEAN, "false", None, False,
+           "Stop copying segments to tiered storage.", _ACCEPTED + " (no tiered storage)"),
+        _D("remote.log.delete.on.disable", _T.BOOLEAN, "false", None, False,
+           "Delete tiered data when tiered storage is disabled.", _ACCEPTED + " (no tiered storage)"),
+        _D("remote.storage.enable", _T.BOOLEAN, "false", None, False,
+           "Tiered storage for the topic.", _ACCEPTED + " (no tiered storage)"),
+        _D("retention.bytes", _T.LONG, "-1", "log.retention.bytes", True,
+           "The most bytes a partition keeps (-1: no limit).", "retention", low=-1, log_field="retention_bytes"),
+        _D("retention.ms", _T.LONG, "604800000", "log.retention.ms", True,
+           "How long a segment is kept (-1: forever).", "retention", low=-1, log_field="retention_ms"),
+        _D("segment.bytes", _T.INT, "1073741824", "log.segment.bytes", True,
+           "The size of a segment file.", "segment roll (at least 61 here, 1048576 in Kafka 4)", low=61,
+           log_field="segment_bytes"),
+        _D("segment.index.bytes", _T.INT, "10485760", "log.index.size.max.bytes", False,
+           "The size of the offset index of a segment.", _ACCEPTED + " (indexes grow as needed)", low=4),
+        _D("segment.jitter.ms", _T.LONG, "0", "log.roll.jitter.ms", False,
+           "Random jitter subtracted from segment.ms.", _ACCEPTED, low=0),
+        _D("segment.ms", _T.LONG, "604800000", "log.roll.ms", True,
+           "How long before a segment is rolled.", "segment roll", low=1, log_field="segment_ms"),
+        _D("unclean.leader.election.enable", _T.BOOLEAN, "false", "unclean.leader.election.enable", False,
+           "Whether an out-of-sync replica may become leader.", _ACCEPTED + " (no replicas)"),
     )
 }
 
-
-#: Lower bounds of the numeric properties (Kafka's ConfigDef validators; segment.bytes: one batch
-#: header, below Kafka 4's 1 MiB so that tests can roll segments quickly).
-_AT_LEAST: dict[str, int] = {
-    "segment.bytes": 61,
-    "segment.ms": 1,
-    "retention.ms": -1,
-    "retention.bytes": -1,
-    "max.message.bytes": 0,
-    "flush.messages": 1,
-    "flush.ms": 0,
-    "index.interval.bytes": 0,
-    "file.delete.delay.ms": 0,
-    "delete.retention.ms": 0,
-    "min.compaction.lag.ms": 0,
-    "min.insync.replicas": 1,
-}
-_INT32_MAX = {"segment.bytes", "max.message.bytes", "index.interval.bytes", "min.insync.replicas"}
+def _parse_bool(raw: str) -> str:
+    v = raw.strip().lower()
+    if v not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return v
 
 
-def validate_topic_configs(broker: BrokerConfig, configs: dict[str, str]) -> dict[str, str]:
-    """Check names, values and ranges, and that the log settings they make are usable; returns
-    the configs normalised. Raises InvalidConfig — before anything is written, so a refused
-    CreateTopics leaves nothing behind."""
+def normalize(d: TopicConfigDef, raw: str) -> str:
+    """The value of ``d`` as stored and described; raises ValueError when ``raw`` is invalid."""
+    t = d.type
+    if t is ConfigType.BOOLEAN:
+        return _parse_bool(raw)
+    if t in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
+        n = int(raw.strip())
+        hi = INT_MAX if t is ConfigType.INT else LONG_MAX
+        lo = -INT_MAX - 1 if t is ConfigType.INT else -LONG_MAX - 1
+        if not lo <= n <= hi:
+            raise ValueError(f"outside the range of {t.name}")
+        if d.low is not None and n < d.low:
+            raise ValueError(f"must be at least {int(d.low)}")
+        if d.high is not None and n > d.high:
+            raise ValueError(f"must be at most {int(d.high)}")
+        return str(n)
+    if t is ConfigType.DOUBLE:
+        x = float(raw.strip())
+        if (d.low is not None and x < d.low) or (d.high is not None and x > d.high):
+            raise ValueError(f"must be between {d.low} and {d.high}")
+        return raw.strip()
+    if t is ConfigType.LIST:
+        items = [p.strip() for p in raw.split(",") if p.strip()]
+        if d.choices is not None:
+            if not items:
+                raise ValueError(f"must be one or more of {', '.join(d.choices)}")
+            bad = [i for i in items if i not in d.choices]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not one of {', '.join(d.choices)}")
+            items = sorted(set(items))
+        return ",".join(items)
+    value = raw.strip()
+    if d.choices is not None and value not in d.choices:
+        raise ValueError(f"must be one of {', '.join(d.choices)}")
+    return value
+
+
+def validate_topic_configs(broker: BrokerConfig, configs: Mapping[str, str | None],
+                           dynamic: Layers | None = None) -> dict[str, str]:
+    """Check names and values against ``TOPIC_CONFIGS`` and that the log settings they make are
+    usable; returns the configs normalised (a None value is dropped: the default applies).
+    Raises InvalidConfig — before anything is written, so a refused request changes nothing."""
     out: dict[str, str] = {}
     for name, raw in configs.items():
-        prop = TOPIC_PROPERTIES.get(name)
-        if prop is None:
-            raise InvalidConfig(f"unknown topic config {name!r}")
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise InvalidConfig(f"unknown topic config name: {name}")
         if raw is None:
             continue
         try:
-            value = prop.parse(raw)
+            out[name] = normalize(d, raw)
         except ValueError as exc:
-            raise InvalidConfig(f"invalid value {raw!r} for topic config {name}: {exc}") from None
-        if isinstance(value, int):
-            low = _AT_LEAST.get(name)
-            if low is not None and value < low:
-                raise InvalidConfig(f"invalid value {raw} for topic config {name}: must be at least {low}")
-            if name in _INT32_MAX and value > 0x7FFFFFFF:
-                raise InvalidConfig(f"invalid value {raw} for topic config {name}: must be at most 2147483647")
-        if name == "message.timestamp.type" and value not in ("CreateTime",):
-            raise InvalidConfig("only message.timestamp.type=CreateTime is supported")
-        out[name] = str(raw) if not isinstance(value, str) else value
-    log_config(broker, out)  # raises InvalidConfig if the combination is unusable
+            raise InvalidConfig(f"invalid value {raw!r} for configuration {name}: {exc}") from None
+    log_config(broker, out, dynamic)  # raises InvalidConfig if the combination is unusable
     return out
 
 
@@ -115,36 +240,90 @@ def usable_topic_configs(broker: BrokerConfig, topic: str, configs: dict[str, st
     kept: dict[str, str] = {}
     for name, value in configs.items():
         try:
-            validate_topic_configs(broker, {**kept, name: value})
+            kept = {**kept, **validate_topic_configs(broker, {**kept, name: value})}
         except InvalidConfig as exc:
             log.error("topic %s: ignoring stored config %s=%r (%s); the broker default applies", topic, name, value, exc)
-            continue
-        kept[name] = value
     return kept
 
 
-def effective(broker: BrokerConfig, topic_configs: dict[str, str], name: str) -> Any:
-    prop = TOPIC_PROPERTIES[name]
+# -- values of the broker's side -------------------------------------------------------------
+
+
+def static_broker_value(broker: BrokerConfig, broker_name: str) -> str | None:
+    """The broker's static value of a Kafka broker config when set differently from the default
+    (server.properties / command line), else None."""
+    value = broker.kafka_value(broker_name)
+    if value is None or value == BrokerConfig().kafka_value(broker_name):
+        return None
+    return value
+
+
+def resolve(broker: BrokerConfig, topic_configs: Mapping[str, str], name: str,
+            dynamic: Layers | None = None) -> list[tuple[str, str, ConfigSource]]:
+    """Every value that applies to topic config ``name``, highest precedence first, as
+    (config name, value, source): Kafka's synonyms list. The first is the effective value.
+    ``dynamic`` is the broker's dynamic values (``Layers``)."""
+    d = TOPIC_CONFIGS[name]
+    out: list[tuple[str, str, ConfigSource]] = []
     if name in topic_configs:
-        return prop.parse(topic_configs[name])
-    return prop.default(broker)
+        out.append((name, topic_configs[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+    if d.broker_name is not None:
+        for value, source in (dynamic or {}).get(d.broker_name, ()):
+            out.append((d.broker_name, value, source))
+        static = static_broker_value(broker, d.broker_name)
+        if static is not None:
+            out.append((d.broker_name, _as_topic_value(d, static), ConfigSource.STATIC_BROKER_CONFIG))
+        out.append((d.broker_name, _as_topic_value(d, broker.kafka_default(d.broker_name) or d.default),
+                    ConfigSource.DEFAULT_CONFIG))
+    else:
+        out.append((name, d.default, ConfigSource.DEFAULT_CONFIG))
+    return out
 
 
-def log_config(broker: BrokerConfig, topic_configs: dict[str, str]) -> LogConfig:
-    """The LogConfig of a topic's partitions: topic settings over broker defaults."""
-    kwargs = {
-        prop.log_field: effective(broker, topic_configs, prop.name)
-        for prop in TOPIC_PROPERTIES.values()
-        if prop.log_field is not None
-    }
-    return LogConfig(**kwargs, max_uncompressed_bytes=broker.message_max_uncompressed_bytes)
+def _as_topic_value(d: TopicConfigDef, value: str) -> str:
+    try:
+        return normalize(d, value)
+    except ValueError:
+        return value
 
 
-def describe(broker: BrokerConfig, topic_configs: dict[str, str]) -> list[tuple[str, str | None, bool]]:
-    """(name, value, is_default) for every topic property, for DescribeConfigs."""
-    rows = []
-    for name in sorted(TOPIC_PROPERTIES):
-        value = effective(broker, topic_configs, name)
-        text = None if value is None else str(value)
-        rows.append((name, text, name not in topic_configs))
-    return rows
+def effective(broker: BrokerConfig, topic_configs: Mapping[str, str], name: str,
+              dynamic: Layers | None = None) -> str:
+    return resolve(broker, topic_configs, name, dynamic)[0][1]
+
+
+def log_config(broker: BrokerConfig, topic_configs: Mapping[str, str],
+               dynamic: Layers | None = None) -> LogConfig:
+    """The LogConfig of a topic's partitions: topic settings over broker values. Raises
+    InvalidConfig when the combination is unusable."""
+    kwargs: dict[str, object] = {}
+    for d in TOPIC_CONFIGS.values():
+        if d.log_field is None:
+            continue
+        value = effective(broker, topic_configs, d.name, dynamic)
+        if d.log_field == "log_append_time":
+            kwargs[d.log_field] = value == "LogAppendTime"
+        elif d.log_field == "cleanup_policy":
+            kwargs[d.log_field] = value
+        else:
+            n = int(value)
+            kwargs[d.log_field] = None if d.log_field in ("flush_messages", "flush_ms") and n >= LONG_MAX else n
+    return LogConfig(**kwargs, max_uncompressed_bytes=broker.message_max_uncompressed_bytes)  # type: ignore[arg-type]
+
+
+def describe(broker: BrokerConfig, topic_configs: Mapping[str, str],
+             dynamic: Layers | None = None) -> list[tuple[TopicConfigDef, list[tuple[str, str, ConfigSource]]]]:
+    """(definition, synonyms) for every topic config, by name: DescribeConfigs and CreateTopics
+    v5+. The first synonym is the effective value and its source."""
+    return [(TOPIC_CONFIGS[n], resolve(broker, topic_configs, n, dynamic)) for n in sorted(TOPIC_CONFIGS)]
+
+
+def compatibility_table() -> str:
+    """The Markdown table of docs/COMPATIBILITY-configs.md's topic section (generated)."""
+    rows = ["| config | type | Kafka default | broker synonym | applied | notes |", "|---|---|---|---|---|---|"]
+    for n in sorted(TOPIC_CONFIGS):
+        d = TOPIC_CONFIGS[n]
+        rows.append(f"| `{n}` | {d.type.name} | `{d.default}` | {('`' + d.broker_name + '`') if d.broker_name else ''} "
+                    f"| {'yes' if d.applied else 'no'} | {d.note} |")
+    return "\n".join(rows) + "\n"
+

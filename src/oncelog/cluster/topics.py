@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from oncelog.protocol.errors import InvalidPartitions, TopicAlreadyExists
 
-__all__ = ["TopicInfo", "create", "get", "list_all"]
+__all__ = ["TopicInfo", "create", "get", "list_all", "set_configs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +67,14 @@ def get(conn: Any, name: str) -> TopicInfo | None:
 def list_all(conn: Any) -> list[TopicInfo]:
     """Every topic, by name."""
     return [TopicInfo(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM oncelog_topic ORDER BY name").fetchall()]
+
+
+def set_configs(conn: Any, name: str, configs: Mapping[str, str]) -> bool:
+    """Replace the configs of topic ``name`` (AlterConfigs) and notify ``oncelog_metadata`` so
+    every broker reloads its view at once (the leader trackers apply them). Commits. Returns
+    False when the topic does not exist."""
+    with conn.transaction():
+        row = conn.execute("UPDATE oncelog_topic SET configs = %s::jsonb WHERE name = %s RETURNING name",
+                           (json.dumps(dict(configs)), name)).fetchone()
+        conn.execute("SELECT pg_notify('oncelog_metadata', '')")
+    return row is not None

@@ -6,8 +6,7 @@ response with kio's generic objects and writers cost about 33 µs, nearly half o
 whole work per request (``python -m bench.request_path``); this module does it in about 2 µs.
 
 Contract: ``encode_body(version, topics)`` returns exactly the bytes kio's writer produces for
-the equivalent ``ProduceResponse`` object (throttle time 0, log append time -1, no record
-errors, no tagged fields), for every version the broker advertises (3..9).
+the equivalent ``ProduceResponse`` object (throttle time 0, no tagged fields), for every version the broker advertises (3..9).
 tests/unit/test_produce_response.py holds it to that, with Hypothesis, against kio itself, so
 kio stays the reference for the wire format.
 
@@ -43,6 +42,9 @@ class PartitionResult(NamedTuple):
     base_offset: int
     log_start_offset: int
     error_message: str | None = None
+    log_append_time: int = -1
+    #: (batch index, message) of each record refused (v8+ record_errors)
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 def _uvarint(value: int) -> bytes:
@@ -83,11 +85,16 @@ def encode_body(version: int, topics: Sequence[tuple[str, Sequence[PartitionResu
         out.append(_array_length(len(results), flexible))
         for r in results:
             if version >= 5:
-                out.append(part.pack(r.index, r.error_code, r.base_offset, -1, r.log_start_offset))
+                out.append(part.pack(r.index, r.error_code, r.base_offset, r.log_append_time, r.log_start_offset))
             else:
-                out.append(part.pack(r.index, r.error_code, r.base_offset, -1))
+                out.append(part.pack(r.index, r.error_code, r.base_offset, r.log_append_time))
             if version >= 8:
-                out.append(_array_length(0, flexible))  # record_errors
+                out.append(_array_length(len(r.record_errors), flexible))
+                for batch_index, message in r.record_errors:
+                    out.append(_I32.pack(batch_index))
+                    out.append(_nullable_string(message, flexible))
+                    if flexible:
+                        out.append(b"\x00")  # tagged fields of the record error
                 out.append(_nullable_string(r.error_message, flexible))
             if flexible:
                 out.append(b"\x00")  # tagged fields of the partition response

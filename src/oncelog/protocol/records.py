@@ -206,10 +206,23 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     return BatchHeader._make(_HEADER.unpack_from(buf, pos))
 
 
+class RecordErrors(InvalidRecord):  # type: ignore[misc, valid-type]
+    """INVALID_RECORD naming the records at fault (Produce v8+ ``record_errors``): a list of
+    (batch index, message), as Kafka's ``RecordValidationException``."""
+
+    def __init__(self, errors: list[tuple[int, str]]) -> None:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        super().__init__(f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                         f"and only showing the first three errors at most: [{shown}]")
+        self.record_errors = errors
+
+
 def validate_produce_batch(
     buf: bytes | bytearray | memoryview,
     max_message_bytes: int,
     max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    *,
+    compacted: bool = False,
 ) -> BatchHeader:
     """Check the records field of a produce request (v3+) the way Kafka's broker does
     (LogValidator), so that whatever is acknowledged can be read by every client.
@@ -224,7 +237,9 @@ def validate_produce_batch(
     Raises: InvalidRecord (empty, several batches, bad counts, control batch, bad sequence,
     unknown codec, unknown magic, a malformed record), UnsupportedForMessageFormat (magic 0/1),
     CorruptMessage (lengths, CRC, a payload that does not decompress), MessageTooLarge (over
-    ``max_message_bytes``, or expanding beyond ``max_uncompressed``). Returns the parsed header.
+    ``max_message_bytes``, or expanding beyond ``max_uncompressed``), RecordErrors (an
+    INVALID_RECORD listing each record without a key, when ``compacted``: a compacted topic
+    refuses them, as Kafka's LogValidator). Returns the parsed header.
     """
     n = len(buf)
     if n == 0:
@@ -264,10 +279,37 @@ def validate_produce_batch(
     if h.compression != COMPRESSION_NONE:
         payload = decompress(h.compression, payload, max_uncompressed, reuse=True)
     try:
-        _recordwalk.walk(payload, h.records_count)
+        walked = _recordwalk.walk(payload, h.records_count)
     except ValueError as e:
         raise InvalidRecord(f"record batch of {h.records_count} record(s): {e}") from None
+    if compacted and walked is not None and walked[0]:
+        # The rejection path only: records are decoded here to name the ones at fault.
+        raise RecordErrors([(i, "Compacted topic cannot accept message without key")
+                            for i, rec in enumerate(iter_records(mv[:size], max_uncompressed=max_uncompressed))
+                            if rec.key is None])
     return h
+
+
+_ATTRIBUTES_AND_MAX_TS = struct.Struct(">h")
+_MAX_TS = struct.Struct(">q")
+_ATTRIBUTES_POS = 21
+_MAX_TIMESTAMP_POS = 35
+
+
+def stamp_log_append_time(batch: bytes | bytearray | memoryview, header: BatchHeader,
+                          now_ms: int) -> tuple[bytearray, BatchHeader]:
+    """A copy of a validated producer batch for a ``message.timestamp.type=LogAppendTime``
+    topic: the timestamp-type attribute set, the max timestamp ``now_ms`` and the CRC recomputed
+    (as Kafka's ``DefaultRecordBatch.setMaxTimestamp``; the records are untouched: consumers
+    read a LogAppendTime batch's max timestamp as every record's timestamp). Header fields only:
+    one copy and one CRC pass, no per-record work. Returns the batch and its new header."""
+    out = bytearray(batch)
+    attributes = (header.attributes | TIMESTAMP_TYPE_BIT) & 0xFFFF
+    _ATTRIBUTES_AND_MAX_TS.pack_into(out, _ATTRIBUTES_POS, attributes - 0x10000 if attributes > 0x7FFF else attributes)
+    _MAX_TS.pack_into(out, _MAX_TIMESTAMP_POS, now_ms)
+    crc = _crc32c.crc32c(memoryview(out)[CRC_START:])
+    struct.pack_into(">I", out, 17, crc)
+    return out, header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
 
 
 def _looks_like_batch(buf: bytes | bytearray | memoryview, pos: int) -> bool:

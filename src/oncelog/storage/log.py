@@ -62,6 +62,8 @@ class LogConfig:
     cleanup_policy: str = "delete"  # cleanup.policy ("delete", "compact", "compact,delete")
     delete_retention_ms: int = _DAY_MS  # delete.retention.ms (compaction: how long tombstones stay)
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    #: message.timestamp.type=LogAppendTime: producer batches are stamped at append (Partition)
+    log_append_time: bool = False
     #: a produced batch may expand to at most this many bytes (broker: message.max.uncompressed.bytes)
     max_uncompressed_bytes: int = 64 * 1024 * 1024
 

@@ -73,8 +73,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         described = ()
         if m.has_class("CreatableTopicConfigs"):  # v5+ describes the new topic's configs
             described = tuple(
-                m.CreatableTopicConfigs(name=n, value=v, read_only=False, config_source=5 if d else 1, is_sensitive=False)
-                for n, v, d in topic_config.describe(broker.config, result.configs)
+                m.CreatableTopicConfigs(name=d.name, value=syn[0][1], read_only=False, config_source=int(syn[0][2]),
+                                        is_sensitive=False)
+                for d, syn in topic_config.describe(broker.config, result.configs, broker.replicas.dynamic.layered())
             )
         results.append(
             m.CreatableTopicResult(

@@ -1,53 +1,60 @@
-"""DescribeConfigs (32): the configuration of topics and of this broker.
+"""DescribeConfigs (32): the configuration of topics and of this broker, as Kafka 4.x describes it.
 
-Topic entries say whether a value is the topic's own (source TOPIC_CONFIG) or inherited from the
-broker (DEFAULT_CONFIG); ``configuration_keys`` filters. Broker entries list the broker's
-properties under their Kafka names.
+A topic lists every topic config Kafka has (broker/topic_config.py's table) with its type, its
+effective value and that value's source: the topic's own (DYNAMIC_TOPIC_CONFIG) or inherited from
+the broker (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG,
+DEFAULT_CONFIG); synonyms (every value that applies, highest precedence first) when
+``include_synonyms``; documentation (v3+) when ``include_documentation``. A broker (resource name
+= its node id) lists its configs under Kafka's names (broker/dynamic_config.py); resource name ""
+lists the dynamic cluster defaults. Nothing here is sensitive (no passwords are configured).
+``configuration_keys`` filters. Errors are per resource.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker import topic_config
-from oncelog.protocol.messages import Builder
+from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.dynamic_config import broker_config_rows
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
+from oncelog.protocol.messages import Builder
 
 API_KEY = apis.DESCRIBE_CONFIGS
 TOPIC, BROKER = 2, 4
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+
+#: (name, value, read_only, source, synonyms [(name, value, source)], type, doc)
+Row = tuple[str, "str | None", bool, int, list, int, str]
 
 
-def _broker_rows(broker: BrokerContext) -> list[tuple[str, str | None, int]]:
-    rows = []
-    defaults = type(broker.config)()
-    for f in dataclasses.fields(broker.config):
-        value = getattr(broker.config, f.name)
-        source = SOURCE_DEFAULT if value == getattr(defaults, f.name) else SOURCE_STATIC_BROKER
-        rows.append((f.metadata["kafka"], None if value is None else str(value), source))
-    return rows
+def topic_rows(broker: BrokerContext, name: str) -> list[Row]:
+    """Every topic config of ``name``; raises UnknownTopicOrPartition."""
+    meta = broker.replicas.topic(name)
+    layers = broker.replicas.dynamic.layered()
+    return [(d.name, syn[0][1], False, int(syn[0][2]), syn, int(d.type), d.doc)
+            for d, syn in topic_config.describe(broker.config, meta.configs, layers)]
+
+
+def _broker_rows(broker: BrokerContext, resource_name: str) -> list[Row]:
+    scope = broker.replicas.dynamic.scope_of(resource_name)
+    return [(r.name, r.value, r.read_only, int(r.source), list(r.synonyms), int(r.type), r.doc)
+            for r in broker_config_rows(broker.config, broker.replicas.dynamic, default_only=scope == "default")]
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    synonyms_wanted = bool(getattr(req, "include_synonyms", False))
+    docs_wanted = bool(getattr(req, "include_documentation", False))
     results = []
     for res in req.resources:
         try:
             if res.resource_type == TOPIC:
-                meta = broker.replicas.topic(res.resource_name)
-                rows = [
-                    (n, v, SOURCE_DEFAULT if d else SOURCE_TOPIC)
-                    for n, v, d in topic_config.describe(broker.config, meta.configs)
-                ]
+                rows = topic_rows(broker, res.resource_name)
             elif res.resource_type == BROKER:
-                if res.resource_name not in ("", str(broker.node_id)):
-                    raise InvalidRequest(f"broker {res.resource_name} is not this broker ({broker.node_id})")
-                rows = _broker_rows(broker)
+                rows = _broker_rows(broker, res.resource_name)
             else:
                 raise InvalidRequest(f"resource type {res.resource_type} has no configs here")
             keys = set(res.configuration_keys) if res.configuration_keys else None
@@ -55,33 +62,22 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 m.DescribeConfigsResourceResult(
                     name=n,
                     value=v,
-                    read_only=res.resource_type == BROKER,
+                    read_only=ro,
                     config_source=src,
                     is_sensitive=False,
-                    synonyms=(),
-                    config_type=0,
-                    documentation=None,
+                    synonyms=tuple(m.DescribeConfigsSynonym(name=sn, value=sv, source=int(ss)) for sn, sv, ss in syn)
+                    if synonyms_wanted else (),
+                    config_type=typ,
+                    documentation=(doc or None) if docs_wanted else None,
                 )
-                for n, v, src in rows
+                for n, v, ro, src, syn, typ, doc in rows
                 if keys is None or n in keys
             )
-            results.append(
-                m.DescribeConfigsResult(
-                    error_code=ErrorCode.none,
-                    error_message=None,
-                    resource_type=res.resource_type,
-                    resource_name=res.resource_name,
-                    configs=configs,
-                )
-            )
+            results.append(m.DescribeConfigsResult(error_code=ErrorCode.none, error_message=None,
+                                                   resource_type=res.resource_type,
+                                                   resource_name=res.resource_name, configs=configs))
         except KafkaError as exc:
-            results.append(
-                m.DescribeConfigsResult(
-                    error_code=exc.code,
-                    error_message=str(exc),
-                    resource_type=res.resource_type,
-                    resource_name=res.resource_name,
-                    configs=(),
-                )
-            )
+            results.append(m.DescribeConfigsResult(error_code=exc.code, error_message=str(exc),
+                                                   resource_type=res.resource_type,
+                                                   resource_name=res.resource_name, configs=()))
     return m.DescribeConfigsResponse(results=tuple(results))

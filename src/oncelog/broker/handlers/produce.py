@@ -58,7 +58,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 if not p.records:
                     raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")
                 header = records.validate_produce_batch(p.records, part.config.max_message_bytes,
-                                                        part.config.max_uncompressed_bytes)
+                                                        part.config.max_uncompressed_bytes,
+                                                        compacted="compact" in part.config.cleanup_policy)
                 tp = TopicPartition(t.name, p.index)
                 if _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
                     await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
@@ -69,7 +70,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     results.append(None)  # type: ignore[arg-type]  # filled below
                     continue
                 res = part.append_validated(p.records, header, now)
-                results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset))
+                results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset,
+                                               log_append_time=res.log_append_time))
+            except records.RecordErrors as exc:
+                failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
+                errs = tuple((i, f"{m} in topic partition {t.name}-{p.index}.") for i, m in exc.record_errors)
+                results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc), record_errors=errs))
             except KafkaError as exc:
                 failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc)))
@@ -83,7 +89,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             elif isinstance(out, BaseException):
                 raise out  # a bug: the dispatcher logs it
             else:
-                results[i] = PartitionResult(index, 0, out.base_offset, out.log_start_offset)
+                results[i] = PartitionResult(index, 0, out.base_offset, out.log_start_offset,
+                                             log_append_time=out.log_append_time)
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed: " + "; ".join(failed))

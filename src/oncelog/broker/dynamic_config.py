@@ -1,0 +1,197 @@
+"""The broker's configs as Kafka describes them, and its dynamic configs (AlterConfigs on a
+BROKER resource).
+
+Theory of operation. ``broker_config_rows`` lists the broker's configs under Kafka's names
+(``listeners``, ``advertised.listeners``, ``node.id``, ``log.dirs``, …) with Kafka's types; the
+broker-side synonyms of every topic config (``log.retention.ms``, ``log.cleaner.min.cleanable.ratio``,
+…) are among them. Those synonyms are the dynamic broker configs here (Kafka's cluster-wide
+dynamic log configs): set for this node (resource name = the node id) or as the cluster default
+(resource name ""), kept in ``<data-dir>/dynamic-broker-configs.json`` (replaced atomically),
+and applied live to every partition whose topic does not set the config itself. Every other
+broker config is read-only here (INVALID_REQUEST when altered). In cluster mode the file is per
+broker: a cluster default set through one broker applies to that broker only (see
+docs/COMPATIBILITY-configs.md).
+
+Single-threaded: the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from oncelog.broker import topic_config
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.topic_config import TOPIC_CONFIGS, ConfigSource, ConfigType
+from oncelog.protocol.errors import InvalidConfig, InvalidRequest
+from oncelog.storage.atomic import write_atomically
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "dynamic-broker-configs.json"
+
+#: broker config name -> the topic config it is the default of (the dynamic ones here)
+BROKER_SYNONYMS: dict[str, topic_config.TopicConfigDef] = {
+    d.broker_name: d for d in TOPIC_CONFIGS.values() if d.broker_name is not None
+}
+
+_OWN = {  # oncelog's own broker configs (no Kafka counterpart)
+    "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms",
+}
+_LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes"}
+_NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port"}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    name: str
+    value: str | None
+    type: ConfigType
+    read_only: bool
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...]  # effective first
+    doc: str
+
+    @property
+    def source(self) -> ConfigSource:
+        return self.synonyms[0][2] if self.synonyms else ConfigSource.DEFAULT_CONFIG
+
+
+class DynamicBrokerConfigs:
+    """The dynamic broker configs: cluster default and this node's, durable in the data dir."""
+
+    def __init__(self, path: Path, node_id: int, default: dict[str, str] | None = None,
+                 node: dict[str, str] | None = None) -> None:
+        self.path = path
+        self.node_id = node_id
+        self.default: dict[str, str] = dict(default or {})
+        self.node: dict[str, str] = dict(node or {})
+
+    @classmethod
+    def load(cls, data_dir: Path, node_id: int) -> "DynamicBrokerConfigs":
+        path = Path(data_dir) / FILE_NAME
+        try:
+            doc = json.loads(path.read_text())
+            return cls(path, node_id, doc.get("default", {}), doc.get("nodes", {}).get(str(node_id), {}))
+        except FileNotFoundError:
+            return cls(path, node_id)
+        except (OSError, ValueError, AttributeError) as exc:
+            log.error("%s is unreadable (%s); dynamic broker configs ignored until set again", path, exc)
+            return cls(path, node_id)
+
+    def layered(self) -> dict[str, list[tuple[str, ConfigSource]]]:
+        """broker config name -> [(value, source)], per-node before cluster default."""
+        out: dict[str, list[tuple[str, ConfigSource]]] = {}
+        for name, value in self.node.items():
+            out.setdefault(name, []).append((value, ConfigSource.DYNAMIC_BROKER_CONFIG))
+        for name, value in self.default.items():
+            out.setdefault(name, []).append((value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        return out
+
+    def scope_of(self, resource_name: str) -> str:
+        """"default" for "", "node" for this broker's id; raises InvalidRequest otherwise."""
+        if resource_name == "":
+            return "default"
+        if resource_name == str(self.node_id):
+            return "node"
+        raise InvalidRequest(f"broker {resource_name} is not this broker ({self.node_id})")
+
+    def current(self, scope: str) -> dict[str, str]:
+        return dict(self.default if scope == "default" else self.node)
+
+    def validate(self, configs: Mapping[str, str | None]) -> dict[str, str]:
+        """Normalised dynamic configs; raises InvalidRequest for a read-only or unknown broker
+        config, InvalidConfig for a bad value."""
+        out: dict[str, str] = {}
+        for name, raw in configs.items():
+            d = BROKER_SYNONYMS.get(name)
+            if d is None:
+                raise InvalidRequest(f"cannot update these configs dynamically: {name} (read-only or unknown)")
+            if raw is None:
+                continue
+            try:
+                out[name] = topic_config.normalize(d, raw)
+            except ValueError as exc:
+                raise InvalidConfig(f"invalid value {raw!r} for configuration {name}: {exc}") from None
+        return out
+
+    def replace(self, scope: str, configs: dict[str, str]) -> None:
+        """Make ``configs`` the whole set of ``scope`` and persist (atomically). Raises OSError."""
+        if scope == "default":
+            self.default = dict(configs)
+        else:
+            self.node = dict(configs)
+        doc: dict = {"version": 1, "default": self.default, "nodes": {}}
+        try:
+            doc["nodes"] = json.loads(self.path.read_text()).get("nodes", {})
+        except (OSError, ValueError, AttributeError):
+            pass
+        doc["nodes"][str(self.node_id)] = self.node
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+
+def _kafka_type(name: str, value: object) -> ConfigType:
+    if isinstance(value, bool):
+        return ConfigType.BOOLEAN
+    if name.endswith(".ms") or name in _LONG:
+        return ConfigType.LONG
+    if isinstance(value, int) or value is None:
+        return ConfigType.INT
+    return ConfigType.STRING
+
+
+def broker_config_rows(broker: BrokerConfig, dynamic: DynamicBrokerConfigs, *, default_only: bool = False) -> list[BrokerRow]:
+    """The configs of this broker (or, ``default_only``, the dynamic cluster defaults alone:
+    resource name ""), by name, under Kafka's names."""
+    layers = dynamic.layered()
+    if default_only:
+        return [BrokerRow(n, v, BROKER_SYNONYMS[n].type, False, ((n, v, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),),
+                          BROKER_SYNONYMS[n].doc) for n, v in sorted(dynamic.default.items()) if n in BROKER_SYNONYMS]
+    defaults = BrokerConfig()
+    rows: dict[str, BrokerRow] = {}
+
+    def static_row(name: str, value: str | None, default: str | None, typ: ConfigType, doc: str) -> None:
+        syn = []
+        if value != default:
+            syn.append((name, value, ConfigSource.STATIC_BROKER_CONFIG))
+        syn.append((name, default, ConfigSource.DEFAULT_CONFIG))
+        rows[name] = BrokerRow(name, value, typ, True, tuple(syn), doc)
+
+    for f in dataclasses.fields(BrokerConfig):
+        name = f.metadata["kafka"]
+        if name in _NOT_KAFKA or name in BROKER_SYNONYMS:
+            continue
+        static_row(name, broker.kafka_value(name), defaults.kafka_value(name),
+                   ConfigType.LIST if name == "log.dirs" else _kafka_type(name, getattr(defaults, f.name)),
+                   "oncelog's own (no Kafka counterpart)." if name in _OWN else "")
+    port = broker.advertised_port or broker.port
+    static_row("listeners", f"PLAINTEXT://{broker.host}:{broker.port}", "PLAINTEXT://:9092", ConfigType.LIST,
+               "The listener (set with listener.host / listener.port).")
+    static_row("advertised.listeners", f"PLAINTEXT://{broker.advertised}:{port}", None, ConfigType.LIST,
+               "The address clients are told (advertised.host / advertised.port).")
+    static_row("broker.id", str(broker.node_id), "-1", ConfigType.INT, "Equal to node.id.")
+    static_row("process.roles", "broker,controller", "", ConfigType.LIST, "One process plays both roles.")
+    for name, d in BROKER_SYNONYMS.items():
+        syn: list[tuple[str, str | None, ConfigSource]] = [(name, v, s) for v, s in layers.get(name, ())]
+        static = topic_config.static_broker_value(broker, name)
+        if static is not None:
+            syn.append((name, static, ConfigSource.STATIC_BROKER_CONFIG))
+        default = broker.kafka_default(name) or d.default
+        syn.append((name, default, ConfigSource.DEFAULT_CONFIG))
+        rows[name] = BrokerRow(name, syn[0][1], d.type, False, tuple(syn), d.doc)
+    return [rows[n] for n in sorted(rows)]
+
+
+def compatibility_table(broker: BrokerConfig | None = None) -> str:
+    """The Markdown table of docs/COMPATIBILITY-configs.md's broker section (generated)."""
+    rows = ["| config | type | default | dynamic here | applied |", "|---|---|---|---|---|"]
+    for r in broker_config_rows(broker or BrokerConfig(), DynamicBrokerConfigs(Path("/nonexistent"), 1)):
+        default = r.synonyms[-1][1]
+        d = BROKER_SYNONYMS.get(r.name)
+        applied = ("yes" if d.applied else "no: " + d.note) if d is not None else (
+            "oncelog's own" if r.name in _OWN else "yes")
+        rows.append(f"| `{r.name}` | {r.type.name} | `{default}` | {'no' if r.read_only else 'yes'} | {applied} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,69 @@
+"""Shared by AlterConfigs (33) and IncrementalAlterConfigs (44): change the configs of one
+resource, a TOPIC or the BROKER's dynamic configs, as Kafka 4.x does.
+
+``alter(broker, type, name, change, validate_only)``: ``change`` maps the resource's current
+configs to the complete new set (AlterConfigs: the request's set replaces them; Incremental:
+SET / DELETE / APPEND / SUBTRACT on them). The new set is validated completely (INVALID_CONFIG
+for an unknown topic config or a bad value, INVALID_REQUEST for a read-only broker config,
+UNKNOWN_TOPIC_OR_PARTITION for a missing topic) before anything is written; with
+``validate_only`` nothing is. Then: a topic's configs go to topics.json (embedded) or the store
+(cluster mode, where every broker's leader tracker applies them) and its open partitions' LogConfig
+changes at once; broker configs go to ``<data-dir>/dynamic-broker-configs.json`` and every
+partition's LogConfig is recomputed. No alter policy is configured, so POLICY_VIOLATION is never
+given (as Kafka without ``alter.config.policy.class.name``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from oncelog.broker import topic_config
+from oncelog.broker.context import BrokerContext
+from oncelog.protocol.errors import InvalidRequest
+
+TOPIC, BROKER = 2, 4
+Change = Callable[[dict[str, str], Callable[[str], str]], dict[str, str]]
+
+
+async def alter(broker: BrokerContext, resource_type: int, name: str, change: Change, validate_only: bool) -> None:
+    """Raises the KafkaError of the resource (see the module docstring)."""
+    rm = broker.replicas
+    if resource_type == TOPIC:
+        if not name:
+            raise InvalidRequest("a topic resource needs a topic name")
+        meta = rm.topic(name)
+        layers = rm.dynamic.layered()
+
+        def effective(key: str) -> str:
+            if key not in topic_config.TOPIC_CONFIGS:
+                return ""
+            return topic_config.effective(broker.config, meta.configs, key, layers)
+
+        new = rm.validate_topic_configs(name, change(dict(meta.configs), effective))
+        if validate_only:
+            return
+        if broker.cluster is not None:
+            await broker.cluster.alter_topic_configs(name, new)
+        else:
+            rm.set_topic_configs(name, new)
+    elif resource_type == BROKER:
+        scope = rm.dynamic.scope_of(name)
+        current = rm.dynamic.current(scope)
+
+        def broker_value(key: str) -> str:
+            return current.get(key, broker.config.kafka_value(key) or "")
+
+        new = rm.dynamic.validate(change(current, broker_value))
+        if validate_only:
+            return
+        rm.set_broker_configs(scope, new)
+    else:
+        raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4)")
+
+
+def check_unique(names: list[str]) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise InvalidRequest(f"Error due to duplicate config keys: {n}")
+        seen.add(n)

@@ -1,0 +1,86 @@
+"""Topic configs in cluster mode (issue 16): a config altered through one broker is stored in
+oncelog_topic.configs, described by another broker and applied live by the broker that leads the
+partition (its leader tracker applies config changes of a topic whose id and partition count are
+unchanged)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from oncelog.client import ProtocolClient
+from oncelog.process import BrokerProcess
+from oncelog.protocol import apis, records
+from oncelog.protocol.errors import ErrorCode
+
+SMALL = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "400",
+         "offsets.topic.num.partitions": "2", "transaction.state.log.num.partitions": "2"}
+
+
+@pytest.fixture
+def pair(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
+    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SMALL) for n in (1, 2)]
+    try:
+        for b in brokers:
+            b.start(timeout=60)
+        yield brokers
+    finally:
+        for b in brokers:
+            try:
+                b.stop(timeout=30)
+            except Exception:
+                b.kill()
+
+
+def _described(bootstrap: str, topic: str, key: str) -> tuple[str | None, int]:
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.DESCRIBE_CONFIGS, 4)
+        req = m["DescribeConfigsRequest"](resources=(m["DescribeConfigsResource"](
+            resource_type=2, resource_name=topic, configuration_keys=(key,)),),
+            include_synonyms=False, include_documentation=False)
+        (entry,) = c.request(apis.DESCRIBE_CONFIGS, req, version=4).results[0].configs
+    return entry.value, entry.config_source
+
+
+def _produce(bootstrap: str, topic: str, partition: int, value: bytes) -> int:
+    batch = records.build_batch([(b"k", value, ())], timestamp_ms=int(time.time() * 1000))
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.PRODUCE, 9)
+        req = m["ProduceRequest"](transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                  topic_data=(m["TopicProduceData"](name=topic, partition_data=(
+                                      m["PartitionProduceData"](index=partition, records=batch),)),))
+        return c.request(apis.PRODUCE, req, version=9).responses[0].partition_responses[0].error_code
+
+
+def test_alter_on_one_broker_applies_on_the_other(pair: list[BrokerProcess]) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+    b1, b2 = pair
+    admin = AdminClient({"bootstrap.servers": b1.bootstrap})
+    admin.create_topics([NewTopic("spread", 2, 1)], operation_timeout=10)["spread"].result(timeout=30)
+    leaders: dict[int, int] = {}
+    for _ in range(100):  # wait until each broker leads one partition
+        md = admin.list_topics("spread", timeout=10)
+        leaders = {p.id: p.leader for p in md.topics["spread"].partitions.values()}
+        if sorted(leaders.values()) == [1, 2]:
+            break
+        time.sleep(0.2)
+    assert sorted(leaders.values()) == [1, 2], leaders
+    on_b2 = next(p for p, node in leaders.items() if node == 2)
+    assert _produce(b2.bootstrap, "spread", on_b2, b"x" * 400) == 0
+
+    res = ConfigResource(ResourceType.TOPIC, "spread", incremental_configs=[
+        ConfigEntry("max.message.bytes", "200", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=30)
+
+    deadline = time.time() + 15
+    while _described(b2.bootstrap, "spread", "max.message.bytes") != ("200", 1) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _described(b2.bootstrap, "spread", "max.message.bytes") == ("200", 1)  # DYNAMIC_TOPIC_CONFIG
+    assert _produce(b2.bootstrap, "spread", on_b2, b"x" * 400) == ErrorCode.message_too_large.value
+    on_b1 = next(p for p, node in leaders.items() if node == 1)
+    assert _produce(b1.bootstrap, "spread", on_b1, b"x" * 400) == ErrorCode.message_too_large.value
