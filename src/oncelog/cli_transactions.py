@@ -82,11 +82,11 @@ def describe(
         with TransactionsAdmin(bootstrap) as a:
             d = a.describe(tid)  # type: ignore[arg-type]
     except KafkaError as exc:
-        _fail(f"cannot describe {tid!r}: {exc.code.name} ({exc})", as_json)
+        _fail(f"cannot describe {tid!r}: {exc.code.name.upper()} ({exc})", as_json)
     if as_json:
         _emit(d.to_json())
         return
-    age = f"{(time.time() * 1000 - d.start_time_ms) / 1000:.1f} s" if d.start_time_ms >= 0 else "-"
+    age = f"{(time.time() * 1000 - d.start_time_ms) / 1000:.1f} s" if d.start_time_ms > 0 else "-"
     _table(None, ["coordinator", "transactional id", "producer id", "producer epoch", "state", "timeout ms",
                   "start time ms", "duration", "partitions"],
            [[d.coordinator_id, d.transactional_id, d.producer_id, d.producer_epoch, d.state, d.timeout_ms,
@@ -111,7 +111,7 @@ def producers(
         with TransactionsAdmin(bootstrap) as a:
             rows, errors = a.producers(topic, partition)
     except KafkaError as exc:
-        _fail(f"cannot describe producers of {topic}: {exc.code.name}", as_json)
+        _fail(f"cannot describe producers of {topic}: {exc.code.name.upper()}", as_json)
     if as_json:
         _emit({"producers": [r.to_json() for r in rows], "errors": errors})
         return
@@ -138,7 +138,7 @@ def find_hanging(
             found = a.find_hanging(int(time.time() * 1000), topic=topic, partition=partition,
                                    max_timeout_ms=max_timeout_ms)
     except KafkaError as exc:
-        _fail(f"cannot look for hanging transactions: {exc.code.name} ({exc})", as_json)
+        _fail(f"cannot look for hanging transactions: {exc.code.name.upper()} ({exc})", as_json)
     if as_json:
         _emit({"hanging": [h.to_json() for h in found]})
         return
@@ -179,7 +179,7 @@ def abort(
                 _fail("give --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch", as_json, 2)
             a.abort(topic, partition, pid, epoch, ce)
     except KafkaError as exc:
-        _fail(f"abort refused: {exc.code.name} ({exc})", as_json)
+        _fail(f"abort refused: {exc.code.name.upper()} ({exc})", as_json)
     result = {"aborted": True, "topic": topic, "partition": partition, "producer_id": pid, "producer_epoch": epoch,
               "coordinator_epoch": ce}
     if as_json:

@@ -117,7 +117,8 @@ def hanging_reason(p: Producer, coordinator: Description | None, now_ms: int,
     if coordinator.state == "Ongoing" and coordinator.producer_epoch != p.producer_epoch:
         return (f"the coordinator's Ongoing transaction of {tid!r} has epoch {coordinator.producer_epoch}, "
                 f"the partition's open transaction epoch {p.producer_epoch}")
-    started = coordinator.start_time_ms if coordinator.start_time_ms >= 0 else p.last_timestamp
+    # a start time of 0 or less: never started (the broker answers 0 for Kafka's -1)
+    started = coordinator.start_time_ms if coordinator.start_time_ms > 0 else p.last_timestamp
     if started >= 0 and now_ms - started > max_timeout_ms:
         return (f"open for {(now_ms - started) // 1000} s, longer than the maximum transaction timeout "
                 f"{max_timeout_ms // 1000} s")
@@ -202,7 +203,7 @@ class TransactionsAdmin:
                 problems[node] = f"unreachable: {exc}"
                 continue
             if res.error_code:
-                problems[node] = ErrorCode(res.error_code).name
+                problems[node] = ErrorCode(res.error_code).name.upper()
             if res.unknown_state_filters:
                 problems[node] = f"unknown state filters: {', '.join(res.unknown_state_filters)}"
             for t in res.transaction_states:
@@ -277,7 +278,7 @@ class TransactionsAdmin:
             for t in res.topics:
                 for p in t.partitions:
                     if p.error_code:
-                        errors[f"{t.name}-{p.partition_index}"] = ErrorCode(p.error_code).name
+                        errors[f"{t.name}-{p.partition_index}"] = ErrorCode(p.error_code).name.upper()
                         continue
                     out.extend(Producer(t.name, p.partition_index, s.producer_id, s.producer_epoch, s.last_sequence,
                                         s.last_timestamp, s.coordinator_epoch, s.current_txn_start_offset)

@@ -2,7 +2,12 @@
 (KIP-664): Kafka's state name, timeout, start time, producer id and epoch, and its partitions
 by topic. Per id: NOT_COORDINATOR when another broker coordinates it (ask FindCoordinator,
 key type 1), COORDINATOR_LOAD_IN_PROGRESS while its partition of ``__transaction_state`` loads,
-TRANSACTIONAL_ID_NOT_FOUND when the coordinator has no record of it."""
+TRANSACTIONAL_ID_NOT_FOUND when the coordinator has no record of it.
+
+**Difference from Kafka:** a transaction never started (Empty after InitProducerId) has start
+time -1 in Kafka's answer; kio, the wire library of this broker's own tools, refuses negative
+timestamps, so such a start time is answered as 0 (the epoch), as are error entries (Kafka's
+schema default). Tools read "started" from the state, not from the start time."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 
 def _time(ms: int) -> datetime.datetime:
-    return _EPOCH + datetime.timedelta(milliseconds=ms)
+    return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -29,7 +34,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     out = []
     for tid in request.body.transactional_ids:
         empty = dict(transactional_id=tid, transaction_state="", transaction_timeout=datetime.timedelta(0),
-                     transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=())
+                     transaction_start_time=_EPOCH, producer_id=-1, producer_epoch=-1, topics=())
         try:
             meta = broker.transactions.shard_of(tid).txns.get(tid)
         except KafkaError as exc:

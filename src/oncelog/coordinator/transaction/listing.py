@@ -67,9 +67,17 @@ def listed(txns: Iterable[TxnMetadata], flt: ListFilter, now_ms: int) -> list[Tx
     return sorted((m for m in txns if flt.matches(m, now_ms, pattern)), key=lambda m: m.transactional_id)
 
 
+#: the states in which a transaction has partitions (Kafka clears them when it completes)
+ACTIVE_STATES = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                           TxnState.PREPARE_EPOCH_FENCE})
+
+
 def partitions_by_topic(meta: TxnMetadata) -> dict[str, list[int]]:
-    """The transaction's partitions, topic -> sorted partition indexes."""
+    """The partitions of the transaction in progress, topic -> sorted partition indexes; none
+    once it is complete (oncelog's metadata keeps the last ones; Kafka's answer does not)."""
     out: dict[str, list[int]] = {}
+    if meta.state not in ACTIVE_STATES:
+        return out
     for tp in sorted(meta.partitions):
         out.setdefault(tp.topic, []).append(tp.partition)
     return out
