@@ -135,13 +135,15 @@ def find_hanging(
     """Open transactions that no coordinator will finish: each with why, and what abort takes."""
     try:
         with TransactionsAdmin(bootstrap) as a:
-            found = a.find_hanging(int(time.time() * 1000), topic=topic, partition=partition,
-                                   max_timeout_ms=max_timeout_ms)
+            found, errors = a.find_hanging(int(time.time() * 1000), topic=topic, partition=partition,
+                                           max_timeout_ms=max_timeout_ms)
     except KafkaError as exc:
         _fail(f"cannot look for hanging transactions: {exc.code.name.upper()} ({exc})", as_json)
     if as_json:
-        _emit({"hanging": [h.to_json() for h in found]})
+        _emit({"hanging": [h.to_json() for h in found], "errors": errors})
         return
+    for tp, e in errors.items():
+        console.print(f"[yellow]{tp}: not read ({e})[/yellow]", highlight=False)
     if not found:
         console.print("no hanging transactions")
         return

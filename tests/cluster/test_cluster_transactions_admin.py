@@ -82,7 +82,7 @@ def test_list_describe_and_producers_reach_the_right_brokers(cluster: list[Broke
             assert errors == {}
             (open_txn,) = [x for x in producers if x.producer_id == d.producer_id]
             assert open_txn.current_txn_start_offset == 0 and open_txn.producer_epoch == d.producer_epoch
-            assert a.find_hanging(0, topic=TOPIC) == []
+            assert a.find_hanging(0, topic=TOPIC) == ([], {})
 
         with ProtocolClient(by_node[leader].bootstrap) as c:  # not the coordinator of tid
             m = c.classes(apis.DESCRIBE_TRANSACTIONS, 0)

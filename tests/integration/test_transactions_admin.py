@@ -6,6 +6,7 @@ advertised version and the error cases, and through ``oncelog transactions`` in 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -145,3 +146,24 @@ def test_cli_tables(txns: BrokerProcess) -> None:
     out = subprocess.run([sys.executable, "-m", "oncelog", "transactions", "describe", "nobody", "-b", txns.bootstrap,
                           "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in out.stdout
+
+
+def test_cli_abort_by_producer_id_and_refusals(txns: BrokerProcess) -> None:
+    def run(*args: str, code: int = 0) -> dict:
+        out = subprocess.run([sys.executable, "-m", "oncelog", "transactions", *args, "-b", txns.bootstrap, "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == code, out.stdout + out.stderr
+        return json.loads(out.stdout)
+
+    (p1,) = run("producers", "--topic", TOPIC, "--partition", "1")["producers"]
+    assert p1["current_txn_start_offset"] == 0
+    refused = run("abort", "--topic", TOPIC, "--partition", "1", "--start-offset", "5", code=1)
+    assert "no open transaction starts at offset 5" in refused["error"]
+    stale = run("abort", "--topic", TOPIC, "--partition", "1", "--producer-id", str(p1["producer_id"]),
+                "--producer-epoch", str(p1["producer_epoch"] - 1), "--coordinator-epoch", "0", code=1)
+    assert "INVALID_PRODUCER_EPOCH" in stale["error"]
+    done = run("abort", "--topic", TOPIC, "--partition", "1", "--producer-id", str(p1["producer_id"]),
+               "--producer-epoch", str(p1["producer_epoch"]), "--coordinator-epoch", "0")
+    assert done["aborted"]
+    (after,) = run("producers", f"{TOPIC}-1")["producers"]
+    assert after["current_txn_start_offset"] == -1

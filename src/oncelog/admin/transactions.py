@@ -18,6 +18,7 @@ Every result type is a frozen dataclass with ``to_json()`` (plain dicts, for ``-
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
@@ -30,6 +31,8 @@ from oncelog.protocol.messages import make
 #: Kafka's transaction.max.timeout.ms default (15 minutes): what find-hanging compares ages with
 DEFAULT_MAX_TXN_TIMEOUT_MS = 15 * 60 * 1000
 LIVE_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
+_RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                        ErrorCode.coordinator_not_available})
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +228,20 @@ class TransactionsAdmin:
             raise error_for(ErrorCode(co.error_code), f"FindCoordinator for {transactional_id!r}")
         return co.node_id, co.host, co.port
 
-    def describe(self, transactional_id: str) -> Description:
-        """Raises the KafkaError the coordinator answered (TransactionalIdNotFound …)."""
+    def describe(self, transactional_id: str, *, retry_s: float = 5.0) -> Description:
+        """The id's state at its coordinator. A coordinator moving or loading (retriable codes)
+        is asked again for up to ``retry_s``. Raises the KafkaError the coordinator answered
+        last (TransactionalIdNotFound …)."""
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                return self._describe_once(transactional_id)
+            except KafkaError as exc:
+                if exc.code not in _RETRIABLE or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+    def _describe_once(self, transactional_id: str) -> Description:
         node, host, port = self.find_coordinator(transactional_id)
         res = self._request(self.client(node, host, port), apis.DESCRIBE_TRANSACTIONS, "DescribeTransactionsRequest",
                             transactional_ids=(transactional_id,))
@@ -288,19 +303,30 @@ class TransactionsAdmin:
     # -- find-hanging / abort ------------------------------------------------------------------------
 
     def find_hanging(self, now_ms: int, *, topic: str | None = None, partition: int | None = None,
-                     max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS) -> list[Hanging]:
-        """Open transactions on partitions that no coordinator will finish (``hanging_reason``)."""
-        producers, _errors = self.producers(topic, partition)
+                     max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS) -> tuple[list[Hanging], dict[str, str]]:
+        """Open transactions on partitions that no coordinator will finish (``hanging_reason``);
+        and "topic-partition" -> error for partitions whose producers could not be read.
+
+        Raises CoordinatorNotAvailable when some broker could not list its transactions (loading,
+        unreachable) or a coordinator could not describe one: then "no coordinator knows this
+        producer" cannot be told apart from "its coordinator did not answer", and a hanging
+        verdict might abort a live transaction."""
+        producers, errors = self.producers(topic, partition)
         open_txns = [p for p in producers if p.current_txn_start_offset >= 0]
         if not open_txns:
-            return []
-        listed, _problems = self.list(producer_ids=sorted({p.producer_id for p in open_txns}))
+            return [], errors
+        listed, problems = self.list(producer_ids=sorted({p.producer_id for p in open_txns}))
+        if problems:
+            raise error_for(ErrorCode.coordinator_not_available, "cannot tell which producers the coordinators "
+                            "know: " + "; ".join(f"broker {n}: {why}" for n, why in sorted(problems.items())))
         by_pid: dict[int, Description] = {}
         for li in listed:
             try:
                 d = self.describe(li.transactional_id)
-            except KafkaError:
-                continue
+            except KafkaError as exc:
+                if exc.code == ErrorCode.transactional_id_not_found:
+                    continue  # expired between the two requests: unknown
+                raise error_for(exc.code, f"cannot describe {li.transactional_id!r}: {exc}") from None
             by_pid[li.producer_id] = d
         out = []
         for p in open_txns:
@@ -308,14 +334,14 @@ class TransactionsAdmin:
             if reason is not None:
                 d = by_pid.get(p.producer_id)
                 out.append(Hanging(p, reason, d.transactional_id if d else None, abort_args(p)))
-        return self._still_open(out)
+        return self._still_open(out, topic, partition), errors
 
-    def _still_open(self, found: list[Hanging]) -> list[Hanging]:
+    def _still_open(self, found: list[Hanging], topic: str | None, partition: int | None) -> list[Hanging]:
         """Only those whose transaction is still open at the same start offset after the
         coordinators were asked (one that a coordinator finished meanwhile is dropped)."""
         if not found:
             return found
-        again, _ = self.producers()
+        again, _ = self.producers(topic, partition)
         now_open = {(p.topic, p.partition, p.producer_id, p.current_txn_start_offset) for p in again}
         return [h for h in found
                 if (h.producer.topic, h.producer.partition, h.producer.producer_id,
