@@ -256,14 +256,13 @@ class TransactionsAdmin:
             partitions=tuple((d.topic, p) for d in t.topics for p in d.partitions))
 
     def leaders(self, topic: str | None = None) -> dict[tuple[str, int], int]:
-        """(topic, partition) -> leader node, for one topic or every non-internal one."""
+        """(topic, partition) -> leader node, for one topic or every topic, internal ones included
+        (a transactional offset commit leaves an open transaction on ``__consumer_offsets``)."""
         md = self.metadata(None if topic is None else [topic], refresh=True)
         out = {}
         for t in md.topics:
             if t.error_code:
                 raise error_for(ErrorCode(t.error_code), f"topic {t.name}")
-            if topic is None and t.is_internal:
-                continue
             for p in t.partitions:
                 out[(t.name, p.partition_index)] = p.leader_id
         return out
