@@ -17,15 +17,10 @@ from typing import Iterable
 
 from oncelog.coordinator.transaction.metadata import TxnMetadata
 from oncelog.coordinator.transaction.state import TxnState
-from oncelog.protocol.errors import KafkaError
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, error_for
 
 #: Kafka's state name -> state
 STATE_BY_NAME: dict[str, TxnState] = {s.kafka_name: s for s in TxnState}
-
-InvalidRegularExpression = type("InvalidRegularExpression", (KafkaError,),
-                                {"code": ErrorCode.invalid_regular_expression})
-
 
 @dataclass(frozen=True, slots=True)
 class ListFilter:
@@ -39,13 +34,15 @@ class ListFilter:
         return tuple(s for s in self.states if s not in STATE_BY_NAME)
 
     def compiled(self) -> "re.Pattern[str] | None":
-        """The pattern, compiled; None when absent or empty. Raises InvalidRegularExpression."""
+        """The pattern, compiled; None when absent or empty. Raises the KafkaError
+        INVALID_REGULAR_EXPRESSION for a pattern that does not compile."""
         if not self.pattern:
             return None
         try:
             return re.compile(self.pattern)
         except re.error as exc:
-            raise InvalidRegularExpression(f"transactional id pattern {self.pattern!r}: {exc}") from None
+            raise error_for(ErrorCode.invalid_regular_expression,
+                            f"transactional id pattern {self.pattern!r}: {exc}") from None
 
     def matches(self, meta: TxnMetadata, now_ms: int, pattern: "re.Pattern[str] | None" = None) -> bool:
         if meta.state == TxnState.DEAD:
@@ -62,7 +59,7 @@ class ListFilter:
 
 
 def listed(txns: Iterable[TxnMetadata], flt: ListFilter, now_ms: int) -> list[TxnMetadata]:
-    """The transactions ``flt`` keeps, by transactional id. Raises InvalidRegularExpression."""
+    """The transactions ``flt`` keeps, by transactional id. Raises INVALID_REGULAR_EXPRESSION."""
     pattern = flt.compiled()
     return sorted((m for m in txns if flt.matches(m, now_ms, pattern)), key=lambda m: m.transactional_id)
 
