@@ -9,6 +9,8 @@ connections, open ones closed, every log flushed and closed, exit status 0.
 
 ``oncelog topics create|list|describe|delete`` administer topics over the wire, like any client.
 ``oncelog groups list|describe|reset-offsets`` do the same for consumer groups.
+``oncelog transactions list|describe|producers|find-hanging|abort`` see and repair transactions
+(cli_transactions.py, docs/TRANSACTIONS.md).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ app.add_typer(topics_app, name="topics")
 app.add_typer(verify_app, name="verify")
 groups_app = typer.Typer(no_args_is_help=True, help="List and describe consumer groups; reset their offsets.")
 app.add_typer(groups_app, name="groups")
+from oncelog.cli_transactions import app as transactions_app  # noqa: E402  (issue 17)
+
+app.add_typer(transactions_app, name="transactions")
 console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")

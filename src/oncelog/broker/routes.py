@@ -20,6 +20,8 @@ from oncelog.broker.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
+    describe_transactions,
     end_txn,
     fetch,
     find_coordinator,
@@ -30,6 +32,7 @@ from oncelog.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -52,6 +55,7 @@ ROUTES: dict[int, Handler] = {
         heartbeat, incremental_alter_configs, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
         offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit,
         write_txn_markers,
+        describe_producers, describe_transactions, list_transactions,  # issue 17
     )
 }
 

@@ -94,6 +94,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
     WRITE_TXN_MARKERS: (1, 2),
+    DESCRIBE_PRODUCERS: (0, 0),  # issue 17 (KIP-664)
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 2),
 }
 
 
