@@ -170,7 +170,7 @@ def cluster_produce_cases(o: Options) -> list[Case]:
 
 def cluster_consume_cases(o: Options) -> list[Case]:
     """``records`` idempotent 100 B records into 6 partitions, then read back by an assigned
-    consumer (no group coordinator in cluster mode), read_uncommitted."""
+    consumer (assign, as the embedded consume scenario), read_uncommitted."""
     def run(s):  # type: ignore[no-untyped-def]
         t = topic(s, 6)
         clients.produce_count(s.bootstrap, t, o.records, 100, "idempotent", partitions=6)
