@@ -264,6 +264,13 @@ class ClusterMember:
         return [created[m.name] if isinstance(m, TopicMeta) else m for m in metas]
 
 
+    async def add_partitions(self, name: str, count: int) -> None:
+        """Grow topic ``name`` to ``count`` partitions in the store (cluster/topics.grow: one
+        transaction), then rebalance so the new partitions get leaders. Raises
+        UnknownTopicOrPartition, InvalidPartitions, StoreUnavailable."""
+        await self._call(lambda conn: store_topics.grow(conn, name, count))
+        await self.rebalance()
+
 def _ensure_schema_and_cluster_id(conn: Any) -> str:
     """Create the schema unless it exists and return the cluster id stored with it (made by the
     first broker)."""

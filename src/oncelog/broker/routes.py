@@ -11,7 +11,9 @@ from oncelog.broker.context import Handler
 from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_partition_reassignments,
     api_versions,
+    create_partitions,
     create_topics,
     delete_groups,
     delete_records,
@@ -19,6 +21,10 @@ from oncelog.broker.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
+    describe_quorum,
+    describe_topic_partitions,
+    elect_leaders,
     end_txn,
     fetch,
     find_coordinator,
@@ -28,6 +34,7 @@ from oncelog.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_delete,
@@ -49,7 +56,8 @@ ROUTES: dict[int, Handler] = {
         delete_topics, describe_cluster, describe_configs, describe_groups, end_txn, fetch, find_coordinator,
         heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
         offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit,
-        write_txn_markers,
+        write_txn_markers, alter_partition_reassignments, create_partitions, describe_log_dirs, describe_quorum,
+        describe_topic_partitions, elect_leaders, list_partition_reassignments,
     )
 }
 

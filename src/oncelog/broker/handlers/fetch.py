@@ -16,9 +16,14 @@ offset (R15).
 Leader epochs (KIP-320, v9+): a partition whose ``current_leader_epoch`` (-1: not checked) is
 older than the leader's answers FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, and
 nothing is read for it. ``current_leader`` (KIP-951) is not filled: Kafka fills it from Fetch
-v16 on, with the NodeEndpoints that come with it, and we stop at v12. ``last_fetched_epoch``
+v16 on, with the NodeEndpoints that come with it; here it stays unset (clients then refresh
+their metadata, as before v16). ``last_fetched_epoch``
 (v12+, sent by followers; consumers send -1) is not checked: there are no followers, so no
 ``diverging_epoch`` is ever answered.
+
+Topic ids (KIP-516, v13+): topics are named by id in the request and the answer; an id this
+broker does not know answers UNKNOWN_TOPIC_ID for each of its partitions. v15 moves the replica
+id into ``replica_state`` (consumers send -1); v17/v18 add follower-only fields, not used.
 
 Fetch sessions (KIP-227) are not kept: every answer has session id 0, which tells clients to
 send full fetch requests; that is a documented, supported mode of the protocol.
@@ -32,7 +37,7 @@ from typing import Any
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicId
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
 from oncelog.storage.engine import parts_length
@@ -42,7 +47,8 @@ API_KEY = apis.FETCH
 READ_COMMITTED = 1
 
 
-def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) -> tuple[list[Any], int, list[Any], bool]:
+def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool,
+             by_id: bool) -> tuple[list[Any], int, list[Any], bool]:
     """One pass over the requested partitions: (topic responses, bytes, partitions, any_error)."""
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     total = 0
@@ -53,12 +59,21 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
     rm = broker.replicas
     for t in req.topics:
         results = []
+        topic_id = None
+        if by_id:  # v13+ (KIP-516): topics by id
+            topic_id = t.topic_id
+            meta = rm.topic_by_id(topic_id)
+            name = meta.name if meta is not None else None
+        else:
+            name = t.topic
         for p in t.partitions:
             part = None
             try:
-                part = rm.partition(t.topic, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
+                if name is None:
+                    raise UnknownTopicId(f"topic id {topic_id} is unknown")
+                part = rm.partition(name, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
                 # KIP-320 (v9+): FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH before any read
-                check_current_epoch(f"{t.topic}-{p.partition}", getattr(p, "current_leader_epoch", UNDEFINED_EPOCH),
+                check_current_epoch(f"{name}-{p.partition}", getattr(p, "current_leader_epoch", UNDEFINED_EPOCH),
                                     part.log.leader_epoch)
                 parts_seen.append(part)
                 limit = min(p.partition_max_bytes, max(budget - total, 0))
@@ -103,7 +118,7 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
                         records=b"",
                     )
                 )
-        topics.append(m.FetchableTopicResponse(topic=t.topic, partitions=tuple(results)))
+        topics.append(m.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=tuple(results)))
     return topics, total, parts_seen, any_error
 
 
@@ -116,7 +131,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     deadline = loop.time() + wait
     closed = client.closed
     while True:
-        topics, total, parts, any_error = _collect(broker, req, m, read_committed)
+        topics, total, parts, any_error = _collect(broker, req, m, read_committed, request.api_version >= 13)
         remaining = deadline - loop.time()
         if total >= req.min_bytes or any_error or remaining <= 0 or not parts or closed.done():
             break
