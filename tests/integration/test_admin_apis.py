@@ -330,3 +330,28 @@ def test_fetch_by_topic_id_v13_to_v18(broker) -> None:
         assert known.partitions[0].error_code == ErrorCode.none and known.partitions[0].high_watermark == 2
         assert len(bytes(known.partitions[0].records)) > 0
         assert missing.partitions[0].error_code == ErrorCode.unknown_topic_id
+
+
+def test_describe_topic_partitions_crafted_edges(broker) -> None:
+    create_topic("confluent", broker.bootstrap, "dtp-a", 2)
+
+    def call(topics: tuple[str, ...], limit: int, cursor: tuple[str, int] | None = None):  # type: ignore[no-untyped-def]
+        with ProtocolClient(broker.bootstrap) as c:
+            m = c.classes(apis.DESCRIBE_TOPIC_PARTITIONS, 0)
+            return c.request(apis.DESCRIBE_TOPIC_PARTITIONS, m["DescribeTopicPartitionsRequest"](
+                topics=tuple(m["TopicRequest"](name=t) for t in topics), response_partition_limit=limit,
+                cursor=None if cursor is None else m["Cursor"](topic_name=cursor[0], partition_index=cursor[1])),
+                version=0)
+
+    res = call(("dtp-a", "dtp-missing"), 10)
+    assert [(t.name, t.error_code, len(t.partitions)) for t in res.topics] == [
+        ("dtp-a", ErrorCode.none, 2), ("dtp-missing", ErrorCode.unknown_topic_or_partition, 0)]
+    assert res.next_cursor is None
+    res = call(("dtp-a",), 10, cursor=("elsewhere", 0))
+    assert [(t.name, t.error_code) for t in res.topics] == [("dtp-a", ErrorCode.invalid_request)]
+    # an empty list: every topic, internal ones flagged; a page of 50 ends inside __consumer_offsets
+    res = call((), 50)
+    assert [t.name for t in res.topics] == ["__consumer_offsets"] and res.topics[0].is_internal
+    assert (res.next_cursor.topic_name, res.next_cursor.partition_index) == ("__transaction_state", 0)
+    res = call((), 2000, cursor=("dtp-a", 1))
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in res.topics] == [("dtp-a", [1])]

@@ -6,8 +6,9 @@ ISR; eligible leader replicas are empty: there are none), in pages as Kafka's
 name order, starting at the request's ``cursor`` (that topic, from that partition), at most
 ``response_partition_limit`` partitions (capped at MAX_PARTITIONS_PER_RESPONSE, Kafka's
 ``max.request.partition.size.limit`` default); when more remain, ``next_cursor`` names the
-next topic and partition. A cursor topic that is not in an explicit topic list is an
-INVALID_REQUEST, as in Kafka. A topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION
+next topic and partition. A cursor topic that is not in an explicit topic list (or a negative
+cursor partition) is an INVALID_REQUEST carried by every requested topic, as Kafka's error
+response does. A topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION
 (nothing is auto-created). Topic authorized operations: all (no authorizer; _acl.py).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, InvalidRequest
+from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
@@ -36,10 +37,17 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     explicit = bool(req.topics)
     names = sorted({t.name for t in req.topics}) if explicit else sorted(rm.topics)
     if cursor is not None:
+        bad = None
         if cursor.partition_index < 0:
-            raise InvalidRequest(f"cursor partition index {cursor.partition_index} is negative")
-        if explicit and cursor.topic_name not in names:
-            raise InvalidRequest(f"The cursor topic name {cursor.topic_name} is not in the topic list")
+            bad = f"cursor partition index {cursor.partition_index} is negative"
+        elif explicit and cursor.topic_name not in names:
+            bad = f"The cursor topic name {cursor.topic_name} is not in the topic list"
+        if bad is not None:  # as Kafka's getErrorResponse: every requested topic carries the error
+            return m.DescribeTopicPartitionsResponse(topics=tuple(
+                m.DescribeTopicPartitionsResponseTopic(
+                    error_code=ErrorCode.invalid_request, name=t.name, topic_id=uuid.UUID(int=0), is_internal=False,
+                    partitions=(), topic_authorized_operations=_acl.NOT_REQUESTED)
+                for t in req.topics), next_cursor=None)
         names = [n for n in names if n >= cursor.topic_name]
     limit = req.response_partition_limit
     remaining = MAX_PARTITIONS_PER_RESPONSE if limit <= 0 else min(limit, MAX_PARTITIONS_PER_RESPONSE)
