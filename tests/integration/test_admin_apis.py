@@ -355,3 +355,25 @@ def test_describe_topic_partitions_crafted_edges(broker) -> None:
     assert (res.next_cursor.topic_name, res.next_cursor.partition_index) == ("__transaction_state", 0)
     res = call((), 2000, cursor=("dtp-a", 1))
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in res.topics] == [("dtp-a", [1])]
+
+
+def test_metadata_v13_and_authorized_operations_when_asked(broker) -> None:
+    from oncelog.broker.handlers import _acl
+
+    create_topic("confluent", broker.bootstrap, "md13", 1)
+    for version, asked in ((13, True), (13, False), (8, True)):
+        with ProtocolClient(broker.bootstrap) as c:
+            m = c.classes(apis.METADATA, version)
+            fields = {"topics": (m["MetadataRequestTopic"](topic_id=uuid.UUID(int=0), name="md13"),)
+                      if version >= 10 else (m["MetadataRequestTopic"](name="md13"),),
+                      "allow_auto_topic_creation": False, "include_topic_authorized_operations": asked}
+            if version <= 10:
+                fields["include_cluster_authorized_operations"] = asked
+            res = c.request(apis.METADATA, m["MetadataRequest"](**fields), version=version)
+        (topic,) = res.topics
+        assert topic.error_code == ErrorCode.none and topic.name == "md13"
+        assert topic.topic_authorized_operations == (_acl.TOPIC if asked else _acl.NOT_REQUESTED)
+        if version >= 13:
+            assert res.error_code == ErrorCode.none
+        if version <= 10:
+            assert res.cluster_authorized_operations == (_acl.CLUSTER if asked else _acl.NOT_REQUESTED)

@@ -7,8 +7,8 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
   (KIP-516); ListOffsets v8+ knows timestamps -4/-5/-6 (answered as Kafka does without tiered
   storage). kafka-python infers the broker's version from these ranges (ListOffsets v11: 4.2,
   DescribeLogDirs v5: 4.3).
-* Metadata reaches v12 (kafka-python infers the broker version from Metadata's range and needs
-  v4 or more); v10+ returns real topic ids, which we keep per topic.
+* Metadata reaches v13 (v13 only adds a top-level error code, KIP-1102); v10+ returns real
+  topic ids, which we keep per topic.
 * Produce v3+ only: magic 2 record batches are the only format the log stores.
 * OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
   them; librdkafka and the Java consumer send v2+.
@@ -74,7 +74,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
     FETCH: (4, 18),
     LIST_OFFSETS: (1, 11),
-    METADATA: (0, 12),
+    METADATA: (0, 13),
     OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 8),
     FIND_COORDINATOR: (0, 4),
