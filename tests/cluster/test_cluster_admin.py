@@ -89,3 +89,43 @@ def test_create_partitions_in_cluster_mode(cluster: list[BrokerProcess]) -> None
     elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("grow", 0)]).result(20)
     (err,) = elected.values()
     assert err is not None and err.name() == "ELECTION_NOT_NEEDED"
+
+
+def test_fetch_v16_names_the_current_leader(cluster: list[BrokerProcess]) -> None:
+    """KIP-951: a Fetch v16+ sent to a broker that does not lead the partition answers
+    NOT_LEADER_OR_FOLLOWER with the leader it knows and that leader's endpoint."""
+    import datetime
+    import uuid
+
+    from confluent_kafka.admin import AdminClient
+
+    from oncelog.client import ProtocolClient
+    from oncelog.protocol import apis
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    kc.create_topic("confluent", bootstrap, "moved", 2)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        leaders = _leaders(admin, "moved")
+        if set(leaders.values()) == {1, 2}:
+            break
+        time.sleep(0.2)
+    partition = next(p for p, lead in leaders.items() if lead == 2)
+    with ProtocolClient(cluster[0].bootstrap) as c:
+        m = c.classes(apis.METADATA, 12)
+        md = c.request(apis.METADATA, m["MetadataRequest"](
+            topics=(m["MetadataRequestTopic"](topic_id=uuid.UUID(int=0), name="moved"),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False), version=12)
+        topic_id = md.topics[0].topic_id
+        m = c.classes(apis.FETCH, 16)
+        res = c.request(apis.FETCH, m["FetchRequest"](
+            max_wait=datetime.timedelta(milliseconds=10), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+            topics=(m["FetchTopic"](topic_id=topic_id, partitions=(m["FetchPartition"](
+                partition=partition, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=1 << 20),)),)), version=16)
+    (answer,) = res.responses[0].partitions
+    assert answer.error_code == ErrorCode.not_leader_or_follower
+    assert answer.current_leader.leader_id == 2 and answer.current_leader.leader_epoch >= 0
+    assert [(n.node_id, f"{n.host}:{n.port}") for n in res.node_endpoints] == [(2, cluster[1].bootstrap)]
