@@ -377,3 +377,45 @@ def test_metadata_v13_and_authorized_operations_when_asked(broker) -> None:
             assert res.error_code == ErrorCode.none
         if version <= 10:
             assert res.cluster_authorized_operations == (_acl.CLUSTER if asked else _acl.NOT_REQUESTED)
+
+
+def test_every_version_of_the_new_admin_apis(broker) -> None:
+    """Each advertised version of the APIs added in issue 16 answers (crafted requests; fields a
+    version lacks are dropped by ``make``)."""
+    import datetime
+
+    from oncelog.protocol.messages import make
+
+    create_topic("confluent", broker.bootstrap, "every", 1)
+    second = datetime.timedelta(seconds=5)
+
+    def build(m, key: int):  # type: ignore[no-untyped-def]
+        if key == apis.DESCRIBE_QUORUM:
+            return make(m["DescribeQuorumRequest"], topics=(m["TopicData"](
+                topic_name="__cluster_metadata", partitions=(m["PartitionData"](partition_index=0),)),))
+        if key == apis.ELECT_LEADERS:
+            return make(m["ElectLeadersRequest"], election_type=0, timeout=second,
+                        topic_partitions=(m["TopicPartitions"](topic="every", partitions=(0,)),))
+        if key == apis.ALTER_PARTITION_REASSIGNMENTS:
+            return make(m["AlterPartitionReassignmentsRequest"], timeout=second, allow_replication_factor_change=True,
+                        topics=(m["ReassignableTopic"](name="every", partitions=(
+                            m["ReassignablePartition"](partition_index=0, replicas=None),)),))
+        if key == apis.LIST_PARTITION_REASSIGNMENTS:
+            return make(m["ListPartitionReassignmentsRequest"], timeout=second, topics=None)
+        if key == apis.DESCRIBE_LOG_DIRS:
+            return make(m["DescribeLogDirsRequest"], topics=(m["DescribableLogDirTopic"](topic="every", partitions=(0,)),))
+        if key == apis.LIST_GROUPS:
+            return make(m["ListGroupsRequest"], states_filter=(), types_filter=())
+        if key == apis.DESCRIBE_CLUSTER:
+            return make(m["DescribeClusterRequest"], include_cluster_authorized_operations=True, endpoint_type=1,
+                        include_fenced_brokers=False)
+        raise AssertionError(key)
+
+    keys = (apis.DESCRIBE_QUORUM, apis.ELECT_LEADERS, apis.ALTER_PARTITION_REASSIGNMENTS,
+            apis.LIST_PARTITION_REASSIGNMENTS, apis.DESCRIBE_LOG_DIRS, apis.LIST_GROUPS, apis.DESCRIBE_CLUSTER)
+    for key in keys:
+        lo, hi = apis.SUPPORTED_VERSIONS[key]
+        for version in range(lo, hi + 1):
+            with ProtocolClient(broker.bootstrap) as c:
+                res = c.request(key, build(c.classes(key, version), key), version=version)
+            assert getattr(res, "error_code", ErrorCode.none) == ErrorCode.none, (apis.api_name(key), version, res)

@@ -52,5 +52,5 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     return m.DescribeQuorumResponse(
         error_code=ErrorCode.none, error_message=None, topics=tuple(topics),
         nodes=tuple(m.Node(node_id=n.node_id, listeners=(m.Listener(name="PLAINTEXT", host=n.host, port=n.port),))
-                    for n in nodes if n.node_id == leader),
+                    for n in nodes if n.node_id == leader) if m.has_class("Node") else (),  # v2+
     )
