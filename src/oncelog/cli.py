@@ -31,6 +31,7 @@ from rich.table import Table
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.messages import make
 from oncelog_tools.verify.cli import verify_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="oncelog: a Kafka-compatible, exactly-once broker")
@@ -239,11 +240,13 @@ def topics_describe(name: str, bootstrap: str = BOOTSTRAP) -> None:
 
 def _offsets(c: ProtocolClient, topic: str, n: int, ts: int) -> dict[int, int]:
     m = c.classes(apis.LIST_OFFSETS)
-    req = m["ListOffsetsRequest"](
+    req = make(  # make: v10+ has a timeout, older versions do not
+        m["ListOffsetsRequest"],
         replica_id=-1,
         isolation_level=0,
         topics=(m["ListOffsetsTopic"](name=topic, partitions=tuple(
             m["ListOffsetsPartition"](partition_index=i, current_leader_epoch=-1, timestamp=ts) for i in range(n))),),
+        timeout=datetime.timedelta(seconds=30),
     )
     res = c.request(apis.LIST_OFFSETS, req)
     return {p.partition_index: p.offset for t in res.topics for p in t.partitions}

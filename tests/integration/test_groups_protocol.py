@@ -314,3 +314,20 @@ def test_send_offsets_to_transaction_with_confluent_kafka(broker, wire: Wire) ->
         assert committed[0].offset == 42
     finally:
         consumer.close()
+
+
+def test_transactional_offsets_for_partitions_that_do_not_exist(wire: Wire) -> None:
+    """As Kafka 4.x (KafkaApis.handleTxnOffsetCommitRequest): a topic or partition the broker does
+    not know answers UNKNOWN_TOPIC_OR_PARTITION (a retriable error: the Java producer and
+    librdkafka retry it, KAFKA-5269, as they would against Kafka); the request's other partitions
+    are committed with the transaction (issue 16)."""
+    group, tid = "txn-missing-group", "txn-missing"
+    pid, epoch = _txn_producer(wire, tid)
+    add = wire.call(apis.ADD_OFFSETS_TO_TXN, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
+    assert add.error_code == ErrorCode.none
+    assert _txn_commit(wire, tid, group, pid, epoch, {("t", 0): 7, ("no-such-topic", 0): 1, ("t", 99): 1}) == {
+        ("t", 0): ErrorCode.none, ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
+        ("t", 99): ErrorCode.unknown_topic_or_partition}
+    end = wire.call(apis.END_TXN, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
+    assert end.error_code == ErrorCode.none
+    assert wire.fetch(group, [("t", 0)], require_stable=True) == (ErrorCode.none, {("t", 0): 7})

@@ -3,6 +3,7 @@ the LSO, timeouts of hanging transactions, and broker crashes at each step of En
 
 from __future__ import annotations
 
+import datetime
 import random
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from kafka_clients import CLIENTS, consume, create_topic, produce
 from oncelog.client import ProtocolClient
+from oncelog.protocol.messages import make
 from oncelog.protocol import apis
 from txn_clients import TxnProducer
 
@@ -34,10 +36,11 @@ def _fenced(exc: BaseException) -> bool:
 def _list_offset(bootstrap: str, topic: str, partition: int, read_committed: bool) -> int:
     with ProtocolClient(bootstrap) as c:
         m = c.classes(apis.LIST_OFFSETS)
-        req = m["ListOffsetsRequest"](
-            replica_id=-1, isolation_level=1 if read_committed else 0,
+        req = make(
+            m["ListOffsetsRequest"], replica_id=-1, isolation_level=1 if read_committed else 0,
             topics=(m["ListOffsetsTopic"](name=topic, partitions=(
                 m["ListOffsetsPartition"](partition_index=partition, current_leader_epoch=-1, timestamp=-1),)),),
+            timeout=datetime.timedelta(seconds=30),
         )
         return c.request(apis.LIST_OFFSETS, req).topics[0].partitions[0].offset
 

@@ -318,3 +318,14 @@ def test_our_control_batch_decodes_in_aiokafka():
                                 timestamp_ms=1)
     batch = DefaultRecordBatch(bytearray(buf))
     assert batch.validate_crc() and batch.is_control_batch and batch.is_transactional
+
+
+def test_record_with_timestamp_finds_the_record_not_the_batch():
+    """ListOffsets MAX_TIMESTAMP (issue 16): the first record carrying the timestamp, at or after
+    the log start; the base offset when none does (a LogAppendTime batch: its first record)."""
+    recs = [(None, b"a", (), 50), (None, b"b", (), 80), (None, b"c", (), 80), (None, b"d", (), 70)]
+    for codec in (R.COMPRESSION_NONE, R.COMPRESSION_GZIP):
+        buf = R.build_batch(recs, timestamp_ms=50, base_offset=100, compression=codec)
+        assert R.record_with_timestamp(buf, 80, 1 << 20) == 101
+        assert R.record_with_timestamp(buf, 80, 1 << 20, min_offset=102) == 102
+        assert R.record_with_timestamp(buf, 999, 1 << 20) == 100

@@ -289,6 +289,12 @@ class ClusterMember:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
         await self.refresh()
 
+    async def add_partitions(self, name: str, count: int) -> None:
+        """Grow topic ``name`` to ``count`` partitions in the store (cluster/topics.grow: one
+        transaction), then rebalance so the new partitions get leaders. Raises
+        UnknownTopicOrPartition, InvalidPartitions, StoreUnavailable."""
+        await self._call(lambda conn: store_topics.grow(conn, name, count))
+        await self.rebalance()
 
 def _ensure_schema_and_cluster_id(conn: Any) -> str:
     """Create the schema unless it exists and return the cluster id stored with it (made by the

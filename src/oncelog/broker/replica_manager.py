@@ -41,6 +41,7 @@ from oncelog.clock import Clock
 from oncelog.protocol.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
+    InvalidRequest,
     InvalidTopic,
     KafkaError,
     KafkaStorageError,
@@ -311,6 +312,60 @@ class ReplicaManager:
     def _forget(self, meta: TopicMeta) -> None:
         self.topics.pop(meta.name, None)
         self._by_id.pop(meta.topic_id, None)
+
+    def check_partition_increase(self, name: str, count: int) -> TopicMeta:
+        """The topic ``name`` if it may grow to ``count`` partitions (CreatePartitions); nothing
+        is written. Raises UnknownTopicOrPartition, InvalidPartitions (not an increase, or more
+        than MAX_PARTITIONS; Kafka's messages) or InvalidRequest (an internal topic: the group
+        and transaction coordinators place every key by its partition count)."""
+        meta = self.topic(name)
+        if meta.internal or name in INTERNAL_TOPICS:
+            raise InvalidRequest(f"topic {name!r} is internal: its partition count places every group's or "
+                                 f"transactional id's state, and cannot change")
+        if count == meta.num_partitions:
+            raise InvalidPartitions(f"Topic already has {meta.num_partitions} partition(s).")
+        if count < meta.num_partitions:
+            raise InvalidPartitions(f"The topic {name} currently has {meta.num_partitions} partition(s); "
+                                    f"{count} would not be an increase.")
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitions(f"number of partitions must be at most {MAX_PARTITIONS}, got {count}")
+        return meta
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicMeta:
+        """Grow the topic ``name`` to ``count`` partitions (embedded mode): topics.json is
+        written first with the new count, then the new partitions are opened; if opening fails
+        (out of descriptors or disk) the count is put back and what was opened is closed, so the
+        topic keeps its old partitions only. Raises what ``check_partition_increase`` raises,
+        KafkaStorageError."""
+        meta = self.check_partition_increase(name, count)
+        if validate_only:
+            return meta
+        old = meta.num_partitions
+        meta.num_partitions = count
+        try:
+            self._persist()
+        except OSError as exc:
+            meta.num_partitions = old
+            raise KafkaStorageError(f"cannot grow topic {name!r}: {exc}") from None
+        now = self.clock.now_ms()
+        try:
+            for p in range(old, count):
+                self._open_partition(meta, p, now)
+        except (OSError, KafkaError) as exc:
+            log.error("growing topic %s to %d partitions failed: %s; rolling back", name, count, exc)
+            for p in range(old, count):
+                part = self.partitions.pop(TopicPartition(name, p), None)
+                if part is not None:
+                    part.close()
+                shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
+            meta.num_partitions = old
+            try:
+                self._persist()
+            except OSError:
+                log.exception("writing topics.json while rolling back topic %s failed", name)
+            raise KafkaStorageError(f"cannot grow topic {name!r}: {exc}") from None
+        log.info("topic %s grown from %d to %d partitions", name, old, count)
+        return meta
 
     def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMeta:
         """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) unless it

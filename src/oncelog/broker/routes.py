@@ -12,7 +12,9 @@ from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
+    alter_partition_reassignments,
     api_versions,
+    create_partitions,
     create_topics,
     delete_groups,
     delete_records,
@@ -22,6 +24,10 @@ from oncelog.broker.handlers import (
     describe_groups,
     describe_producers,
     describe_transactions,
+    describe_log_dirs,
+    describe_quorum,
+    describe_topic_partitions,
+    elect_leaders,
     end_txn,
     fetch,
     find_coordinator,
@@ -33,6 +39,7 @@ from oncelog.broker.handlers import (
     list_groups,
     list_offsets,
     list_transactions,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_delete,
@@ -56,6 +63,8 @@ ROUTES: dict[int, Handler] = {
         offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit,
         write_txn_markers,
         describe_producers, describe_transactions, list_transactions,  # issue 17
+        alter_partition_reassignments, create_partitions, describe_log_dirs, describe_quorum,  # issue 16
+        describe_topic_partitions, elect_leaders, list_partition_reassignments,
     )
 }
 

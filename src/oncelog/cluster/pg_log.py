@@ -45,7 +45,8 @@ from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.group_commit import AppendRequest, GroupCommitter
 from oncelog.cluster.leadership import CURRENT_SQL, Leadership
 from oncelog.protocol.errors import CorruptMessage, KafkaError, MessageTooLarge, OffsetOutOfRange
-from oncelog.protocol.records import BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header
+from oncelog.protocol.records import (BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header,
+                                     record_with_timestamp)
 from oncelog.storage.engine import ReadPart
 from oncelog.storage.log import LogConfig
 
@@ -117,6 +118,14 @@ class PgPartitionLog:
     @property
     def active_base_offset(self) -> int:
         return 0  # no segments: never "rolls"
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the readable batches in the store (DescribeLogDirs); one query."""
+        rows = self._query("SELECT coalesce(sum(size), 0) FROM oncelog_batch WHERE partition_id = %(p)s "
+                           "AND last_offset >= %(s)s AND base_offset < %(u)s",
+                           {"p": self.partition_id, "s": self._start, "u": self.log_end_offset})
+        return int(rows[0][0]) if rows else 0
 
     @property
     def pending_deletes(self) -> int:
@@ -309,12 +318,22 @@ class PgPartitionLog:
                 offset = h.next_offset
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the record with the largest timestamp: the first batch with
+        the largest max timestamp is found by its column, then decoded to pick the first record
+        carrying it (a batch that does not decode answers its base offset)."""
         rows = self._query(
-            "SELECT max_timestamp, base_offset FROM oncelog_batch WHERE partition_id = %(p)s "
+            "SELECT max_timestamp, base_offset, data FROM oncelog_batch WHERE partition_id = %(p)s "
             "AND last_offset >= %(s)s AND base_offset < %(u)s ORDER BY max_timestamp DESC, base_offset LIMIT 1",
-            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset},
+            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset}, binary=True,
         )
-        return (rows[0][0], rows[0][1]) if rows else None
+        if not rows:
+            return None
+        ts, base, data = rows[0]
+        try:
+            offset = record_with_timestamp(bytes(data), ts, self.config.max_uncompressed_bytes, self._start)
+        except CorruptMessage:
+            offset = base
+        return ts, max(offset, self._start)
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """The first record at or after the log start with timestamp >= ``ts_ms``: the batch

@@ -14,9 +14,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from oncelog.protocol.errors import InvalidPartitions, TopicAlreadyExists
+from oncelog.protocol.errors import InvalidPartitions, TopicAlreadyExists, UnknownTopicOrPartition
 
-__all__ = ["TopicInfo", "create", "get", "list_all", "set_configs"]
+__all__ = ["TopicInfo", "create", "get", "grow", "list_all", "set_configs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +78,21 @@ def set_configs(conn: Any, name: str, configs: Mapping[str, str]) -> bool:
                            (json.dumps(dict(configs)), name)).fetchone()
         conn.execute("SELECT pg_notify('oncelog_metadata', '')")
     return row is not None
+def grow(conn: Any, name: str, partitions: int) -> TopicInfo:
+    """Grow topic ``name`` to ``partitions``: its row's count and the new partitions' rows
+    (no leader, epoch -1; placed after every partition created before them) in one
+    transaction. Commits. Raises UnknownTopicOrPartition, or InvalidPartitions when the stored
+    count is not smaller (another broker grew it first; nothing written)."""
+    with conn.transaction():
+        row = conn.execute("SELECT partitions FROM oncelog_topic WHERE name = %s FOR UPDATE", (name,)).fetchone()
+        if row is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        if row[0] >= partitions:
+            raise InvalidPartitions(f"The topic {name} currently has {row[0]} partition(s); "
+                                    f"{partitions} would not be an increase.")
+        conn.execute("UPDATE oncelog_topic SET partitions = %s WHERE name = %s", (partitions, name))
+        conn.execute("INSERT INTO oncelog_partition (topic, partition) SELECT %s, p FROM generate_series(%s, %s - 1) "
+                     "AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING", (name, row[0], partitions))
+    found = get(conn, name)
+    assert found is not None
+    return found

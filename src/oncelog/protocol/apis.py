@@ -3,9 +3,12 @@
 Each entry maps an API key to the inclusive version range we implement. The ranges are chosen
 so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all accept them:
 
-* Fetch stops at v12: from v13 on, fetch requests carry topic ids instead of names.
-* Metadata reaches v12 (kafka-python infers the broker version from Metadata's range and needs
-  v4 or more); v10+ returns real topic ids, which we keep per topic.
+* Fetch reaches v18 and ListOffsets v11 (the highest kio knows): Fetch v13+ names topics by id
+  (KIP-516); ListOffsets v8+ knows timestamps -4/-5/-6 (answered as Kafka does without tiered
+  storage). kafka-python infers the broker's version from these ranges (ListOffsets v11: 4.2,
+  DescribeLogDirs v5: 4.3).
+* Metadata reaches v13 (v13 only adds a top-level error code, KIP-1102); v10+ returns real
+  topic ids, which we keep per topic.
 * Produce v3+ only: magic 2 record batches are the only format the log stores.
 * OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
   them; librdkafka and the Java consumer send v2+.
@@ -55,19 +58,25 @@ ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_LOG_DIRS = 35
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
+DESCRIBE_QUORUM = 55
 DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+DESCRIBE_TOPIC_PARTITIONS = 75
 
 #: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
 #: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
-    FETCH: (4, 12),
-    LIST_OFFSETS: (1, 7),
-    METADATA: (0, 12),
+    FETCH: (4, 18),
+    LIST_OFFSETS: (1, 11),
+    METADATA: (0, 13),
     OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 8),
     FIND_COORDINATOR: (0, 4),
@@ -76,7 +85,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     LEAVE_GROUP: (0, 4),
     SYNC_GROUP: (0, 5),
     DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 4),
+    LIST_GROUPS: (0, 5),
     API_VERSIONS: (0, 3),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
@@ -92,7 +101,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
-    DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_CLUSTER: (0, 2),
+    DESCRIBE_LOG_DIRS: (1, 5),
+    CREATE_PARTITIONS: (0, 3),
+    ELECT_LEADERS: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    DESCRIBE_QUORUM: (0, 2),
+    DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     WRITE_TXN_MARKERS: (1, 2),
     DESCRIBE_PRODUCERS: (0, 0),  # issue 17 (KIP-664)
     DESCRIBE_TRANSACTIONS: (0, 0),

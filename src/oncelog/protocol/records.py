@@ -775,3 +775,17 @@ def filter_batch(
         records_count=len(kept),
         partition_leader_epoch=h.partition_leader_epoch,
     )
+
+
+def record_with_timestamp(buf: bytes | bytearray | memoryview, timestamp: int, max_uncompressed: int,
+                          min_offset: int = 0) -> int:
+    """The offset of the first record at or after ``min_offset`` whose timestamp is
+    ``timestamp`` in the single batch at the start of ``buf`` (ListOffsets MAX_TIMESTAMP: the
+    record, not its batch); the batch's base offset when none is. Raises CorruptMessage."""
+    base = -1
+    for rec in iter_records(buf, max_uncompressed=max_uncompressed):
+        if base < 0:
+            base = rec.offset
+        if rec.timestamp == timestamp and rec.offset >= min_offset:
+            return rec.offset
+    return base if base >= 0 else parse_header(bytes(buf[:BATCH_HEADER_SIZE])).base_offset

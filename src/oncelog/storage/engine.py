@@ -110,8 +110,9 @@ class PartitionEngine(Protocol):
         ...
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """``(timestamp, base offset)`` of the first batch holding the largest max timestamp
-        (ListOffsets -3, KIP-734); None for an empty log."""
+        """``(timestamp, offset)`` of the record with the largest timestamp, the first one on
+        ties (ListOffsets -3, KIP-734; Kafka answers the record, not its batch); None for an
+        empty log. An engine decodes at most the one batch holding it."""
         ...
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:

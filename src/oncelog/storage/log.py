@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from oncelog.protocol.errors import CorruptMessage, InvalidConfig, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
-from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix
+from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix, record_with_timestamp
 from oncelog.protocol.records import iter_batches as _iter_batches
 from oncelog.storage.segment import DELETED_SUFFIX, LogSegment
 
@@ -439,18 +439,28 @@ class PartitionLog:
                 yield h
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(timestamp, offset) of the batch with the largest max timestamp (ListOffsets -3,
-        KIP-734), the first such batch on ties; None for an empty log. Scans the headers of one
-        segment only."""
+        """(timestamp, offset) of the record with the largest timestamp (ListOffsets -3,
+        KIP-734): in the first batch holding the largest max timestamp, the first record carrying
+        it (a batch that does not decode answers its base offset); None for an empty log. Scans
+        the headers of one segment and decodes one batch."""
         best: LogSegment | None = None
         for seg in self._segments:
             if not seg.is_empty and (best is None or seg.max_timestamp > best.max_timestamp):
                 best = seg
         if best is None:
             return None
-        for _pos, h in best.readable_batches(max(best.base_offset, self._log_start)):
+        for pos, h in best.readable_batches(max(best.base_offset, self._log_start)):
             if h.max_timestamp == best.max_timestamp:
-                return h.max_timestamp, h.base_offset
+                offset = h.base_offset
+                if h.base_offset not in self._undecodable:
+                    try:
+                        offset = record_with_timestamp(best.read_bytes(pos, h.size), h.max_timestamp,
+                                                       self.config.max_uncompressed_bytes, self._log_start)
+                    except CorruptMessage as exc:
+                        self._undecodable.add(h.base_offset)
+                        log.warning("%s: batch at offset %d does not decode (%s); ListOffsets answers at batch "
+                                    "level", self.path, h.base_offset, exc)
+                return h.max_timestamp, max(offset, self._log_start)
         return None
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:

@@ -14,7 +14,8 @@ from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.replica_manager import NewTopic, TopicMeta
-from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,19 @@ def nodes(broker: BrokerContext) -> list[Node]:
     if broker.cluster is None:
         return [Node(broker.node_id, broker.advertised_host, broker.advertised_port, None)]
     return [Node(b.node_id, b.host, b.port, b.rack) for b in broker.cluster.view.brokers]
+
+
+def partition_leader(broker: BrokerContext, tp: TopicPartition) -> tuple[ErrorCode, int, int]:
+    """(error, leader, leader epoch) of a partition of a known topic: this broker and epoch 0
+    when embedded; in cluster mode those of the broker's view (LEADER_NOT_AVAILABLE, leader -1,
+    epoch -1 while it has no live leader). The store keeps the data, so the leader is the one
+    replica and the ISR."""
+    if broker.cluster is None:
+        return ErrorCode.none, broker.node_id, 0
+    leader, epoch = broker.cluster.view.leader(tp)
+    if leader < 0:
+        return ErrorCode.leader_not_available, -1, -1
+    return ErrorCode.none, leader, max(epoch, 0)
 
 
 def controller_id(broker: BrokerContext) -> int:

@@ -1,12 +1,14 @@
 """DescribeCluster (60): the brokers, the cluster id and the controller: this broker alone when
-embedded; in cluster mode every live broker as registered in the store (handlers/_cluster.py)."""
+embedded; in cluster mode every live broker as registered in the store (handlers/_cluster.py).
+Authorized operations when asked: all of the cluster's (no authorizer; _acl.py). v2's
+``include_fenced_brokers`` changes nothing: a broker listed is live, never fenced."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _cluster
+from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
@@ -23,7 +25,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         endpoint_type=1,
         cluster_id=broker.cluster_id,
         controller_id=_cluster.controller_id(broker),
-        brokers=tuple(m.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+        brokers=tuple(m.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack, is_fenced=False)
                       for n in _cluster.nodes(broker)),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=_acl.operations(request.body, "include_cluster_authorized_operations",
+                                                     _acl.CLUSTER),
     )

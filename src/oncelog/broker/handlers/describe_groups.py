@@ -1,12 +1,13 @@
 """DescribeGroups (15): state, protocol and members of groups; members' subscription metadata
 and assignments while the group is Stable (as Kafka). An unknown group is described as Dead with
-no error (v0..v5)."""
+no error (v0..v5). Authorized operations when asked: all of a group's (no authorizer; _acl.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -15,12 +16,12 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
 
 API_KEY = apis.DESCRIBE_GROUPS
-_NO_OPERATIONS = -2147483648
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    ops = _acl.operations(req, "include_authorized_operations", _acl.GROUP)
     out = []
     for group_id in req.groups:
         try:
@@ -30,7 +31,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             out.append(
                 m.DescribedGroup(
                     error_code=exc.code, group_id=group_id, group_state="", protocol_type="", protocol_data="",
-                    members=(), authorized_operations=_NO_OPERATIONS,
+                    members=(), authorized_operations=ops,
                 )
             )
             continue
@@ -48,7 +49,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     )
                     for mb in s.members
                 ),
-                authorized_operations=_NO_OPERATIONS,
+                authorized_operations=ops,
             )
         )
     return m.DescribeGroupsResponse(groups=tuple(out))

@@ -15,10 +15,16 @@ offset (R15).
 
 Leader epochs (KIP-320, v9+): a partition whose ``current_leader_epoch`` (-1: not checked) is
 older than the leader's answers FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, and
-nothing is read for it. ``current_leader`` (KIP-951) is not filled: Kafka fills it from Fetch
-v16 on, with the NodeEndpoints that come with it, and we stop at v12. ``last_fetched_epoch``
+nothing is read for it. ``current_leader`` (KIP-951, v16+): a partition answered
+NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH in cluster mode names the leader of the broker's
+view and the answer carries that broker's endpoint (``node_endpoints``), so the client moves
+without a metadata round trip; unset when the view knows no live leader. ``last_fetched_epoch``
 (v12+, sent by followers; consumers send -1) is not checked: there are no followers, so no
 ``diverging_epoch`` is ever answered.
+
+Topic ids (KIP-516, v13+): topics are named by id in the request and the answer; an id this
+broker does not know answers UNKNOWN_TOPIC_ID for each of its partitions. v15 moves the replica
+id into ``replica_state`` (consumers send -1); v17/v18 add follower-only fields, not used.
 
 Fetch sessions (KIP-227) are not kept: every answer has session id 0, which tells clients to
 send full fetch requests; that is a documented, supported mode of the protocol.
@@ -30,20 +36,24 @@ import asyncio
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _cluster
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicId
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
 from oncelog.storage.engine import parts_length
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
+from oncelog.types import TopicPartition
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1
 
 
-def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) -> tuple[list[Any], int, list[Any], bool]:
-    """One pass over the requested partitions: (topic responses, bytes, partitions, any_error)."""
+def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool,
+             by_id: bool, leaders: set[int] | None) -> tuple[list[Any], int, list[Any], bool]:
+    """One pass over the requested partitions: (topic responses, bytes, partitions, any_error).
+    ``leaders`` (v16+, cluster mode): collects the node ids named as ``current_leader``."""
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     total = 0
     any_error = False
@@ -53,12 +63,21 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
     rm = broker.replicas
     for t in req.topics:
         results = []
+        topic_id = None
+        if by_id:  # v13+ (KIP-516): topics by id
+            topic_id = t.topic_id
+            meta = rm.topic_by_id(topic_id)
+            name = meta.name if meta is not None else None
+        else:
+            name = t.topic
         for p in t.partitions:
             part = None
             try:
-                part = rm.partition(t.topic, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
+                if name is None:
+                    raise UnknownTopicId(f"topic id {topic_id} is unknown")
+                part = rm.partition(name, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
                 # KIP-320 (v9+): FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH before any read
-                check_current_epoch(f"{t.topic}-{p.partition}", getattr(p, "current_leader_epoch", UNDEFINED_EPOCH),
+                check_current_epoch(f"{name}-{p.partition}", getattr(p, "current_leader_epoch", UNDEFINED_EPOCH),
                                     part.log.leader_epoch)
                 parts_seen.append(part)
                 limit = min(p.partition_max_bytes, max(budget - total, 0))
@@ -89,8 +108,12 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
                 hw = lso = start = -1
                 if part is not None:
                     hw, lso, start = part.high_watermark, part.last_stable_offset, part.log_start_offset
+                hint: dict[str, Any] = {}
+                if leaders is not None and name is not None and exc.code in _LEADER_MOVED:
+                    hint = _current_leader(broker, m, TopicPartition(name, p.partition), leaders)
                 results.append(
                     m.PartitionData(
+                        **hint,
                         partition_index=p.partition,
                         error_code=exc.code,
                         high_watermark=hw,
@@ -103,8 +126,23 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool) 
                         records=b"",
                     )
                 )
-        topics.append(m.FetchableTopicResponse(topic=t.topic, partitions=tuple(results)))
+        topics.append(m.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=tuple(results)))
     return topics, total, parts_seen, any_error
+
+
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+
+
+def _current_leader(broker: BrokerContext, m: Builder, tp: TopicPartition, leaders: set[int]) -> dict[str, Any]:
+    """KIP-951 (v16+): the leader this broker's view knows for ``tp`` (cluster mode), so the
+    client can go there without a metadata round trip; nothing when it knows none."""
+    if broker.cluster is None:
+        return {}
+    leader, epoch = broker.cluster.view.leader(tp)
+    if leader < 0:
+        return {}
+    leaders.add(leader)
+    return {"current_leader": m.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)}
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -115,8 +153,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     wait = min(max(req.max_wait.total_seconds(), 0.0), broker.config.fetch_max_wait_ms / 1000)
     deadline = loop.time() + wait
     closed = client.closed
+    leaders: set[int] | None = set() if request.api_version >= 16 else None
     while True:
-        topics, total, parts, any_error = _collect(broker, req, m, read_committed)
+        topics, total, parts, any_error = _collect(broker, req, m, read_committed, request.api_version >= 13, leaders)
         remaining = deadline - loop.time()
         if total >= req.min_bytes or any_error or remaining <= 0 or not parts or closed.done():
             break
@@ -127,4 +166,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         finally:
             for w in waiters:
                 w.cancel()
-    return m.FetchResponse(error_code=ErrorCode.none, session_id=0, responses=tuple(topics))
+    endpoints = ()
+    if leaders:
+        endpoints = tuple(m.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                          for n in _cluster.nodes(broker) if n.node_id in leaders)
+    return m.FetchResponse(error_code=ErrorCode.none, session_id=0, responses=tuple(topics), node_endpoints=endpoints)

@@ -1,5 +1,7 @@
 """ListGroups (16): every group this broker coordinates, with its protocol type and (v4+) its
-state, optionally filtered by state (v4+). While a partition of ``__consumer_offsets`` is still
+state, optionally filtered by state (v4+) and (v5+, KIP-848) by group type, both case-insensitive
+as in Kafka. Every group here is a "classic" group (the JoinGroup/SyncGroup protocol; the
+KIP-848 consumer protocol is not served), so a type filter without "classic" lists none. While a partition of ``__consumer_offsets`` is still
 loading, the answer lists the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import Request
 
 API_KEY = apis.LIST_GROUPS
+CLASSIC = "classic"
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -21,10 +24,13 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     groups, loading = broker.groups.list_groups()
     wanted = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+    if types and CLASSIC not in types:  # every group here is a classic group
+        groups = []
     return m.ListGroupsResponse(
         error_code=ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none,
         groups=tuple(
-            m.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state)
+            m.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=CLASSIC)
             for gid, ptype, state in sorted(groups)
             if not wanted or state.lower() in wanted
         ),

@@ -1,9 +1,12 @@
 """ListOffsets (2): offsets by timestamp.
 
 Special timestamps: -2 earliest (the log start offset), -1 latest (the high watermark, or the
-last stable offset for read_committed requests), -3 the batch holding the largest timestamp
-(KIP-734). Any other timestamp: the first offset whose batch has a timestamp >= it, or -1 when
-none does.
+last stable offset for read_committed requests), -3 the record with the largest timestamp
+(KIP-734; the first on ties, found inside its batch), and, as Kafka without tiered storage
+answers them, -4 EARLIEST_LOCAL (v8+, KIP-405: the log start offset, all data is local), -5
+LATEST_TIERED (v9+) and -6 EARLIEST_PENDING_UPLOAD (v11+): offset -1 with leader epoch -1,
+nothing is tiered. Any other timestamp: the first record whose timestamp >= it, or -1 when
+none does. v10 adds the request's timeout (nothing here waits).
 
 Leader epochs (KIP-320, v4+): ``current_leader_epoch`` older than the leader's answers
 FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (-1: not checked). The answer's leader epoch is
@@ -23,7 +26,7 @@ from oncelog.protocol.framing import Request
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 
 API_KEY = apis.LIST_OFFSETS
-LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 
 
 def _lookup(part: Any, ts: int, read_committed: bool) -> tuple[int, int, int]:
@@ -32,7 +35,9 @@ def _lookup(part: Any, ts: int, read_committed: bool) -> tuple[int, int, int]:
     plog = part.log
     if ts == LATEST:
         return -1, part.last_stable_offset if read_committed else part.high_watermark, plog.leader_epoch
-    if ts == EARLIEST:
+    if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1, -1
+    if ts in (EARLIEST, EARLIEST_LOCAL):
         start = part.log_start_offset
         return -1, start, plog.epoch_at(start)
     if ts == MAX_TIMESTAMP:

@@ -8,6 +8,8 @@ and ISR is this broker. In cluster mode (issue 15) the brokers are the live ones
 partition's leader and leader epoch come from the broker's view of the store (at most one poll
 old); topics are auto-created in the store.
 
+Authorized operations (KIP-430): when asked, every operation (no authorizer; _acl.py).
+
 A request may name thousands of topics: missing ones are created in chunks (topics.json written
 once per chunk) and the handler yields to the event loop between chunks and while it builds a
 large answer, so other connections are served meanwhile.
@@ -20,7 +22,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _cluster
+from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol.messages import Builder
 from oncelog.broker.replica_manager import NewTopic
 from oncelog.protocol import apis
@@ -55,6 +57,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     continue
                 name = meta.name
             names.append(name)
+    topic_ops = _acl.operations(req, "include_topic_authorized_operations", _acl.TOPIC)
     allow_create = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
     refused: dict[str, ErrorCode] = {}
     if allow_create:
@@ -81,31 +84,23 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 topic_id=meta.topic_id,
                 is_internal=meta.internal,
                 partitions=parts,
-                topic_authorized_operations=-2147483648,
+                topic_authorized_operations=topic_ops,
             )
         )
     return m.MetadataResponse(
+        error_code=ErrorCode.none,  # v13+ (KIP-1102: REBOOTSTRAP_REQUIRED is never needed here)
         brokers=tuple(m.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                       for n in _cluster.nodes(broker)),
         cluster_id=broker.cluster_id,
         controller_id=_cluster.controller_id(broker),
         topics=tuple(topics),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=_acl.operations(req, "include_cluster_authorized_operations", _acl.CLUSTER),
     )
 
 
 def _partition(broker: BrokerContext, m: Builder, topic: str, p: int) -> Any:
-    """One partition's leader, epoch, replicas and ISR: this broker when embedded; in cluster
-    mode the leader and leader epoch of the broker's view of the store (LEADER_NOT_AVAILABLE
-    while it has no live leader). The store keeps the data, so the leader is the one replica."""
-    code = ErrorCode.none
-    if broker.cluster is None:
-        leader, epoch = broker.node_id, 0
-    else:
-        leader, epoch = broker.cluster.view.leader(TopicPartition(topic, p))
-        if leader < 0:
-            code = ErrorCode.leader_not_available
+    """One partition's leader, epoch, replicas and ISR (``_cluster.partition_leader``)."""
+    code, leader, epoch = _cluster.partition_leader(broker, TopicPartition(topic, p))
     replicas = (leader,) if leader >= 0 else ()
-    return m.MetadataResponsePartition(error_code=code, partition_index=p, leader_id=leader,
-                                       leader_epoch=max(epoch, 0) if leader >= 0 else -1,
+    return m.MetadataResponsePartition(error_code=code, partition_index=p, leader_id=leader, leader_epoch=epoch,
                                        replica_nodes=replicas, isr_nodes=replicas, offline_replicas=())

@@ -1,0 +1,167 @@
+"""docs/COMPATIBILITY.md, generated: every Kafka API (keys 0..92 as Kafka 4.x numbers them) with
+the versions Kafka's own schemas define (kio is generated from them), the versions oncelog
+advertises embedded (``routes.advertised_versions``) and in cluster mode (``CLUSTER_ROUTES``),
+and one line on what oncelog does or why the API is not served.
+
+``python -m oncelog.broker.compatibility > docs/COMPATIBILITY.md`` rewrites the file; a unit test
+holds the file equal to ``render()``, so the document cannot drift from the routing tables.
+"""
+
+from __future__ import annotations
+
+from kio.schema.index import api_key_map, schema_name_map
+
+from oncelog.broker.cluster_routes import CLUSTER_ROUTES
+from oncelog.broker.routes import advertised_versions
+
+__all__ = ["NOTES", "render"]
+
+#: Kafka 4.0 removed these ZooKeeper-era inter-broker APIs (KIP-500); kio has no schema for them.
+_REMOVED = {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata", 7: "controlled_shutdown"}
+_NO_SECURITY = "not served: oncelog has no authentication or authorizer (PLAINTEXT listener only)"
+_KRAFT_INTERNAL = "not served: KRaft controller/inter-broker API; oncelog has no Raft quorum (metadata is local or in PostgreSQL)"
+_SHARE = "not served: share groups (KIP-932) are not implemented"
+_STREAMS = "not served: the streams rebalance protocol (KIP-1071) is not implemented"
+
+NOTES: dict[int, str] = {
+    0: "magic-2 record batches appended to the partition log; idempotence and transactions (acks 0/1/all); v13 (topic ids) not yet",
+    1: "whole batches from the log by sendfile(2); long poll; read_committed; v13+ topics by id (UNKNOWN_TOPIC_ID); no fetch sessions (session id 0)",
+    2: "earliest/latest/by time; -3 MAX_TIMESTAMP finds the record inside its batch; -4 = log start, -5/-6 = -1 (no tiered storage)",
+    3: "brokers, controller (lowest live id), topics with ids; auto-creation; authorized operations when asked (all: no authorizer)",
+    4: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
+    5: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
+    6: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
+    7: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
+    8: "group offsets, written to __consumer_offsets",
+    9: "committed offsets; v8 several groups per request",
+    10: "group and transaction coordinators (cluster mode: the leader of the key's internal partition)",
+    11: "classic group protocol (JoinGroup/SyncGroup), static membership",
+    12: "classic group protocol",
+    13: "classic group protocol, batch leave (v3+)",
+    14: "classic group protocol",
+    15: "state, protocol, members; authorized operations when asked (all); v6 not yet",
+    16: "every group with state; v4 state filter, v5 type filter (every group is 'classic')",
+    17: _NO_SECURITY,
+    18: "this table; a too-new request gets a v0 answer (KIP-511)",
+    19: "partitions, configs (see COMPATIBILITY-configs.md), validate_only; replication factor 1 (cluster mode: up to the live brokers)",
+    20: "embedded only (cluster mode: not served yet, docs/CLUSTER.md)",
+    21: "moves the log start offset",
+    22: "producer ids and epochs, transactional ids (KIP-360 epoch bump); v5+ KIP-890/939 fields not yet",
+    23: "leader epochs of the log (KIP-320 truncation detection)",
+    24: "adds partitions to a transaction; v4 verify_only (KIP-890 part 1)",
+    25: "adds the group's offsets partition to a transaction",
+    26: "commit or abort; markers written to every partition of the transaction",
+    27: "transaction markers: inter-broker in cluster mode, and an admin's abort (`oncelog transactions abort`)",
+    28: "transactional offsets, pending until the marker; unknown topic/partition: UNKNOWN_TOPIC_OR_PARTITION as Kafka",
+    29: _NO_SECURITY,
+    30: _NO_SECURITY,
+    31: _NO_SECURITY,
+    32: "topic and broker configs (see COMPATIBILITY-configs.md)",
+    33: "topic and broker configs: see COMPATIBILITY-configs.md",
+    34: "not served: one log directory per broker, nothing to move",
+    35: "the data directory with each partition's size and offset lag 0 (cluster mode: the partitions led here, sizes from the store)",
+    36: _NO_SECURITY,
+    37: "grows a live topic (embedded: topics.json + new logs; cluster: one store transaction + rebalance); internal topics refused",
+    38: _NO_SECURITY,
+    39: _NO_SECURITY,
+    40: _NO_SECURITY,
+    41: _NO_SECURITY,
+    42: "deletes empty groups",
+    43: "preferred/unclean: ELECTION_NOT_NEEDED per partition (embedded); cluster mode runs a rebalance and answers per partition",
+    44: "topic and broker configs: see COMPATIBILITY-configs.md",
+    45: "one replica per partition: a move to its current replica succeeds, any other target INVALID_REPLICA_ASSIGNMENT",
+    46: "no reassignment is ever in progress: empty answer",
+    47: "deletes a group's committed offsets",
+    48: "not served: no client quotas (no throttling)",
+    49: "not served: no client quotas (no throttling)",
+    50: _NO_SECURITY,
+    51: _NO_SECURITY,
+    52: _KRAFT_INTERNAL,
+    53: _KRAFT_INTERNAL,
+    54: _KRAFT_INTERNAL,
+    55: "a single-voter quorum: the controller id is leader and only voter, other live brokers observers",
+    56: _KRAFT_INTERNAL,
+    57: "not served: no feature flags to change (finalized features are not versioned here)",
+    58: _KRAFT_INTERNAL,
+    59: _KRAFT_INTERNAL,
+    60: "brokers, cluster id, controller; authorized operations when asked (all); v2 never lists fenced brokers",
+    61: "each producer a partition remembers (KIP-664; `oncelog transactions producers`, docs/TRANSACTIONS.md)",
+    62: _KRAFT_INTERNAL,
+    63: _KRAFT_INTERNAL,
+    64: "not served: brokers leave by deregistering in the store (cluster mode) or stopping",
+    65: "a transaction at its coordinator (KIP-664; `oncelog transactions describe`)",
+    66: "the transactions a broker coordinates, with state, producer-id, duration and id-pattern filters (KIP-664)",
+    67: _KRAFT_INTERNAL,
+    68: "not served: the KIP-848 consumer group protocol is not implemented (clients use the classic protocol)",
+    69: "not served: the KIP-848 consumer group protocol is not implemented",
+    70: _KRAFT_INTERNAL,
+    71: "not served: no client telemetry (KIP-714); clients carry on without it",
+    72: "not served: no client telemetry (KIP-714)",
+    73: _KRAFT_INTERNAL,
+    74: "not served yet",
+    75: "topics and partitions paged by response_partition_limit with a cursor; eligible leader replicas empty",
+    76: _SHARE,
+    77: _SHARE,
+    78: _SHARE,
+    79: _SHARE,
+    80: _KRAFT_INTERNAL,
+    81: _KRAFT_INTERNAL,
+    82: _KRAFT_INTERNAL,
+    83: _SHARE,
+    84: _SHARE,
+    85: _SHARE,
+    86: _SHARE,
+    87: _SHARE,
+    88: _STREAMS,
+    89: _STREAMS,
+    90: _SHARE,
+    91: _SHARE,
+    92: _SHARE,
+}
+
+LAST_KEY = 92
+
+
+def _range(r: tuple[int, int] | None) -> str:
+    return "—" if r is None else f"{r[0]}–{r[1]}" if r[0] != r[1] else f"{r[0]}"
+
+
+def _kafka_range(key: int) -> tuple[str, tuple[int, int] | None]:
+    name = api_key_map.get(key)
+    if name is None:
+        return _REMOVED.get(key, f"api-{key}"), None
+    versions = schema_name_map[name]
+    return name, (min(versions), max(versions))
+
+
+def render() -> str:
+    """The whole of docs/COMPATIBILITY.md."""
+    embedded = advertised_versions()
+    cluster = {k: v for k, v in embedded.items() if k in CLUSTER_ROUTES}
+    lines = [
+        "# Kafka API compatibility",
+        "",
+        "Every API of the Kafka protocol as Kafka 4.x numbers them, with the versions oncelog advertises",
+        "in ApiVersions embedded and in cluster mode. \"Kafka schemas\" is the range of Kafka's own JSON",
+        "schemas as the `kio` library is generated from them (Kafka 4.0 removed keys 4–7 and some old",
+        "versions, KIP-896). An API oncelog does not advertise is never routed: a client that sends it",
+        "anyway is disconnected, as the protocol asks. Config support is in",
+        "[COMPATIBILITY-configs.md](COMPATIBILITY-configs.md).",
+        "",
+        "Generated by `python -m oncelog.broker.compatibility > docs/COMPATIBILITY.md` from",
+        "`protocol/apis.py` (SUPPORTED_VERSIONS) and the routing tables; `tests/unit/test_compatibility_doc.py`",
+        "fails when this file and the tables differ.",
+        "",
+        "| key | API | Kafka schemas | oncelog | cluster mode | what oncelog does |",
+        "|----:|-----|:-------------:|:-------:|:------------:|-------------------|",
+    ]
+    for key in range(LAST_KEY + 1):
+        name, kafka = _kafka_range(key)
+        lines.append(f"| {key} | {name} | {_range(kafka)} | {_range(embedded.get(key))} | "
+                     f"{_range(cluster.get(key))} | {NOTES[key]} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
