@@ -22,6 +22,7 @@ from typing import Iterator
 import pytest
 
 import kafka_clients as kc
+from cluster_procs import brokers
 from oncelog.process import BrokerProcess
 
 TOPIC = "orders"
@@ -31,17 +32,8 @@ SESSION = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": 
 
 @pytest.fixture
 def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SESSION) for n in (1, 2, 3)]
-    try:
-        for b in brokers:
-            b.start(timeout=60)
-        yield brokers
-    finally:
-        for b in brokers:
-            try:
-                b.stop(timeout=30)
-            except Exception:
-                b.kill()
+    with brokers(pg_dsn, tmp_path, SESSION, (1, 2, 3)) as procs:
+        yield procs
 
 
 def _bootstrap(brokers: list[BrokerProcess]) -> str:

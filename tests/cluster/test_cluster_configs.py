@@ -13,6 +13,7 @@ from typing import Iterator
 import pytest
 
 from oncelog.client import ProtocolClient
+from cluster_procs import brokers
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import ErrorCode
@@ -23,17 +24,8 @@ SMALL = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "4
 
 @pytest.fixture
 def pair(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SMALL) for n in (1, 2)]
-    try:
-        for b in brokers:
-            b.start(timeout=60)
-        yield brokers
-    finally:
-        for b in brokers:
-            try:
-                b.stop(timeout=30)
-            except Exception:
-                b.kill()
+    with brokers(pg_dsn, tmp_path, SMALL, (1, 2)) as procs:
+        yield procs
 
 
 def _described(bootstrap: str, topic: str, key: str) -> tuple[str | None, int]:

@@ -26,6 +26,7 @@ from cluster_store import Store
 from epoch_requests import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, fetch, list_offsets, offset_for_leader_epoch
 from oncelog.client import ProtocolClient
 from oncelog.cluster import schema
+from cluster_procs import brokers
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog.protocol import records as R
@@ -69,17 +70,8 @@ def test_the_pg_engine_answers_end_offsets_from_its_batches(pg_dsn) -> None:
 
 @pytest.fixture
 def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SESSION) for n in (1, 2, 3)]
-    try:
-        for br in brokers:
-            br.start(timeout=60)
-        yield brokers
-    finally:
-        for br in brokers:
-            try:
-                br.stop(timeout=30)
-            except Exception:
-                br.kill()
+    with brokers(pg_dsn, tmp_path, SESSION, (1, 2, 3)) as procs:
+        yield procs
 
 
 def _leaders(bootstrap: str) -> dict[int, tuple[int, int]]:

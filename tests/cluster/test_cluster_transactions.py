@@ -22,6 +22,7 @@ import pytest
 
 import kafka_clients as kc
 from oncelog.client import ProtocolClient
+from cluster_procs import brokers
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog_tools.verify import copy
@@ -34,17 +35,8 @@ PARTITIONS = 6
 
 @pytest.fixture
 def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SMALL) for n in (1, 2, 3)]
-    try:
-        for b in brokers:
-            b.start(timeout=60)
-        yield brokers
-    finally:
-        for b in brokers:
-            try:
-                b.stop(timeout=30)
-            except Exception:
-                b.kill()
+    with brokers(pg_dsn, tmp_path, SMALL, (1, 2, 3)) as procs:
+        yield procs
 
 
 def _coordinator(bootstrap: str, key_type: int, key: str) -> int:

@@ -21,6 +21,7 @@ import pytest
 import kafka_clients as kc
 from oncelog.admin.transactions import TransactionsAdmin
 from oncelog.client import ProtocolClient
+from cluster_procs import brokers
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
@@ -32,17 +33,8 @@ TOPIC = "intro"
 
 @pytest.fixture
 def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SMALL) for n in (1, 2, 3)]
-    try:
-        for b in brokers:
-            b.start(timeout=60)
-        yield brokers
-    finally:
-        for b in brokers:
-            try:
-                b.stop(timeout=30)
-            except Exception:
-                b.kill()
+    with brokers(pg_dsn, tmp_path, SMALL, (1, 2, 3)) as procs:
+        yield procs
 
 
 def test_list_describe_and_producers_reach_the_right_brokers(cluster: list[BrokerProcess]) -> None:
