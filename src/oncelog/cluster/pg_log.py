@@ -89,6 +89,8 @@ class PgPartitionLog:
         self._next = lead.log_end_offset  # committed + submitted
         self._inflight = 0
         self._failed: KafkaError | None = None
+        #: the control batches of the header page ``iter_headers`` is walking, by base offset
+        self._page_controls: dict[int, bytes] = {}
 
     def hand_over(self, store: StoreConnection) -> None:
         """From now on reads go through ``store`` (the thread that built and recovered this
@@ -278,6 +280,9 @@ class PgPartitionLog:
         return [chunk] if chunk else []
 
     def read_batches(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        control = self._page_controls.get(offset)
+        if control is not None and len(control) <= max_bytes:
+            return control  # a control batch of the header page being walked (iter_headers)
         return b"".join(self.read(offset, max_bytes, max_offset))  # type: ignore[arg-type]
 
     def iter_batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
@@ -300,22 +305,35 @@ class PgPartitionLog:
 
     def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches whose last offset >= ``from_offset``: the first 61 bytes of
-        each row only (``data`` is stored uncompressed out of line, so only those are read)."""
+        each row only (``data`` is stored uncompressed out of line, so only those are read),
+        and the whole of each control batch (a marker: one record, ~80 bytes), which recovery
+        reads next (``read_batches`` serves the current page's markers without a query: one
+        query per page of 1,000 headers, not one more per transaction marker)."""
         offset = max(from_offset, self._start)
         end = self.log_end_offset
-        while offset < end:
-            rows = self._query(
-                f"SELECT substring(data FROM 1 FOR {BATCH_HEADER_SIZE}) FROM oncelog_batch WHERE partition_id = %(p)s "
-                f"AND base_offset >= {_FLOOR} AND last_offset >= %(o)s AND last_offset < %(u)s "
-                f"ORDER BY base_offset LIMIT {_PAGE_ROWS}",
-                {"p": self.partition_id, "o": offset, "u": end}, binary=True,
-            )
-            if not rows:
-                return
-            for (prefix,) in rows:
-                h = parse_header(bytes(prefix))
-                yield h
-                offset = h.next_offset
+        try:
+            while offset < end:
+                rows = self._query(
+                    f"SELECT CASE WHEN is_control THEN data ELSE substring(data FROM 1 FOR {BATCH_HEADER_SIZE}) END "
+                    f"FROM oncelog_batch WHERE partition_id = %(p)s "
+                    f"AND base_offset >= {_FLOOR} AND last_offset >= %(o)s AND last_offset < %(u)s "
+                    f"ORDER BY base_offset LIMIT {_PAGE_ROWS}",
+                    {"p": self.partition_id, "o": offset, "u": end}, binary=True,
+                )
+                if not rows:
+                    return
+                self._page_controls = {}
+                for (prefix,) in rows:
+                    data = bytes(prefix)
+                    h = parse_header(data)
+                    if h.is_control:
+                        self._page_controls[h.base_offset] = data
+                for (prefix,) in rows:
+                    h = parse_header(bytes(prefix[:BATCH_HEADER_SIZE]))
+                    yield h
+                    offset = h.next_offset
+        finally:
+            self._page_controls = {}
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the record with the largest timestamp: the first batch with
