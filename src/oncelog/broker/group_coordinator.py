@@ -107,6 +107,8 @@ class GroupCoordinator:
         self._reply_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._reply_partition: dict[int, int] = {}  # reply id -> the partition whose shard parked it
+        #: partition -> markers (producer id, commit, epoch) that arrived while it was loading
+        self._deferred: dict[int, list[tuple[int, bool, int | None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -145,11 +147,18 @@ class GroupCoordinator:
 
     def lead(self, partition: int) -> None:
         """Cluster mode: this broker now leads ``__consumer_offsets-<partition>``: load it."""
-        self.runtime.load_one(partition, self._new_shard, replay_batch)
+        self._deferred.pop(partition, None)
+        self.runtime.load_one(partition, self._new_shard, replay_batch, self._settle_deferred)
+
+    async def _settle_deferred(self, shard: GroupShard) -> None:
+        """After a load: the markers that arrived while it ran (complete_transaction)."""
+        for producer_id, commit, epoch in self._deferred.pop(shard.partition, []):
+            self.complete_transaction(shard.partition, producer_id, commit, epoch)
 
     def resign(self, partition: int) -> None:
         """Cluster mode: this broker stopped leading ``partition``: drop its shard and answer
         the requests parked there NOT_COORDINATOR."""
+        self._deferred.pop(partition, None)  # in the log: the next leader's load replays them
         if self.runtime.unload(partition) is None:
             return
         for reply_id in [r for r, p in self._reply_partition.items() if p == partition]:
@@ -179,6 +188,8 @@ class GroupCoordinator:
     async def _load_all(self) -> None:
         started = self.clock.monotonic_ms()
         await self.runtime.load(range(self.num_partitions), self._new_shard, replay_batch)
+        for shard in list(self.shards.values()):
+            await self._settle_deferred(shard)
         log.info("group coordinator loaded %d group(s) from %d partition(s) in %d ms",
                  sum(len(s.groups) for s in self.shards.values()), self.num_partitions,
                  self.clock.monotonic_ms() - started)
@@ -303,6 +314,9 @@ class GroupCoordinator:
         partition is still loading, nothing is done here: the loader replays the marker from the
         log. ``producer_epoch`` defaults to the epoch in the partition's producer state."""
         if offsets_partition in self.loading:
+            # The load may have read the log before this marker was appended: settle it again
+            # once the shard is installed (idempotent: nothing pending, nothing done).
+            self._deferred.setdefault(offsets_partition, []).append((producer_id, commit, producer_epoch))
             return
         shard = self.shards.get(offsets_partition)
         if shard is None:

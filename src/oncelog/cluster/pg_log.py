@@ -286,10 +286,11 @@ class PgPartitionLog:
         return b"".join(self.read(offset, max_bytes, max_offset))  # type: ignore[arg-type]
 
     def iter_batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
-        """Every batch from ``from_offset`` (default: the log start) to the committed end."""
+        """Every batch from ``from_offset`` (default: the log start) to the committed end, as
+        the end is when each page is read: a batch committed while a coordinator loads this
+        partition (a transaction marker) is read too, as the local engine's walk does."""
         offset = self._start if from_offset is None else max(from_offset, self._start)
-        end = self.log_end_offset
-        while offset < end:
+        while offset < (end := self.log_end_offset):
             rows = self._query(
                 f"SELECT data FROM oncelog_batch WHERE partition_id = %(p)s AND base_offset >= {_FLOOR} "
                 f"AND last_offset >= %(o)s AND last_offset < %(u)s ORDER BY base_offset LIMIT 100",
