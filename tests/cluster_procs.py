@@ -1,11 +1,12 @@
 """Several broker processes on one store, for the cluster-mode tests (issue 15): the one way
-those tests start and stop them."""
+those tests start and stop them, and read a topic back from its start."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from oncelog.process import BrokerProcess
 
@@ -26,3 +27,37 @@ def brokers(dsn: str, base: Path, overrides: dict[str, str], nodes: tuple[int, .
                 b.stop(timeout=30)
             except Exception:  # noqa: BLE001 - a broker the test left dead or stuck
                 b.kill()
+
+
+def read_from_start(bootstrap: str, topic: str, partitions: int, done: Callable[[list[tuple[int, int, bytes]]], bool], *,
+                    group: str, isolation: str = "read_uncommitted", timeout: float = 60.0,
+                    settle: float = 1.0) -> list[tuple[int, int, bytes]]:
+    """Every record of ``topic`` (partitions 0..``partitions``-1) from the beginning, as
+    (partition, offset, value), read by an assigned confluent-kafka consumer until ``done(out)``
+    and ``settle`` more seconds, or ``timeout``. Retriable client errors (a dead broker in the
+    bootstrap list) are tolerated; any other fails the test."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "enable.partition.eof": False, "isolation.level": isolation,
+                  "topic.metadata.refresh.interval.ms": 1000})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    settle_until = None
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(num_messages=10_000, timeout=0.2):
+                err = m.error()
+                if err is not None:
+                    assert err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                                                             KafkaError._RESOLVE), f"consumer error: {err}"
+                    continue
+                out.append((m.partition(), m.offset(), m.value()))
+            if done(out):
+                settle_until = settle_until or time.monotonic() + settle
+                if time.monotonic() >= settle_until:
+                    break
+    finally:
+        c.close()
+    return out

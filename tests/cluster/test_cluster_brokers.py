@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 
 import kafka_clients as kc
-from cluster_procs import brokers
+from cluster_procs import brokers, read_from_start
 from oncelog.process import BrokerProcess
 
 TOPIC = "orders"
@@ -99,32 +99,9 @@ class Producer:
 
 def _read_all(bootstrap: str, expected: int, timeout: float = 60.0, settle: float = 1.0) -> list[tuple[int, int, bytes]]:
     """Every record of TOPIC from the beginning (assign), until ``expected`` arrived and
-    ``settle`` more seconds passed, or ``timeout``. Retriable client errors (a dead broker in the
-    bootstrap list) are tolerated."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-test-assign", "enable.auto.commit": False,
-                  "enable.partition.eof": False, "topic.metadata.refresh.interval.ms": 1000})
-    c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    out: list[tuple[int, int, bytes]] = []
-    deadline = time.monotonic() + timeout
-    settle_until = None
-    try:
-        while time.monotonic() < deadline:
-            for m in c.consume(num_messages=10_000, timeout=0.2):
-                err = m.error()
-                if err is not None:
-                    assert err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                                                             KafkaError._RESOLVE), f"consumer error: {err}"
-                    continue
-                out.append((m.partition(), m.offset(), m.value()))
-            if len(out) >= expected:
-                settle_until = settle_until or time.monotonic() + settle
-                if time.monotonic() >= settle_until:
-                    break
-    finally:
-        c.close()
-    return out
+    ``settle`` more seconds passed, or ``timeout``."""
+    return read_from_start(bootstrap, TOPIC, PARTITIONS, lambda out: len(out) >= expected,
+                           group="cluster-test-assign", timeout=timeout, settle=settle)
 
 
 def _check_exactly_once(acked: list[tuple[int, int, bytes]], read: list[tuple[int, int, bytes]]) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import kafka_clients as kc
+from cluster_procs import read_from_start
 from oncelog.client import ProtocolClient
 from oncelog.faults import ENV as CRASH_ENV
 from oncelog.process import BrokerProcess, free_port
@@ -128,32 +129,9 @@ def _two_each(ls: dict[int, int]) -> bool:
 def _read(bootstrap: str, topic: str, done: Callable[[list[tuple[int, int, bytes]]], bool], *,
           isolation: str = "read_committed", timeout: float = 30.0, settle: float = 0.5) -> list[tuple[int, int, bytes]]:
     """Every record of ``topic`` from the beginning (assign, confluent-kafka) until ``done(out)``
-    and ``settle`` more seconds, or ``timeout``. Retriable client errors are tolerated."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "faults-reader", "enable.auto.commit": False,
-                  "enable.partition.eof": False, "isolation.level": isolation,
-                  "topic.metadata.refresh.interval.ms": 1000})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    out: list[tuple[int, int, bytes]] = []
-    deadline = time.monotonic() + timeout
-    settle_until = None
-    try:
-        while time.monotonic() < deadline:
-            for m in c.consume(num_messages=10_000, timeout=0.2):
-                err = m.error()
-                if err is not None:
-                    assert err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                                                             KafkaError._RESOLVE), f"consumer error: {err}"
-                    continue
-                out.append((m.partition(), m.offset(), m.value()))
-            if done(out):
-                settle_until = settle_until or time.monotonic() + settle
-                if time.monotonic() >= settle_until:
-                    break
-    finally:
-        c.close()
-    return out
+    and ``settle`` more seconds, or ``timeout``."""
+    return read_from_start(bootstrap, topic, PARTITIONS, done, group="faults-reader", isolation=isolation,
+                           timeout=timeout, settle=settle)
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> list[int]:
