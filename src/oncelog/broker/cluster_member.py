@@ -297,6 +297,14 @@ class ClusterMember:
         await self._call(lambda conn: store_broker_configs.set_configs(conn, resource, configs))
         await self.refresh()
 
+    async def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` from the store (cluster/topics.delete: one transaction), then
+        load and apply a view: its leaders (this broker at once, the others at their
+        notification or next poll) close its partitions. Raises UnknownTopicOrPartition,
+        StoreUnavailable."""
+        await self._call(lambda conn: store_topics.delete(conn, name))
+        await self.refresh()
+
     async def add_partitions(self, name: str, count: int) -> None:
         """Grow topic ``name`` to ``count`` partitions in the store (cluster/topics.grow: one
         transaction), then rebalance so the new partitions get leaders. Raises

@@ -44,7 +44,7 @@ NOTES: dict[int, str] = {
     17: _NO_SECURITY,
     18: "this table; a too-new request gets a v0 answer (KIP-511)",
     19: "partitions, configs (see COMPATIBILITY-configs.md), validate_only; replication factor 1 (cluster mode: up to the live brokers)",
-    20: "embedded only (cluster mode: not served yet, docs/CLUSTER.md)",
+    20: "by name or topic id; cluster mode: deleted in the store (rows and batches, one transaction), leaders close its partitions",
     21: "moves the log start offset",
     22: "producer ids and epochs, transactional ids (KIP-360 epoch bump); v5+ KIP-890/939 fields not yet",
     23: "leader epochs of the log (KIP-320 truncation detection)",
