@@ -115,6 +115,9 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         self._deleted_logs: list[PartitionEngine] = []
+        #: cluster mode, until the first view of the store is applied (``set_topics``): no topic
+        #: is known yet, and none may be called unknown (a peer would take it for deleted)
+        self.awaiting_metadata = False
         #: the broker's dynamic configs (AlterConfigs on a BROKER resource), loaded by ``open``
         self.dynamic = DynamicBrokerConfigs(self.data_dir / "dynamic-broker-configs.json", config.node_id)
 
@@ -395,6 +398,7 @@ class ReplicaManager:
 
     def set_topics(self, metas: Sequence[TopicMeta]) -> None:
         """Cluster mode: the topics as the store has them (nothing written locally)."""
+        self.awaiting_metadata = False
         self.topics = {m.name: m for m in metas}
         self._by_id = {m.topic_id: m for m in metas}
 
@@ -424,6 +428,8 @@ class ReplicaManager:
         part = self.partitions.get(TopicPartition(topic, index))
         if part is None:
             meta = self.topics.get(topic)
+            if self.awaiting_metadata:
+                raise NotLeaderOrFollower(f"this broker (node {self.config.node_id}) has not loaded the cluster metadata yet")
             if meta is not None and 0 <= index < meta.num_partitions:
                 raise NotLeaderOrFollower(f"this broker (node {self.config.node_id}) does not lead {topic}-{index}")
             raise UnknownTopicOrPartition(f"partition {topic}-{index} does not exist on this broker")
