@@ -117,6 +117,15 @@ def test_2pc_transaction_outlives_the_timeout_and_an_ordinary_one_does_not(node:
     assert node.coord.txns["tx"].state is TxnState.ONGOING and node.coord.txns["tx"].is_2pc
 
 
+def test_2pc_exemption_is_the_table_not_just_a_long_timeout(node: TxnNode) -> None:
+    """Kafka's 2PC timeout is Int.MaxValue ms (24.8 days); past it the 2PC row still says no."""
+    pid, epoch = prepare(node)
+    node.clock.advance(txnlog.TWO_PC_TIMEOUT_MS + 1_000)
+    assert node.coord.abort_timed_out() == []
+    node.coord.end_txn("tx", pid, epoch, commit=True)
+    assert node.committed_values(ORDERS0) == [b"order-1"]
+
+
 # -- keep_prepared_txn ------------------------------------------------------------------------------------
 
 
