@@ -18,6 +18,7 @@ from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction import rules
 from oncelog.coordinator.transaction.rules import RULES, TWO_PC_KEPT, TWO_PC_ONGOING, Request, check_transition
 from oncelog.coordinator.transaction.state import TxnState
+from oncelog.admin.transactions import TWO_PC_TIMEOUT_MS, Description, Producer, hanging_reason
 from oncelog.broker import two_phase_commit
 from oncelog.protocol.errors import (
     ConcurrentTransactions,
@@ -240,3 +241,22 @@ def test_switch_and_permission_hook() -> None:
             two_phase_commit.check_2pc_allowed(True, "User:alice", "spark-1")
     finally:
         two_phase_commit.set_authorizer(None)
+
+
+# -- find-hanging ---------------------------------------------------------------------------------------
+
+
+def test_find_hanging_leaves_a_waiting_or_kept_2pc_transaction_alone() -> None:
+    now = 10 * 24 * 3600 * 1000
+    p = Producer("t", 0, producer_id=7, producer_epoch=3, last_sequence=0, last_timestamp=1_000,
+                 coordinator_epoch=0, current_txn_start_offset=42)
+
+    def desc(timeout_ms: int, epoch: int) -> Description:
+        return Description("tx", 1, "Ongoing", 7, epoch, timeout_ms, 1_000, (("t", 0),))
+
+    assert txnlog.TWO_PC_TIMEOUT_MS == TWO_PC_TIMEOUT_MS
+    assert hanging_reason(p, desc(TWO_PC_TIMEOUT_MS, 3), now) is None  # days old, waiting for its decision
+    assert hanging_reason(p, desc(TWO_PC_TIMEOUT_MS, 5), now) is None  # kept: two recoveries bumped the epoch
+    assert "longer than the maximum" in (hanging_reason(p, desc(60_000, 3), now) or "")
+    assert "has epoch 5" in (hanging_reason(p, desc(60_000, 5), now) or "")
+    assert "has epoch 2" in (hanging_reason(p, desc(TWO_PC_TIMEOUT_MS, 2), now) or "")  # data newer than the coordinator
