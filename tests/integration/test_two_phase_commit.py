@@ -165,6 +165,9 @@ def test_refusals(broker_factory) -> None:
         err, _pid, epoch, ongoing_pid, ongoing_epoch = init_pid(c, "t")  # v6 without 2PC: as ever
         assert (err, epoch, ongoing_pid, ongoing_epoch) == (NONE, 0, -1, -1)
         assert init_pid(c, "t", version=4)[:3] == (NONE, _pid, 1)
+        answers = [init_pid(c, "every-version", version=v)[:3] for v in range(7)]  # every advertised version
+        assert [(e, epoch) for e, _p, epoch in answers] == [(NONE, v) for v in range(7)]
+        assert len({p for _e, p, _epoch in answers}) == 1
     on = broker_factory("on", overrides=ON)
     with ProtocolClient(on.bootstrap) as c:
         assert init_pid(c, "t", keep=True)[0] == INVALID_REQUEST  # keep_prepared_txn needs enable_2pc
