@@ -6,11 +6,13 @@ across a reload of the coordinator, a second crash, and the end of the epochs.""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog.clock import ManualClock
@@ -23,6 +25,7 @@ from oncelog.broker import two_phase_commit
 from oncelog.protocol.errors import (
     ConcurrentTransactions,
     InvalidProducerEpoch,
+    InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTxnState,
     ProducerFenced,
@@ -260,3 +263,71 @@ def test_find_hanging_leaves_a_waiting_or_kept_2pc_transaction_alone() -> None:
     assert "longer than the maximum" in (hanging_reason(p, desc(60_000, 3), now) or "")
     assert "has epoch 5" in (hanging_reason(p, desc(60_000, 5), now) or "")
     assert "has epoch 2" in (hanging_reason(p, desc(TWO_PC_TIMEOUT_MS, 2), now) or "")  # data newer than the coordinator
+
+
+# -- a random walk with 2PC: a model of what read_committed readers must see ------------------------------
+
+WALK = st.lists(st.sampled_from(["init", "init_2pc", "keep", "add", "produce", "commit", "abort", "tick", "restart"]),
+                min_size=1, max_size=25)
+REFUSED = (ConcurrentTransactions, InvalidTxnState, InvalidProducerIdMapping, ProducerFenced, InvalidProducerEpoch)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=WALK)
+def test_random_walk_with_two_phase_commit(tmp_path_factory, ops: list[str]) -> None:
+    """Any sequence of 2PC and ordinary requests, timeouts and coordinator reloads: the reloaded
+    state equals the live one, a 2PC transaction is never aborted by the timeout, keep answers
+    the pair the transaction was written with, and read_committed sees exactly what was committed."""
+    node = TxnNode(tmp_path_factory.mktemp("walk2pc"), ManualClock(), max_timeout_ms=MAX_TIMEOUT_MS)
+    committed: list[bytes] = []
+    pending: list[bytes] = []
+    pid = epoch = -1
+    token: tuple[int, int] | None = None  # (pid, epoch) the open transaction was written with
+    two_pc = False
+    values = itertools.count()
+    try:
+        for op in ["init", *ops]:
+            c = node.coord
+            try:
+                if op in ("init", "init_2pc"):
+                    try:
+                        pid, epoch = c.initialize("tx", 10_000, enable_2pc=op == "init_2pc")[:2]
+                        two_pc = op == "init_2pc"
+                    finally:
+                        pending, token = [], None  # whatever was open is aborted
+                elif op == "keep":
+                    answer = c.initialize("tx", 10_000, enable_2pc=True, keep_prepared=True)
+                    assert tuple(answer[2:]) == (token if token is not None else (-1, -1))
+                    pid, epoch = answer[:2]
+                    two_pc = True
+                elif op == "add":
+                    c.add_partitions("tx", pid, epoch, {ORDERS0})
+                    token = token or (pid, epoch)
+                elif op == "produce":
+                    value = f"v{next(values)}".encode()
+                    node.produce(pid, epoch, ORDERS0, value)
+                    pending.append(value)
+                elif op in ("commit", "abort"):
+                    c.end_txn("tx", pid, epoch, commit=op == "commit")
+                    if op == "commit":
+                        committed.extend(pending)
+                    pending, token = [], None
+                elif op == "tick":
+                    node.clock.advance(6_000)
+                    if c.abort_timed_out():
+                        assert not two_pc
+                        pending, token = [], None
+                elif op == "restart":
+                    before = {tid: dataclasses.replace(m, pending=None).record() for tid, m in c.txns.items()}
+                    node.restart()
+                    assert {tid: m.record() for tid, m in node.coord.txns.items()} == before
+            except REFUSED:
+                if op == "keep":
+                    assert token is not None and not two_pc  # only an ordinary open transaction is not kept
+            assert node.committed_values(ORDERS0) == committed
+            meta = node.coord.txns["tx"]
+            part = node.rm.partition(*ORDERS0)
+            if meta.state is not TxnState.ONGOING:
+                assert part.last_stable_offset == part.high_watermark and token is None
+    finally:
+        node.close()
