@@ -163,6 +163,11 @@ def test_new_instance_keeps_and_completes_the_prepared_transaction(node: TxnNode
     assert (node.committed_values(ORDERS0), node.committed_values(INVENTORY0)) == want
     part = node.rm.partition("orders", 0)
     assert part.last_stable_offset == part.high_watermark
+    # the new instance goes on with its own transactions (the marker carried its epoch already)
+    node.coord.add_partitions("tx", pid, epoch + 1, {ORDERS0})
+    node.produce(pid, epoch + 1, ORDERS0, b"next")
+    node.coord.end_txn("tx", pid, epoch + 1, commit=True)
+    assert node.committed_values(ORDERS0) == want[0] + [b"next"]
 
 
 def test_a_second_crash_keeps_the_original_pair(node: TxnNode) -> None:
