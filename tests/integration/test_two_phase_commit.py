@@ -15,6 +15,9 @@ switch ``transaction.two.phase.commit.enable`` is off.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -107,6 +110,11 @@ def test_2pc_transaction_outlives_the_timeout_and_an_ordinary_one_does_not(broke
             time.sleep(0.2)
         time.sleep(2.0)  # ten more scans, each past the 2PC transaction's requested 1 s as well
         assert "twopc-id" not in broker.log_tail(50_000).split("timed-out transaction(s):")[-1]
+        described = subprocess.run([sys.executable, "-m", "oncelog", "transactions", "describe", "twopc-id",
+                                    "-b", broker.bootstrap, "--json"], capture_output=True, text=True, timeout=60)
+        assert described.returncode == 0, described.stderr
+        d = json.loads(described.stdout)
+        assert (d["state"], d["timeout_ms"], d["two_phase_commit"]) == ("Ongoing", 2_147_483_647, True)
         assert end_txn(c, "plain-id", ppid, pepoch, commit=True) == PRODUCER_FENCED  # aborted under it
         assert end_txn(c, "twopc-id", pid, epoch, commit=True) == NONE  # still open: it commits
     assert committed(broker, "twopc", [0], expected=1) == [(0, b"kept")]

@@ -63,7 +63,13 @@ class Description:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["partitions"] = [f"{t}-{p}" for t, p in self.partitions]
+        d["two_phase_commit"] = self.two_phase_commit
         return d
+
+    @property
+    def two_phase_commit(self) -> bool:
+        """The id's producer enabled 2PC (KIP-939): its transactions wait for their decision."""
+        return self.timeout_ms == TWO_PC_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,7 @@ def hanging_reason(p: Producer, coordinator: Description | None, now_ms: int,
                 f"yet producer {p.producer_id} has an open transaction on {p.topic}-{p.partition}")
     if tp not in coordinator.partitions:
         return f"the coordinator's {coordinator.state} transaction of {tid!r} does not include {p.topic}-{p.partition}"
-    two_pc = coordinator.timeout_ms == TWO_PC_TIMEOUT_MS
+    two_pc = coordinator.two_phase_commit
     kept = two_pc and p.producer_epoch < coordinator.producer_epoch
     if coordinator.state == "Ongoing" and coordinator.producer_epoch != p.producer_epoch and not kept:
         return (f"the coordinator's Ongoing transaction of {tid!r} has epoch {coordinator.producer_epoch}, "
