@@ -46,7 +46,7 @@ NOTES: dict[int, str] = {
     19: "partitions, configs (see COMPATIBILITY-configs.md), validate_only; replication factor 1 (cluster mode: up to the live brokers)",
     20: "by name or topic id; cluster mode: deleted in the store (rows and batches, one transaction), leaders close its partitions",
     21: "moves the log start offset",
-    22: "producer ids and epochs, transactional ids (KIP-360 epoch bump); v5+ KIP-890/939 fields not yet",
+    22: "producer ids and epochs, transactional ids (KIP-360 epoch bump); v6 KIP-939 two-phase commit (enable_2pc, keep_prepared_txn: docs/TRANSACTIONS.md)",
     23: "leader epochs of the log (KIP-320 truncation detection)",
     24: "adds partitions to a transaction; v4 verify_only (KIP-890 part 1)",
     25: "adds the group's offsets partition to a transaction",
