@@ -5,8 +5,11 @@ Value (version 1, flexible, as Kafka 3.x writes): int64 producer_id, int16 produ
 int32 transaction_timeout_ms, int8 transaction_status, nullable compact array of
 {compact string topic, compact array int32 partition_ids, tagged fields},
 int64 last_update_timestamp_ms, int64 start_timestamp_ms, tagged fields:
-tag 0 PreviousProducerId (int64, Kafka's), tag 100 LastProducerEpoch (int16, ours; Kafka's
-readers skip unknown tags). A null value is a tombstone: the transactional.id expired (R21).
+tag 0 PreviousProducerId (int64), tag 1 NextProducerId (int64, written when set: a TV2 end at the
+last epoch moves to it once the markers are in), tag 2 ClientTransactionVersion (int16, written
+when not 0: 2 when the transaction was ended, or joined implicitly, by a transaction-version-2
+client) — all three Kafka's —, tag 100 LastProducerEpoch (int16, ours; Kafka's readers skip
+unknown tags). A null value is a tombstone: the transactional.id expired (R21).
 
 Version 0 values (non-flexible) are read too, so a log written by an older writer loads.
 Primitive encoders and decoders are kio's (generated from Kafka's schemas' primitive types).
@@ -33,6 +36,8 @@ from oncelog.types import ProducerEpoch, ProducerId, TopicPartition
 KEY_VERSION = 0
 VALUE_VERSION = 1
 _TAG_PREVIOUS_PRODUCER_ID = 0
+_TAG_NEXT_PRODUCER_ID = 1
+_TAG_CLIENT_TRANSACTION_VERSION = 2
 _TAG_LAST_PRODUCER_EPOCH = 100
 
 
@@ -57,6 +62,10 @@ class TxnRecord:
     partitions: frozenset[TopicPartition]
     start_ms: int
     last_update_ms: int
+    #: TV2 only: the producer id the transaction moves to when it completes (epoch exhausted), else -1
+    next_producer_id: ProducerId = ProducerId(-1)
+    #: the transaction version of the client that last ended (or implicitly joined) it: 0 or 2
+    client_version: int = 0
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -107,9 +116,16 @@ def encode_value(rec: TxnRecord) -> bytes:
     w.write_int64(buf, rec.last_update_ms)
     w.write_int64(buf, rec.start_ms)
     tags = io.BytesIO()
+    count = 2
     _write_tag(tags, _TAG_PREVIOUS_PRODUCER_ID, struct.pack(">q", rec.last_producer_id))
+    if rec.next_producer_id != -1:  # tags in ascending order, defaults left out as Kafka does
+        _write_tag(tags, _TAG_NEXT_PRODUCER_ID, struct.pack(">q", rec.next_producer_id))
+        count += 1
+    if rec.client_version != 0:
+        _write_tag(tags, _TAG_CLIENT_TRANSACTION_VERSION, struct.pack(">h", rec.client_version))
+        count += 1
     _write_tag(tags, _TAG_LAST_PRODUCER_EPOCH, struct.pack(">h", rec.last_producer_epoch))
-    w.write_unsigned_varint(buf, 2)
+    w.write_unsigned_varint(buf, count)
     buf.write(tags.getvalue())
     return buf.getvalue()
 
@@ -160,16 +176,21 @@ def _decode_value(data: bytes) -> TxnRecord:
             _read_tags(data, take)
     last_update = take(r.read_int64)
     start = take(r.read_int64)
-    last_pid, last_epoch = -1, -1
+    last_pid, last_epoch, next_pid, client_version = -1, -1, -1, 0
     if flexible:
         for tag, payload in _read_tags(data, take):
             if tag == _TAG_PREVIOUS_PRODUCER_ID:
                 (last_pid,) = struct.unpack(">q", payload)
+            elif tag == _TAG_NEXT_PRODUCER_ID:
+                (next_pid,) = struct.unpack(">q", payload)
+            elif tag == _TAG_CLIENT_TRANSACTION_VERSION:
+                (client_version,) = struct.unpack(">h", payload)
             elif tag == _TAG_LAST_PRODUCER_EPOCH:
                 (last_epoch,) = struct.unpack(">h", payload)
     if pos != len(data):
         raise TxnLogFormatError(f"transaction log value: {len(data) - pos} bytes after the last field")
-    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, TxnState(status), frozenset(partitions), start, last_update)
+    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, TxnState(status), frozenset(partitions), start, last_update,
+                     next_pid, client_version)
 
 
 _STATES = frozenset(int(s) for s in TxnState)
