@@ -81,6 +81,19 @@ class TxnWire:
             self.seq[key] = seq + 1
         return code
 
+    def txn_offsets(self, group: str, topic: str, partition: int, offset: int, epoch: int | None = None) -> int:
+        """TxnOffsetCommit (v5 for TV2: no AddOffsetsToTxn before it)."""
+        v = 5 if self.tv == 2 else 3
+        m = self.c.classes(apis.TXN_OFFSET_COMMIT, v)
+        r = self.c.request(apis.TXN_OFFSET_COMMIT, m["TxnOffsetCommitRequest"](
+            transactional_id=self.tid, group_id=group, producer_id=self.pid,
+            producer_epoch=self.epoch if epoch is None else epoch, generation_id=-1, member_id="",
+            group_instance_id=None, topics=(m["TxnOffsetCommitRequestTopic"](name=topic, partitions=(
+                m["TxnOffsetCommitRequestPartition"](partition_index=partition, committed_offset=offset,
+                                                     committed_leader_epoch=-1, committed_metadata=""),)),)),
+            version=v)
+        return int(r.topics[0].partitions[0].error_code)
+
     def end_txn_frame(self, commit: bool) -> tuple[int, bytes]:
         """The EndTxn request as the client sends it now: (version, frame bytes)."""
         v = 5 if self.tv == 2 else 4
@@ -140,6 +153,7 @@ def test_tv2_every_end_bumps_the_epoch_and_the_late_end_txn_is_fenced(broker) ->
     pid, e = w.pid, w.epoch
 
     assert w.produce(topic, 0, b"n") == NONE  # no AddPartitionsToTxn: the leader adds the partition
+    assert w.txn_offsets("tv2-group", topic, 0, 7) == NONE  # no AddOffsetsToTxn either
     _v, delayed = w.end_txn_frame(commit=True)  # transaction N's first EndTxn: lost in the network
     assert w.end_txn(commit=True) == NONE  # the client's retry commits N
     assert (w.pid, w.epoch) == (pid, e + 1)  # ... and hands the client its next epoch
@@ -151,6 +165,7 @@ def test_tv2_every_end_bumps_the_epoch_and_the_late_end_txn_is_fenced(broker) ->
     assert committed(broker.bootstrap, topic, expected=2, timeout=5) == [b"n"]  # N+1 is not committed
 
     assert w.produce(topic, 0, b"late write of n", epoch=e) == INVALID_PRODUCER_EPOCH
+    assert w.txn_offsets("tv2-group", topic, 0, 99, epoch=e) == PRODUCER_FENCED  # N's late offsets
     assert w.produce(topic, 0, b"n+1 second") == NONE
     assert w.end_txn(commit=False) == NONE  # N+1 aborts, whole
     assert (w.pid, w.epoch) == (pid, e + 2)
@@ -158,6 +173,13 @@ def test_tv2_every_end_bumps_the_epoch_and_the_late_end_txn_is_fenced(broker) ->
     assert w.end_txn(commit=True) == NONE
     assert committed(broker.bootstrap, topic, expected=2) == [b"n", b"n+2"]
     w.close()
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tv2-group", "enable.auto.commit": False})
+    try:
+        assert [tp.offset for tp in c.committed([TopicPartition(topic, 0)], timeout=20)] == [7]
+    finally:
+        c.close()
 
 
 def test_tv1_the_late_end_txn_commits_part_of_the_next_transaction(broker) -> None:  # type: ignore[no-untyped-def]
