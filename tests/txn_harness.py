@@ -111,9 +111,14 @@ class TxnNode:
         self.loop.run_until_complete(self.real.runtime.append(shard.partition, batch, now))
         shard.replay(tid, rec)
 
-    def produce(self, pid: int, epoch: int, tp: TopicPartition, value: bytes, tid: str = "tx") -> int:
-        """A transactional batch as the Produce handler takes it: verified, validated, appended."""
-        self.coord.verify_produce(tid, pid, epoch, tp)
+    def produce(self, pid: int, epoch: int, tp: TopicPartition, value: bytes, tid: str = "tx", *,
+                v2: bool = False) -> int:
+        """A transactional batch as the Produce handler takes it: verified (``v2``: added to the
+        transaction by the leader, as for a Produce v12+), validated, appended."""
+        if v2:
+            self.coord.add_implicitly(tid, pid, epoch, tp)
+        else:
+            self.coord.verify_produce(tid, pid, epoch, tp)
         seq = self.seq.get((pid, epoch, tp), 0)
         batch = records.build_batch([(None, value, [])], timestamp_ms=self.clock.now_ms(), producer_id=pid,
                                     producer_epoch=epoch, base_sequence=seq, transactional=True)

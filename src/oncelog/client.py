@@ -15,8 +15,20 @@ from typing import Any
 from oncelog.protocol import apis, framing
 
 
+#: the highest versions a client speaking transactions version 1 sends (as Kafka's Java client
+#: caps them while the broker's ``transaction.version`` feature is below 2): Produce v12, EndTxn
+#: v5 and TxnOffsetCommit v5 change what a transactional producer must do (KIP-890 part 2)
+TV1_MAX_VERSIONS = {apis.PRODUCE: 11, apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4}
+
+
 class ProtocolClient:
-    def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "oncelog-cli") -> None:
+    """``transaction_version``: 1 (default) never picks the transactions-version-2 versions of
+    Produce, EndTxn and TxnOffsetCommit on its own (``TV1_MAX_VERSIONS``); 2 does, when the
+    broker advertises them. An explicit ``version=`` is always sent as asked."""
+
+    def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "oncelog-cli",
+                 transaction_version: int = 1) -> None:
+        self.transaction_version = transaction_version
         host, port = parse_host_port(bootstrap)
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.client_id = client_id
@@ -28,6 +40,8 @@ class ProtocolClient:
 
     def version_for(self, api_key: int) -> int:
         lo, hi = apis.SUPPORTED_VERSIONS[api_key]
+        if self.transaction_version < 2:
+            hi = min(hi, TV1_MAX_VERSIONS.get(api_key, hi))
         blo, bhi = self.versions.get(api_key, (lo, hi))
         v = min(hi, bhi)
         if v < max(lo, blo):

@@ -229,3 +229,81 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(clus
         leader.sock.close()
     got = kc.consume("confluent", bootstrap, "verified", [part], expected=1, isolation="read_committed", timeout=30)
     assert [v for _p, _o, _k, v in got] == [b"stray"]
+
+
+def test_transactions_version_2_across_brokers(cluster: list[BrokerProcess]) -> None:
+    """KIP-890 part 2 across brokers, crafted requests: a Produce v12 to a partition led by
+    another broker than the coordinator is added to the transaction by its leader
+    (AddPartitionsToTxn v4 without verify_only); TxnOffsetCommit v5 on a third broker adds the
+    group's offsets partition the same way; EndTxn v5 bumps the epoch, markers everywhere carry
+    it, and the previous transaction's late EndTxn and late produce are refused."""
+    import datetime
+
+    from oncelog.protocol import records
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    kc.create_topic("confluent", bootstrap, "tv2", PARTITIONS)
+    _wait_spread(bootstrap, "tv2")
+    leaders = _leaders(bootstrap, "tv2")
+    tid = "tv2-across"
+    coordinator = _coordinator(bootstrap, 1, tid)
+    part = next(p for p, node in leaders.items() if node != coordinator)
+    group = next(g for g in (f"tv2-group-{i}" for i in range(200)) if _coordinator(bootstrap, 0, g) != coordinator)
+
+    coord = ProtocolClient(_node_bootstrap(cluster, coordinator), transaction_version=2)
+    leader = ProtocolClient(_node_bootstrap(cluster, leaders[part]), transaction_version=2)
+    gc = ProtocolClient(_node_bootstrap(cluster, _coordinator(bootstrap, 0, group)), transaction_version=2)
+    seq: dict[int, int] = {}
+    try:
+        init = coord.classes(apis.INIT_PRODUCER_ID, 5)["InitProducerIdRequest"]
+        resp = coord.request(apis.INIT_PRODUCER_ID, init(transactional_id=tid, producer_id=-1, producer_epoch=-1,
+                                                         transaction_timeout=datetime.timedelta(seconds=60)), version=5)
+        assert resp.error_code == 0
+        pid, e = resp.producer_id, resp.producer_epoch
+
+        def produce(value: bytes, epoch: int) -> int:
+            batch = records.build_batch([(None, value, ())], timestamp_ms=1, producer_id=pid, producer_epoch=epoch,
+                                        base_sequence=seq.get(epoch, 0), transactional=True)
+            m = leader.classes(apis.PRODUCE, 12)
+            req = m["ProduceRequest"](transactional_id=tid, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                      topic_data=(m["TopicProduceData"](name="tv2", partition_data=(
+                                          m["PartitionProduceData"](index=part, records=batch),)),))
+            code = int(leader.request(apis.PRODUCE, req, version=12).responses[0].partition_responses[0].error_code)
+            if code == 0:
+                seq[epoch] = seq.get(epoch, 0) + 1
+            return code
+
+        def end(commit: bool, epoch: int) -> tuple[int, int, int]:
+            req = coord.classes(apis.END_TXN, 5)["EndTxnRequest"]
+            r = coord.request(apis.END_TXN, req(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                committed=commit), version=5)
+            return r.error_code, r.producer_id, r.producer_epoch
+
+        assert produce(b"n", e) == 0  # no AddPartitionsToTxn: the leader on another broker adds it
+        toc = gc.classes(apis.TXN_OFFSET_COMMIT, 5)
+        r = gc.request(apis.TXN_OFFSET_COMMIT, toc["TxnOffsetCommitRequest"](
+            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=e, generation_id=-1,
+            member_id="", group_instance_id=None, topics=(toc["TxnOffsetCommitRequestTopic"](
+                name="tv2", partitions=(toc["TxnOffsetCommitRequestPartition"](
+                    partition_index=part, committed_offset=1, committed_leader_epoch=-1,
+                    committed_metadata=""),)),)), version=5)
+        assert r.topics[0].partitions[0].error_code == 0  # no AddOffsetsToTxn either
+        assert end(True, e) == (0, pid, e + 1)
+        assert produce(b"n+1", e + 1) == 0
+        assert end(True, e)[0] == 90  # the late EndTxn of N: PRODUCER_FENCED
+        assert produce(b"late", e) == 47  # the late produce of N: INVALID_PRODUCER_EPOCH
+        assert end(False, e + 1) == (0, pid, e + 2)
+    finally:
+        for c in (coord, leader, gc):
+            c.sock.close()
+    got = kc.consume("confluent", bootstrap, "tv2", [part], expected=2, isolation="read_committed", timeout=30,
+                     settle=0.5)
+    assert [v for _p, _o, _k, v in got] == [b"n"]
+    from confluent_kafka import Consumer, TopicPartition as CTP
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        (tp,) = c.committed([CTP("tv2", part)], timeout=20)
+        assert tp.offset == 1  # the offsets committed with N (the implicit add on the group's side)
+    finally:
+        c.close()

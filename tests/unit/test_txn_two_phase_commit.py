@@ -87,7 +87,8 @@ def test_every_cell_of_every_row_is_a_legal_move(state: TxnState, two_pc: bool, 
 
 
 def test_kept_pair_and_2pc_timeout_round_trip_through_the_log_value() -> None:
-    rec = txnlog.TxnRecord(7, 7, 12, 11, txnlog.TWO_PC_TIMEOUT_MS, TxnState.ONGOING, frozenset({ORDERS0}), 5, 9, 7, 11)
+    rec = txnlog.TxnRecord(7, 7, 12, 11, txnlog.TWO_PC_TIMEOUT_MS, TxnState.ONGOING, frozenset({ORDERS0}), 5, 9,
+                           kept_producer_id=7, kept_producer_epoch=11)
     back = txnlog.decode_value(txnlog.encode_value(rec))
     assert back == rec and back.is_2pc and back.kept
     plain = txnlog.TxnRecord(7, 7, 12, 11, 10_000, TxnState.ONGOING, frozenset({ORDERS0}), 5, 9)

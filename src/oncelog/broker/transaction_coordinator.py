@@ -49,8 +49,8 @@ from oncelog.coordinator.transaction.shard import MarkerJob, TransactionShard, T
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.faults import CrashPoints
 from oncelog.protocol import records
-from oncelog.protocol.errors import (ConcurrentTransactions, CoordinatorNotAvailable, KafkaError, NotEnoughReplicas,
-                                     UnknownTopicOrPartition)
+from oncelog.protocol.errors import (ConcurrentTransactions, CoordinatorNotAvailable, InvalidProducerEpoch, KafkaError,
+                                     NotEnoughReplicas, UnknownTopicOrPartition)
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,29 @@ class TransactionCoordinator:
     def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> None:
         self.shard_of(transactional_id).verify_produce(transactional_id, producer_id, epoch, tp)
 
+    async def add_implicitly(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, *,
+                             older: type[KafkaError] = InvalidProducerEpoch,
+                             retriable: type[KafkaError] = NotEnoughReplicas) -> None:
+        """Transactions version 2: add ``tp`` to the producer's transaction for its first Produce
+        v12+ (or, for ``__consumer_offsets``, TxnOffsetCommit v5+) there (the shard's
+        ``add_implicitly``); nothing is written for the later ones. On another broker's
+        coordinator (cluster mode) the add goes there as AddPartitionsToTxn v4+ without
+        ``verify_only``, as Kafka's leaders send it. A move under way, or a coordinator that
+        cannot answer, is ``retriable`` (what the client retries)."""
+        if not self.serves(transactional_id):
+            if self.remote is None:
+                raise retriable(f"{tp}: the transaction coordinator of {transactional_id!r} is not here")
+            await self.remote.verify(transactional_id, producer_id, epoch, tp, retriable=retriable, add=True)
+            return
+        shard = self.shard_of(transactional_id)
+        now = self.clock.now_ms()
+        try:
+            result = shard.add_implicitly(transactional_id, producer_id, epoch, tp, now, older=older)
+        except ConcurrentTransactions as exc:
+            raise retriable(f"{tp}: {exc}") from None
+        if result:
+            await self._execute(shard, result, now)
+
     async def verify_remotely(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, *,
                               retriable: type[KafkaError] = NotEnoughReplicas) -> None:
         """Cluster mode: verify a write to ``tp`` (a produce; or ``__consumer_offsets`` for a
@@ -208,13 +231,18 @@ class TransactionCoordinator:
     def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
         self.shard_of(transactional_id).verify_txn_offsets(transactional_id, producer_id, epoch, group_id)
 
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, *,
+                      v2: bool = False) -> tuple[int, int]:
         """Commit or abort (R14). Returns once the outcome is fixed and, normally, once every
-        marker is written. A retried EndTxn of a finished transaction succeeds (R19)."""
+        marker is written. A retried EndTxn of a finished transaction succeeds (R19).
+
+        ``v2`` (EndTxn v5+, transactions version 2): the end bumps the epoch, and the answer is
+        the producer id and epoch the client goes on with. Returns them (for an older EndTxn:
+        the transaction's current ones, which the v0..v4 answer does not carry)."""
         shard = self.shard_of(transactional_id)
         now = self.clock.now_ms()
         try:
-            result = shard.end_txn(transactional_id, producer_id, epoch, commit, now)
+            result = shard.end_txn(transactional_id, producer_id, epoch, commit, now, v2=v2)
         except ConcurrentTransactions:
             # A retried EndTxn while the markers are still being written: try them again, and
             # answer success if that finished the transaction the way it asks (R19).
@@ -224,10 +252,11 @@ class TransactionCoordinator:
             await self._advance(shard, transactional_id)
             if meta.state is not (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
                 raise
-            return
+            return meta.client_ids()
         if result.records:
             self.crash.reached("end_txn.before_prepare")
         await self._execute(shard, result, now, end_txn=True)
+        return shard.txns[transactional_id].client_ids()
 
     # -- the coordinator's own work --------------------------------------------------------------
 

@@ -54,17 +54,19 @@ class RemoteVerifier:
         self.coordinator_partition = coordinator_partition
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition, *,
-                     retriable: type[KafkaError] = NotEnoughReplicas) -> None:
+                     retriable: type[KafkaError] = NotEnoughReplicas, add: bool = False) -> None:
         """Raises the KafkaError the answer for ``tp`` carries when the coordinator does not
         confirm that ``tp`` is in the producer's ongoing transaction; ``retriable`` (default
-        NOT_ENOUGH_REPLICAS, what a producer retries) when the coordinator cannot answer now."""
+        NOT_ENOUGH_REPLICAS, what a producer retries) when the coordinator cannot answer now.
+        ``add`` (transactions version 2: a Produce v12+ or TxnOffsetCommit v5+): ask the
+        coordinator to add ``tp`` rather than only check it (``verify_only`` false)."""
         leader, _ = self.view().leader(TopicPartition(TXN_TOPIC, self.coordinator_partition(transactional_id)))
         if leader < 0:
             raise retriable(f"{tp}: the transaction coordinator of {transactional_id!r} has no live broker")
         m = Builder(apis.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, response=False)
         body = m.AddPartitionsToTxnRequest(transactions=(m.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=(m.AddPartitionsToTxnTopic(name=tp.topic, partitions=(tp.partition,)),),
+            verify_only=not add, topics=(m.AddPartitionsToTxnTopic(name=tp.topic, partitions=(tp.partition,)),),
         ),))
         try:
             resp = await self.peers.request(leader, apis.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body,

@@ -9,7 +9,11 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
   DescribeLogDirs v5: 4.3).
 * Metadata reaches v13 (v13 only adds a top-level error code, KIP-1102); v10+ returns real
   topic ids, which we keep per topic.
-* Produce v3+ only: magic 2 record batches are the only format the log stores.
+* Produce v3+ only: magic 2 record batches are the only format the log stores. Produce v12,
+  EndTxn v5 and TxnOffsetCommit v5 are transactions version 2 (KIP-890 part 2), which
+  ApiVersions also advertises as the finalized feature ``transaction.version`` = 2
+  (``FEATURES``); the v11/v5/v4 steps below them only allow the TRANSACTION_ABORTABLE error
+  code, which this broker does not send.
 * OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
   them; librdkafka and the Java consumer send v2+.
 
@@ -73,7 +77,7 @@ DESCRIBE_TOPIC_PARTITIONS = 75
 #: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
 #: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 9),
+    PRODUCE: (3, 12),  # v12: transactions version 2 (KIP-890 part 2)
     FETCH: (4, 18),
     LIST_OFFSETS: (1, 11),
     METADATA: (0, 13),
@@ -86,16 +90,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     SYNC_GROUP: (0, 5),
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 5),
-    API_VERSIONS: (0, 3),
+    API_VERSIONS: (0, 4),  # v4: supported features may start at level 0 (KAFKA-17011)
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     DELETE_RECORDS: (0, 2),
-    INIT_PRODUCER_ID: (0, 6),  # v6: KIP-939 two-phase commit (enable_2pc, keep_prepared_txn)
+    INIT_PRODUCER_ID: (0, 6),  # v5: TRANSACTION_ABORTABLE allowed (never sent); v6: KIP-939 two-phase commit
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ADD_PARTITIONS_TO_TXN: (0, 4),
-    ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 3),
-    TXN_OFFSET_COMMIT: (0, 3),
+    ADD_PARTITIONS_TO_TXN: (0, 5),
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 5),  # v5: transactions version 2
+    TXN_OFFSET_COMMIT: (0, 5),  # v5: transactions version 2
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -114,6 +118,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 2),
 }
+
+
+#: feature name -> (min supported, max supported, finalized level): ApiVersions v3+'s supported
+#: and finalized features. ``transaction.version`` 2 tells a client (Kafka 4's Java producer)
+#: that it may use transactions version 2: EndTxn v5, Produce v12 and TxnOffsetCommit v5
+#: without AddPartitionsToTxn/AddOffsetsToTxn. Clients that do not read features go on with
+#: transactions version 1 unchanged.
+FEATURES: dict[str, tuple[int, int, int]] = {
+    "transaction.version": (0, 2, 2),
+}
+#: the epoch of the finalized features: fixed, since they never change on a running broker
+FINALIZED_FEATURES_EPOCH = 1
 
 
 def api_name(api_key: int) -> str:

@@ -7,7 +7,10 @@ Kafka, the others then get OPERATION_NOT_ATTEMPTED (nothing is added); a coordin
 v4 (KIP-890, sent by brokers: broker/txn_verifier.py) carries several transactions, each either
 added as above or, with ``verify_only``, only checked: each partition answers NONE when it is
 in the producer's ongoing transaction, else the coordinator's refusal (INVALID_TXN_STATE,
-PRODUCER_FENCED, NOT_COORDINATOR…); nothing is written.
+PRODUCER_FENCED, NOT_COORDINATOR…); nothing is written. Without ``verify_only`` it is a
+leader's add for a transactions-version-2 client (Produce v12+, TxnOffsetCommit v5+, KIP-890
+part 2), as Kafka 4's leaders send it: each partition joins the transaction
+(``TransactionCoordinator.add_implicitly``). v5 only allows TRANSACTION_ABORTABLE, not sent here.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import (ConcurrentTransactions, ErrorCode, InvalidProducerEpoch, KafkaError,
+                                     ProducerFenced)
 from oncelog.types import TopicPartition
+
+OFFSETS_TOPIC = "__consumer_offsets"
 from oncelog.protocol.framing import Request
 
 API_KEY = apis.ADD_PARTITIONS_TO_TXN
@@ -34,9 +40,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             wanted = [TopicPartition(t.name, p) for t in txn.topics for p in t.partitions]
             if txn.verify_only:
                 codes = _verify(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
-            else:
-                codes = await _add(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
-                                   request.api_version)
+            else:  # a leader's add for a transactions-version-2 produce (or offsets) of the client
+                codes = await _add_implicitly(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
             results.append(m.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
                                                       topic_results=_topic_results(m, wanted, codes)))
         return m.AddPartitionsToTxnResponse(error_code=ErrorCode.none, results_by_transaction=tuple(results))
@@ -58,6 +63,19 @@ async def _add(broker: BrokerContext, tid: str, pid: int, epoch: int, wanted: li
         code = error_code(exc, API_KEY, version)
         return {tp: code for tp in wanted}
     return {tp: ErrorCode.none for tp in wanted}
+
+
+async def _add_implicitly(broker: BrokerContext, tid: str, pid: int, epoch: int,
+                          wanted: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+    codes = {}
+    for tp in wanted:
+        older = ProducerFenced if tp.topic == OFFSETS_TOPIC else InvalidProducerEpoch
+        try:
+            await broker.transactions.add_implicitly(tid, pid, epoch, tp, older=older, retriable=ConcurrentTransactions)
+            codes[tp] = ErrorCode.none
+        except KafkaError as exc:
+            codes[tp] = exc.code
+    return codes
 
 
 def _verify(broker: BrokerContext, tid: str, pid: int, epoch: int,

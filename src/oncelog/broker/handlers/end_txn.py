@@ -1,4 +1,9 @@
-"""EndTxn (26): commit or abort the producer's transaction (R14, R19)."""
+"""EndTxn (26): commit or abort the producer's transaction (R14, R19).
+
+v5 is transactions version 2 (KIP-890 part 2): the end bumps the producer epoch (or, at the last
+epoch, moves to a new producer id) and the answer carries the producer id and epoch the client
+goes on with; a late EndTxn of the previous transaction is fenced (coordinator/transaction/rules.py).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,12 @@ API_KEY = apis.END_TXN
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    v2 = request.api_version >= 5
     try:
-        await broker.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed))
+        pid, epoch = await broker.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                       bool(req.committed), v2=v2)
     except KafkaError as exc:
         return m.EndTxnResponse(error_code=error_code(exc, API_KEY, request.api_version))
+    if v2:
+        return m.EndTxnResponse(error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch)
     return m.EndTxnResponse(error_code=ErrorCode.none)

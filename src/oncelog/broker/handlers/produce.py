@@ -19,6 +19,13 @@ KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written. In c
 check is local when this broker is also the transaction's coordinator; otherwise the first batch
 of the transaction on the partition is verified by the coordinator's broker
 (AddPartitionsToTxn v4 verify_only, broker/txn_verifier.py).
+
+Produce v12+ (transactions version 2, KIP-890 part 2): the client sends no AddPartitionsToTxn;
+the leader asks the coordinator to add the partition before the first transactional batch of a
+transaction goes in (``TransactionCoordinator.add_implicitly``; later batches find it added and
+write nothing). A batch with an epoch older than the coordinator's — the previous transaction's
+late write, since every TV2 end bumps the epoch — is INVALID_PRODUCER_EPOCH; a transaction being
+ended, or a coordinator that cannot answer, NOT_ENOUGH_REPLICAS (the producer retries).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from oncelog.protocol.produce_response import PartitionResult, encode_body
 from oncelog.types import TopicPartition
 
 API_KEY = apis.PRODUCE
+#: Produce v12+: transactions version 2 (KIP-890 part 2), no AddPartitionsToTxn before it
+TV2_PRODUCE_VERSION = 12
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -61,7 +70,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                                         part.config.max_uncompressed_bytes,
                                                         compacted="compact" in part.config.cleanup_policy)
                 tp = TopicPartition(t.name, p.index)
-                if _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
+                if header.is_transactional and request.api_version >= TV2_PRODUCE_VERSION and txn_id is not None:
+                    # Transactions version 2: the leader adds the partition to the transaction (on
+                    # another broker's coordinator: only for the transaction's first batch here)
+                    if broker.transactions.serves(txn_id) or not part.has_open_transaction(header.producer_id):
+                        await broker.transactions.add_implicitly(txn_id, header.producer_id, header.producer_epoch, tp)
+                elif _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
                     await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
                                                               header.producer_epoch, tp)
                 if part.commits_asynchronously:  # cluster mode: answered after the group COMMIT

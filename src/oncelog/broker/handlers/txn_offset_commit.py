@@ -7,7 +7,9 @@ until the transaction's COMMIT marker lands there, and vanish on ABORT. The tran
 coordinator checks first that the producer id and epoch are current and that the transaction is
 Ongoing with this group's partition added (AddOffsetsToTxn); a zombie is fenced
 (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH before v3) and never leaves pending offsets behind. v3
-carries the consumer's group metadata (KIP-447), checked like OffsetCommit's.
+carries the consumer's group metadata (KIP-447), checked like OffsetCommit's. v5 is transactions
+version 2 (KIP-890 part 2): the client sends no AddOffsetsToTxn, and the group's offsets
+partition joins the transaction here (``TransactionCoordinator.add_implicitly``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
-from oncelog.protocol.errors import CoordinatorLoadInProgress, ErrorCode, KafkaError
+from oncelog.protocol.errors import CoordinatorLoadInProgress, ErrorCode, KafkaError, ProducerFenced
 from oncelog.types import TopicPartition
 from oncelog.protocol.framing import Request
 
@@ -38,7 +40,11 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             # Only the current producer of an Ongoing transaction that added this group's
             # offsets partition may commit offsets in it (as it may produce, R9, R12).
             txns = broker.transactions
-            if txns.serves(req.transactional_id):
+            if request.api_version >= 5:  # transactions version 2: no AddOffsetsToTxn, the add happens here
+                await txns.add_implicitly(req.transactional_id, req.producer_id, req.producer_epoch,
+                                          txns.offsets_partition(req.group_id), older=ProducerFenced,
+                                          retriable=CoordinatorLoadInProgress)
+            elif txns.serves(req.transactional_id):
                 txns.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
             else:  # cluster mode: the transaction's coordinator is another broker (broker/txn_verifier.py)
                 await txns.verify_remotely(req.transactional_id, req.producer_id, req.producer_epoch,

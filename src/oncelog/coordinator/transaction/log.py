@@ -5,10 +5,13 @@ Value (version 1, flexible, as Kafka 3.x writes): int64 producer_id, int16 produ
 int32 transaction_timeout_ms, int8 transaction_status, nullable compact array of
 {compact string topic, compact array int32 partition_ids, tagged fields},
 int64 last_update_timestamp_ms, int64 start_timestamp_ms, tagged fields:
-tag 0 PreviousProducerId (int64, Kafka's), tag 100 LastProducerEpoch (int16, ours; Kafka's
-readers skip unknown tags), tags 101/102 KeptTxnProducerId (int64) / KeptTxnProducerEpoch
-(int16), ours, written only while a prepared two-phase-commit transaction is kept across a new
-producer instance (KIP-939 ``keep_prepared_txn``; absent: -1). A null value is a tombstone: the
+tag 0 PreviousProducerId (int64), tag 1 NextProducerId (int64, written when set: a TV2 end at the
+last epoch moves to it once the markers are in), tag 2 ClientTransactionVersion (int16, written
+when not 0: 2 when the transaction was ended, or joined implicitly, by a transaction-version-2
+client) — all three Kafka's —, tag 100 LastProducerEpoch (int16, ours; Kafka's readers skip
+unknown tags), tags 101/102 KeptTxnProducerId (int64) / KeptTxnProducerEpoch (int16), ours,
+written only while a prepared two-phase-commit transaction is kept across a new producer
+instance (KIP-939 ``keep_prepared_txn``; absent: -1). A null value is a tombstone: the
 transactional.id expired (R21).
 
 Two-phase commit (KIP-939) is not a field: as in Kafka, a transactional id whose producer
@@ -41,6 +44,8 @@ from oncelog.types import ProducerEpoch, ProducerId, TopicPartition
 KEY_VERSION = 0
 VALUE_VERSION = 1
 _TAG_PREVIOUS_PRODUCER_ID = 0
+_TAG_NEXT_PRODUCER_ID = 1
+_TAG_CLIENT_TRANSACTION_VERSION = 2
 _TAG_LAST_PRODUCER_EPOCH = 100
 _TAG_KEPT_PRODUCER_ID = 101
 _TAG_KEPT_PRODUCER_EPOCH = 102
@@ -71,6 +76,10 @@ class TxnRecord:
     partitions: frozenset[TopicPartition]
     start_ms: int
     last_update_ms: int
+    #: TV2 only: the producer id the transaction moves to when it completes (epoch exhausted), else -1
+    next_producer_id: ProducerId = ProducerId(-1)
+    #: the transaction version of the client that last ended (or implicitly joined) it: 0 or 2
+    client_version: int = 0
     #: the (producer id, epoch) the kept transaction's data was written with, while a prepared
     #: 2PC transaction outlives its producer instance (InitProducerId keep_prepared_txn); -1 else
     kept_producer_id: ProducerId = ProducerId(-1)
@@ -135,14 +144,20 @@ def encode_value(rec: TxnRecord) -> bytes:
     w.write_int64(buf, rec.last_update_ms)
     w.write_int64(buf, rec.start_ms)
     tags = io.BytesIO()
+    count = 2
     _write_tag(tags, _TAG_PREVIOUS_PRODUCER_ID, struct.pack(">q", rec.last_producer_id))
+    if rec.next_producer_id != -1:  # tags in ascending order, defaults left out as Kafka does
+        _write_tag(tags, _TAG_NEXT_PRODUCER_ID, struct.pack(">q", rec.next_producer_id))
+        count += 1
+    if rec.client_version != 0:
+        _write_tag(tags, _TAG_CLIENT_TRANSACTION_VERSION, struct.pack(">h", rec.client_version))
+        count += 1
     _write_tag(tags, _TAG_LAST_PRODUCER_EPOCH, struct.pack(">h", rec.last_producer_epoch))
-    ntags = 2
     if rec.kept:
         _write_tag(tags, _TAG_KEPT_PRODUCER_ID, struct.pack(">q", rec.kept_producer_id))
         _write_tag(tags, _TAG_KEPT_PRODUCER_EPOCH, struct.pack(">h", rec.kept_producer_epoch))
-        ntags += 2
-    w.write_unsigned_varint(buf, ntags)
+        count += 2
+    w.write_unsigned_varint(buf, count)
     buf.write(tags.getvalue())
     return buf.getvalue()
 
@@ -193,11 +208,15 @@ def _decode_value(data: bytes) -> TxnRecord:
             _read_tags(data, take)
     last_update = take(r.read_int64)
     start = take(r.read_int64)
-    last_pid, last_epoch, kept_pid, kept_epoch = -1, -1, -1, -1
+    last_pid, last_epoch, next_pid, client_version, kept_pid, kept_epoch = -1, -1, -1, 0, -1, -1
     if flexible:
         for tag, payload in _read_tags(data, take):
             if tag == _TAG_PREVIOUS_PRODUCER_ID:
                 (last_pid,) = struct.unpack(">q", payload)
+            elif tag == _TAG_NEXT_PRODUCER_ID:
+                (next_pid,) = struct.unpack(">q", payload)
+            elif tag == _TAG_CLIENT_TRANSACTION_VERSION:
+                (client_version,) = struct.unpack(">h", payload)
             elif tag == _TAG_LAST_PRODUCER_EPOCH:
                 (last_epoch,) = struct.unpack(">h", payload)
             elif tag == _TAG_KEPT_PRODUCER_ID:
@@ -207,7 +226,7 @@ def _decode_value(data: bytes) -> TxnRecord:
     if pos != len(data):
         raise TxnLogFormatError(f"transaction log value: {len(data) - pos} bytes after the last field")
     return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, TxnState(status), frozenset(partitions), start, last_update,
-                     kept_pid, kept_epoch)
+                     next_pid, client_version, kept_pid, kept_epoch)
 
 
 _STATES = frozenset(int(s) for s in TxnState)

@@ -33,6 +33,8 @@ class TxnMetadata:
     partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
     start_ms: int = -1
     last_update_ms: int = -1
+    next_producer_id: ProducerId = NO_PRODUCER_ID
+    client_version: int = 0
     kept_producer_id: ProducerId = NO_PRODUCER_ID
     kept_producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
     pending: TxnRecord | None = None
@@ -58,6 +60,8 @@ class TxnMetadata:
             self.partitions,
             self.start_ms,
             self.last_update_ms,
+            self.next_producer_id,
+            self.client_version,
             self.kept_producer_id,
             self.kept_producer_epoch,
         )
@@ -72,8 +76,17 @@ class TxnMetadata:
         self.partitions = rec.partitions
         self.start_ms = rec.start_ms
         self.last_update_ms = rec.last_update_ms
+        self.next_producer_id = rec.next_producer_id
+        self.client_version = rec.client_version
         self.kept_producer_id = rec.kept_producer_id
         self.kept_producer_epoch = rec.kept_producer_epoch
+
+    def client_ids(self) -> tuple[ProducerId, ProducerEpoch]:
+        """The producer id and epoch the client goes on with after a TV2 EndTxn (its v5
+        answer): the next producer id at epoch 0 when the epoch ran out, else the current ones."""
+        if self.next_producer_id != NO_PRODUCER_ID:
+            return self.next_producer_id, ProducerEpoch(0)
+        return self.producer_id, self.producer_epoch
 
     def prepare(self, target: TxnState, now_ms: int, **changes: object) -> TxnRecord:
         """The next state, checked and marked pending. Raises ConcurrentTransactions when a

@@ -14,13 +14,25 @@ A ``Cell`` says:
   refuse: InitProducerId on an Ongoing transaction fences the previous producer instance (epoch
   bumped, PrepareEpochFence), its transaction is aborted, and the new instance is told
   CONCURRENT_TRANSACTIONS, so it retries and gets the next epoch;
-* ``markers``: write the COMMIT/ABORT markers of this Prepare* transaction (after its record).
+* ``markers``: write the COMMIT/ABORT markers of this Prepare* transaction (after its record);
+* ``bump``: the move raises the producer epoch by one (transactions version 2, KIP-890 part 2:
+  every EndTxn v5+ ends its transaction with a new epoch, and the markers carry it).
 
 Requests: the client's (INIT InitProducerId, INIT_KEEP InitProducerId with keep_prepared_txn
-(KIP-939), ADD AddPartitionsToTxn/AddOffsetsToTxn, COMMIT and
-ABORT EndTxn, PRODUCE a transactional batch, TXN_OFFSETS TxnOffsetCommit) and the coordinator's
-own (TIMEOUT the timeout scan, EXPIRE transactional.id expiry, ADVANCE the next step of a
-transaction left between states, MARKERS_WRITTEN every marker of a Prepare* is in).
+(KIP-939), ADD AddPartitionsToTxn/AddOffsetsToTxn — and, under
+transactions version 2, the implicit add of a Produce v12+ or TxnOffsetCommit v5+ —, COMMIT and
+ABORT EndTxn up to v4, PRODUCE a transactional batch, TXN_OFFSETS TxnOffsetCommit) and the
+coordinator's own (TIMEOUT the timeout scan, EXPIRE transactional.id expiry, ADVANCE the next step
+of a transaction left between states, MARKERS_WRITTEN every marker of a Prepare* is in).
+
+Transactions version 2 (EndTxn v5+) is told apart by who asks (shard.py, before the table):
+COMMIT_V2 / ABORT_V2 come with the current epoch; COMMIT_RETRY_V2 / ABORT_RETRY_V2 come with the
+epoch that the last TV2 end replaced (or, after an end at the last epoch, the previous producer
+id at epoch 32766): the retry of an EndTxn that was carried out — or a late one. A retry finds
+its own transaction Prepare* or Complete* and succeeds; in any other state it is the previous
+transaction's EndTxn arriving after the next one began (KAFKA-17754) and is fenced. The current
+epoch on a Prepare*/Complete* transaction means an EndTxn for a transaction that never started
+under that epoch: fenced, as Kafka does.
 
 Two-phase commit (KIP-939) adds two rows that stand for Ongoing when the transaction is one of a
 producer that enabled 2PC (``TWO_PC_ONGOING``), and when it is, besides, a *prepared* transaction
@@ -53,6 +65,9 @@ source of truth.
       └──── INIT / ADD from Empty or Complete* ────────────────────────────────────┘
     Empty / Complete* ──EXPIRE──▶ Dead
     Ongoing (2PC) ──INIT_KEEP──▶ Ongoing (2PC, kept) ──INIT_KEEP──▶ Ongoing (2PC, kept) ──COMMIT/ABORT──▶ …
+
+    TV2: Ongoing(e) ──COMMIT_V2 / ABORT_V2 (bump)──▶ Prepare*(e+1) ──MARKERS_WRITTEN──▶ Complete*(e+1)
+         Ongoing(e+1) ──COMMIT_RETRY_V2 (epoch e: the late EndTxn of KAFKA-17754)──▶ PRODUCER_FENCED
 """
 
 from __future__ import annotations
@@ -61,7 +76,7 @@ import enum
 from dataclasses import dataclass
 
 from oncelog.coordinator.transaction.state import TxnState
-from oncelog.protocol.errors import ConcurrentTransactions, InvalidTxnState, KafkaError
+from oncelog.protocol.errors import ConcurrentTransactions, InvalidTxnState, KafkaError, ProducerFenced
 
 __all__ = ["Cell", "Request", "RULES", "TWO_PC_KEPT", "TWO_PC_ONGOING", "VALID_PREVIOUS", "check_transition",
            "is_valid_transition", "row"]
@@ -79,6 +94,10 @@ class Request(enum.Enum):
     EXPIRE = "expire"
     ADVANCE = "advance"
     MARKERS_WRITTEN = "markers_written"
+    COMMIT_V2 = "commit_v2"
+    ABORT_V2 = "abort_v2"
+    COMMIT_RETRY_V2 = "commit_retry_v2"
+    ABORT_RETRY_V2 = "abort_retry_v2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +105,14 @@ class Cell:
     target: TxnState | None = None
     error: type[KafkaError] | None = None
     markers: bool = False
+    bump: bool = False
 
     def __repr__(self) -> str:
         parts = []
         if self.target is not None:
             parts.append(f"-> {self.target.kafka_name}")
+        if self.bump:
+            parts.append("epoch + 1")
         if self.markers:
             parts.append("write markers")
         parts.append("ok" if self.error is None else self.error.__name__)
@@ -100,8 +122,9 @@ class Cell:
 OK = Cell()  # answered with success, nothing changes (also: an internal request with nothing to do)
 
 
-def to(target: TxnState, *, answer: type[KafkaError] | None = None, markers: bool = False) -> Cell:
-    return Cell(target, answer, markers)
+def to(target: TxnState, *, answer: type[KafkaError] | None = None, markers: bool = False,
+       bump: bool = False) -> Cell:
+    return Cell(target, answer, markers, bump)
 
 
 def refuse(error: type[KafkaError]) -> Cell:
@@ -111,40 +134,50 @@ def refuse(error: type[KafkaError]) -> Cell:
 S, R = TxnState, Request
 BUSY = refuse(ConcurrentTransactions)  # a move is under way: the client retries
 WRONG = refuse(InvalidTxnState)  # the request makes no sense in this state
+FENCED = refuse(ProducerFenced)  # TV2: an epoch that cannot belong to this transaction's producer
 
 RULES: dict[TxnState, dict[Request, Cell]] = {
     S.EMPTY: {
         R.INIT: to(S.EMPTY), R.INIT_KEEP: to(S.EMPTY), R.ADD: to(S.ONGOING), R.COMMIT: WRONG, R.ABORT: WRONG, R.PRODUCE: WRONG,
         R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: to(S.DEAD), R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+        R.COMMIT_V2: WRONG, R.ABORT_V2: WRONG, R.COMMIT_RETRY_V2: FENCED, R.ABORT_RETRY_V2: FENCED,
     },
     S.ONGOING: {
         R.INIT: to(S.PREPARE_EPOCH_FENCE, answer=ConcurrentTransactions), R.INIT_KEEP: WRONG, R.ADD: to(S.ONGOING),
         R.COMMIT: to(S.PREPARE_COMMIT, markers=True), R.ABORT: to(S.PREPARE_ABORT, markers=True), R.PRODUCE: OK,
         R.TXN_OFFSETS: OK, R.TIMEOUT: to(S.PREPARE_EPOCH_FENCE), R.EXPIRE: OK, R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+        R.COMMIT_V2: to(S.PREPARE_COMMIT, markers=True, bump=True), R.ABORT_V2: to(S.PREPARE_ABORT, markers=True, bump=True),
+        R.COMMIT_RETRY_V2: FENCED, R.ABORT_RETRY_V2: FENCED,  # KAFKA-17754: the previous transaction's late EndTxn
     },
     S.PREPARE_COMMIT: {
         R.INIT: BUSY, R.INIT_KEEP: BUSY, R.ADD: BUSY, R.COMMIT: BUSY, R.ABORT: WRONG, R.PRODUCE: WRONG, R.TXN_OFFSETS: WRONG,
         R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: Cell(markers=True), R.MARKERS_WRITTEN: to(S.COMPLETE_COMMIT),
+        R.COMMIT_V2: FENCED, R.ABORT_V2: FENCED, R.COMMIT_RETRY_V2: BUSY, R.ABORT_RETRY_V2: WRONG,
     },
     S.PREPARE_ABORT: {
         R.INIT: BUSY, R.INIT_KEEP: BUSY, R.ADD: BUSY, R.COMMIT: WRONG, R.ABORT: BUSY, R.PRODUCE: WRONG, R.TXN_OFFSETS: WRONG,
         R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: Cell(markers=True), R.MARKERS_WRITTEN: to(S.COMPLETE_ABORT),
+        R.COMMIT_V2: FENCED, R.ABORT_V2: FENCED, R.COMMIT_RETRY_V2: WRONG, R.ABORT_RETRY_V2: BUSY,
     },
     S.COMPLETE_COMMIT: {
         R.INIT: to(S.EMPTY), R.INIT_KEEP: to(S.COMPLETE_COMMIT), R.ADD: to(S.ONGOING), R.COMMIT: OK, R.ABORT: WRONG, R.PRODUCE: WRONG,
         R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: to(S.DEAD), R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+        R.COMMIT_V2: FENCED, R.ABORT_V2: FENCED, R.COMMIT_RETRY_V2: OK, R.ABORT_RETRY_V2: WRONG,
     },
     S.COMPLETE_ABORT: {
         R.INIT: to(S.EMPTY), R.INIT_KEEP: to(S.COMPLETE_ABORT), R.ADD: to(S.ONGOING), R.COMMIT: WRONG, R.ABORT: OK, R.PRODUCE: WRONG,
         R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: to(S.DEAD), R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+        R.COMMIT_V2: FENCED, R.ABORT_V2: FENCED, R.COMMIT_RETRY_V2: WRONG, R.ABORT_RETRY_V2: OK,
     },
     S.PREPARE_EPOCH_FENCE: {
         R.INIT: BUSY, R.INIT_KEEP: BUSY, R.ADD: BUSY, R.COMMIT: BUSY, R.ABORT: BUSY, R.PRODUCE: WRONG, R.TXN_OFFSETS: WRONG,
         R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: to(S.PREPARE_ABORT, markers=True), R.MARKERS_WRITTEN: OK,
+        R.COMMIT_V2: BUSY, R.ABORT_V2: BUSY, R.COMMIT_RETRY_V2: FENCED, R.ABORT_RETRY_V2: FENCED,
     },
     S.DEAD: {  # an expired id: InitProducerId starts it afresh (shard.py); anything else does not know it
         R.INIT: to(S.EMPTY), R.INIT_KEEP: to(S.EMPTY), R.ADD: WRONG, R.COMMIT: WRONG, R.ABORT: WRONG, R.PRODUCE: WRONG,
         R.TXN_OFFSETS: WRONG, R.TIMEOUT: OK, R.EXPIRE: OK, R.ADVANCE: OK, R.MARKERS_WRITTEN: OK,
+        R.COMMIT_V2: WRONG, R.ABORT_V2: WRONG, R.COMMIT_RETRY_V2: WRONG, R.ABORT_RETRY_V2: WRONG,
     },
 }
 

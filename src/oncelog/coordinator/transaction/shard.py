@@ -25,7 +25,17 @@ before the table (who asks, and what):
   answer); a new producer id when the epoch would pass 32767;
 * AddPartitions on an Ongoing transaction that already has every partition: no record;
 * produce and TxnOffsetCommit: the partition (the group's offsets partition) must be in the
-  transaction (R12, R13).
+  transaction (R12, R13);
+* transactions version 2 (KIP-890 part 2): an EndTxn v5+ is COMMIT_V2/ABORT_V2 with the current
+  epoch, COMMIT_RETRY_V2/ABORT_RETRY_V2 with the epoch its last end replaced (``end_request``);
+  a Produce v12+ or TxnOffsetCommit v5+ adds its partition itself (``add_implicitly``), and an
+  older epoch there is a write of an ended transaction.
+
+Transactions version 2: a cell with ``bump`` raises the epoch as it moves (``_bumped``): the
+Prepare* record, its markers and the Complete* record carry the new epoch, so nothing the client
+sent under the old one — a late EndTxn, a late produce — can touch the next transaction. At the
+last usable epoch (32766) the end draws the next producer id (NextProducerId in the record), the
+markers go out with 32767, and Complete* moves to the new id at epoch 0.
 
 Markers (R14): a cell with ``markers`` puts a ``MarkerJob`` in the result: COMMIT or ABORT for
 every partition of the transaction, with the producer's current epoch and this coordinator's
@@ -67,7 +77,7 @@ from oncelog.protocol.errors import (
     KafkaError,
     ProducerFenced,
 )
-from oncelog.types import ProducerEpoch, ProducerId, TopicPartition, TransactionalId
+from oncelog.types import NO_PRODUCER_ID, ProducerEpoch, ProducerId, TopicPartition, TransactionalId
 
 __all__ = ["MarkerJob", "TxnResult", "TxnSettings", "TransactionShard"]
 
@@ -169,12 +179,23 @@ class TransactionShard:
     def _move(self, meta: TxnMetadata, cell: rules.Cell, now: int, result: TxnResult, **changes: object) -> None:
         """Carry out ``cell`` on ``meta`` into ``result``: its record, its markers, its error."""
         assert cell.target is not None
+        if cell.bump:
+            changes.update(self._bumped(meta))
         rec = meta.prepare(cell.target, now, **changes)
         result.records.append((meta.transactional_id, rec))
         if cell.markers:
             result.markers.append(self._marker_job(meta.transactional_id, rec))
         if cell.error is not None:
             result.error = cell.error(f"transaction {meta.transactional_id!r}: {_why(meta.state, cell)}")
+
+    def _bumped(self, meta: TxnMetadata) -> dict[str, object]:
+        """The changes of a TV2 end (a cell with ``bump``): the epoch goes up by one, the client
+        is recorded as TV2; at an exhausted epoch (32766, as Kafka's ``isEpochExhausted``: 32767
+        stays the coordinator's, to fence with) the next producer id is drawn now and taken by
+        the Complete* record, once the markers — written with epoch 32767 — are in."""
+        nxt = self.new_producer_id() if meta.producer_epoch >= MAX_EPOCH - 1 else NO_PRODUCER_ID
+        return {"producer_epoch": meta.producer_epoch + 1, "last_producer_epoch": meta.producer_epoch,
+                "last_producer_id": meta.producer_id, "next_producer_id": nxt, "client_version": 2}
 
     def _marker_job(self, tid: str, rec: txnlog.TxnRecord, only: Iterable[TopicPartition] | None = None) -> MarkerJob:
         pid, epoch = rec.producer_id, rec.producer_epoch
@@ -247,7 +268,8 @@ class TransactionShard:
         if epoch >= MAX_EPOCH:
             pid, epoch = self.new_producer_id(), 0
         bump = dict(producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
-                    last_producer_epoch=meta.producer_epoch, timeout_ms=timeout_ms)
+                    last_producer_epoch=meta.producer_epoch, timeout_ms=timeout_ms,
+                    next_producer_id=NO_PRODUCER_ID, client_version=0)
         if cell.target is TxnState.ONGOING:  # kept (KIP-939): the transaction and its partitions stay
             kept = ((meta.kept_producer_id, meta.kept_producer_epoch) if meta.kept
                     else (meta.producer_id, meta.producer_epoch))
@@ -266,12 +288,12 @@ class TransactionShard:
         to a new producer id."""
         if meta.producer_epoch + 1 >= MAX_EPOCH:
             abort = self._cell(meta, Request.ABORT)
-            self._move(meta, abort, now, result)
+            self._move(meta, abort, now, result, client_version=0)
             if cell.error is not None:
                 result.error = cell.error(f"transaction {meta.transactional_id!r} of the previous producer is aborting")
             return
         self._move(meta, cell, now, result, producer_epoch=meta.producer_epoch + 1,
-                   last_producer_epoch=meta.producer_epoch, last_producer_id=meta.producer_id)
+                   last_producer_epoch=meta.producer_epoch, last_producer_id=meta.producer_id, client_version=0)
 
     # -- the producer's requests ----------------------------------------------------------------------
 
@@ -293,22 +315,45 @@ class TransactionShard:
         return meta
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: Iterable[TopicPartition], now: int) -> TxnResult:
+                       partitions: Iterable[TopicPartition], now: int, *, implicit: bool = False) -> TxnResult:
         """Partitions join the transaction; it becomes Ongoing, and its timer starts with the first
-        partition (R12)."""
+        partition (R12). ``implicit``: the add of a TV2 client's first write to a partition
+        (``add_implicitly``), recorded as client version 2."""
         meta = self._lookup(transactional_id, producer_id, epoch)
         cell = self._cell(meta, Request.ADD)
         if cell.target is None:
             raise self._refused(meta, cell)
         wanted = frozenset(partitions)
         result = TxnResult()
+        version = {"client_version": 2} if implicit else {}
         if meta.state is TxnState.ONGOING:
             if wanted <= meta.partitions:
                 return result
-            self._move(meta, cell, now, result, partitions=meta.partitions | wanted)
+            self._move(meta, cell, now, result, partitions=meta.partitions | wanted, **version)
         else:
-            self._move(meta, cell, now, result, partitions=wanted, start_ms=now)
+            self._move(meta, cell, now, result, partitions=wanted, start_ms=now, next_producer_id=NO_PRODUCER_ID,
+                       **version)
         return result
+
+    def add_implicitly(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, now: int, *,
+                       older: type[KafkaError] = InvalidProducerEpoch) -> TxnResult:
+        """Transactions version 2 (KIP-890 part 2): the first Produce v12+ (or TxnOffsetCommit v5+)
+        of a transaction to ``tp`` adds it, with no AddPartitionsToTxn from the client; the
+        leader (or group coordinator) asks for it before appending. Nothing to write when ``tp``
+        is already in this epoch's Ongoing transaction (every later batch). An epoch older than
+        the current one is the previous transaction's late write: ``older`` (INVALID_PRODUCER_EPOCH
+        for a produce, as Kafka's leader answers; PRODUCER_FENCED for offsets). Otherwise as
+        ``add_partitions``."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.state is TxnState.DEAD or meta.producer_id != producer_id:
+            raise InvalidProducerIdMapping(f"producer {producer_id} is not the producer of {transactional_id!r}")
+        if epoch < meta.producer_epoch:
+            raise older(f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is older than "
+                        f"the current epoch {meta.producer_epoch} (a write of an ended transaction)")
+        if (meta.state is TxnState.ONGOING and epoch == meta.producer_epoch and tp in meta.partitions
+                and meta.pending is None):
+            return TxnResult()
+        return self.add_partitions(transactional_id, producer_id, epoch, [tp], now, implicit=True)
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str, now: int) -> TxnResult:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
@@ -351,11 +396,21 @@ class TransactionShard:
                 f"(state {meta.state.kafka_name}); call AddOffsetsToTxn first"
             )
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, now: int) -> TxnResult:
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, now: int, *,
+                v2: bool = False) -> TxnResult:
         """Commit or abort (R14): Prepare* is written — from then on the outcome is fixed — with
-        the markers to write. A retried EndTxn of a finished transaction succeeds (R19)."""
-        meta = self._lookup(transactional_id, producer_id, epoch)
-        cell = self._cell(meta, Request.COMMIT if commit else Request.ABORT)
+        the markers to write. A retried EndTxn of a finished transaction succeeds (R19).
+
+        ``v2``: an EndTxn v5+ (transactions version 2): the end bumps the epoch (the Prepare*
+        record carries it, and so do the markers); its retry carries the epoch before the bump,
+        which also identifies the previous transaction's late EndTxn (``end_request``). The
+        client's next producer id and epoch are then ``TxnMetadata.client_ids``."""
+        if v2:
+            meta, request = self.end_request(transactional_id, producer_id, epoch, commit)
+        else:
+            meta = self._lookup(transactional_id, producer_id, epoch)
+            request = Request.COMMIT if commit else Request.ABORT
+        cell = self._cell(meta, request)
         if cell.target is None:
             if cell.error is not None:
                 raise self._refused(meta, cell)
@@ -363,6 +418,34 @@ class TransactionShard:
         result = TxnResult()
         self._move(meta, cell, now, result)
         return result
+
+    def end_request(self, transactional_id: str, producer_id: int, epoch: int,
+                    commit: bool) -> tuple[TxnMetadata, Request]:
+        """Who sends this EndTxn v5+ (the checks before the table, TV2): the current producer and
+        epoch (COMMIT_V2 / ABORT_V2), or the epoch the last TV2 end replaced — the same
+        producer id at epoch - 1, or after an end at the last epoch the previous producer id at
+        32766 — (COMMIT_RETRY_V2 / ABORT_RETRY_V2). Raises InvalidProducerIdMapping for another
+        producer id, ProducerFenced for any other epoch, ConcurrentTransactions while a move is
+        under way."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.state is TxnState.DEAD:
+            raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown to the coordinator")
+        if producer_id == meta.producer_id and epoch == meta.producer_epoch:
+            request = Request.COMMIT_V2 if commit else Request.ABORT_V2
+        elif _previous_of_v2_end(meta, producer_id, epoch):
+            request = Request.COMMIT_RETRY_V2 if commit else Request.ABORT_RETRY_V2
+        elif producer_id != meta.producer_id:
+            raise InvalidProducerIdMapping(
+                f"transactional id {transactional_id!r} belongs to producer {meta.producer_id}, not {producer_id}"
+            )
+        else:
+            raise ProducerFenced(
+                f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is fenced, "
+                f"the current epoch is {meta.producer_epoch}"
+            )
+        if meta.pending is not None:
+            raise ConcurrentTransactions(f"transaction {transactional_id!r} is changing state")
+        return meta, request
 
     # -- the coordinator's own steps ------------------------------------------------------------------
 
@@ -381,7 +464,11 @@ class TransactionShard:
         cell = self._cell(meta, Request.MARKERS_WRITTEN)
         result = TxnResult()
         if cell.target is not None:
-            self._move(meta, cell, now, result, kept_producer_id=-1, kept_producer_epoch=-1)
+            rotate: dict[str, object] = {}
+            if meta.next_producer_id != NO_PRODUCER_ID:  # a TV2 end at the last epoch: the next id starts at 0
+                rotate = {"producer_id": meta.next_producer_id, "producer_epoch": 0, "next_producer_id": NO_PRODUCER_ID,
+                          "last_producer_id": meta.producer_id, "last_producer_epoch": meta.producer_epoch}
+            self._move(meta, cell, now, result, **rotate, kept_producer_id=-1, kept_producer_epoch=-1)
         return result
 
     def advance(self, transactional_id: str, now: int) -> TxnResult:
@@ -429,6 +516,17 @@ class TransactionShard:
                 result.records.append((tid, None))
                 result.response.append(tid)  # type: ignore[attr-defined]
         return result
+
+
+def _previous_of_v2_end(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
+    """Whether (producer_id, epoch) is what the client held before the last TV2 end of ``meta``
+    bumped it (Kafka's ``endTxnEpochBumped`` and its retry-on-overflow case)."""
+    if meta.client_version < 2 or meta.state is TxnState.PREPARE_EPOCH_FENCE:
+        return False
+    if producer_id == meta.producer_id:
+        return epoch >= 0 and epoch + 1 == meta.producer_epoch and epoch == meta.last_producer_epoch
+    return (producer_id == meta.last_producer_id and epoch == MAX_EPOCH - 1 and meta.producer_epoch == 0
+            and meta.state.is_complete)
 
 
 def _why(state: TxnState, cell: rules.Cell) -> str:
