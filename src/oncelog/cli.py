@@ -157,6 +157,10 @@ async def _serve(b: "object") -> None:
     except (KafkaError, OSError) as exc:  # the data directory or the address refuses: say why, once
         log.error("cannot start: %s", exc)
         raise SystemExit(1) from None
+    # Other listeners first (issue 18): tools wait for the one ready line and parse it.
+    for lst, lhost, lport in getattr(b, "bound_listeners", lambda: [])():
+        if (lhost, lport) != (host, port):
+            print(f"oncelog listener {lst.name} ({lst.protocol}) ready on {lhost}:{lport}", flush=True)
     print(f"oncelog broker ready on {host}:{port}", flush=True)
     await stop.wait()
     log.info("stopping")

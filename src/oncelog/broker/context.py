@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
+    from oncelog.broker.auth.credentials import UserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
@@ -43,6 +44,8 @@ class BrokerContext(Protocol):
     producer_ids: "ProducerIdManager"
     #: cluster mode (issue 15): the broker's membership and view of the store; None when embedded
     cluster: "ClusterMember | None"
+    #: issue 18: the SCRAM credentials (AlterUserScramCredentials / Describe..., SASL logins)
+    users: "UserCredentials"
 
     @property
     def advertised_host(self) -> str: ...
@@ -57,6 +60,8 @@ class BrokerContext(Protocol):
 class Client:
     peer: str  # "host:port"
     closed: "asyncio.Future[None]"
+    #: the authenticated principal (issue 18): "User:ANONYMOUS" on PLAINTEXT, else from SASL or the TLS certificate
+    principal: str = "User:ANONYMOUS"
 
     @property
     def host(self) -> str:
