@@ -11,6 +11,7 @@ connections, open ones closed, every log flushed and closed, exit status 0.
 ``oncelog groups list|describe|reset-offsets`` do the same for consumer groups.
 ``oncelog transactions list|describe|producers|find-hanging|abort`` see and repair transactions
 (cli_transactions.py, docs/TRANSACTIONS.md).
+``oncelog users add|remove|list`` manage SCRAM credentials (cli_users.py, docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ app.add_typer(groups_app, name="groups")
 from oncelog.cli_transactions import app as transactions_app  # noqa: E402  (issue 17)
 
 app.add_typer(transactions_app, name="transactions")
+from oncelog.cli_users import app as users_app  # noqa: E402  (issue 18)
+
+app.add_typer(users_app, name="users")
 console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")

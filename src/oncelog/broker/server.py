@@ -308,6 +308,8 @@ class Server:
         client = Client(peer, conn.closed)
         if self.ssl_context is not None and conn.transport is not None:
             client = dataclasses.replace(client, principal=tls.principal_of(conn.transport.get_extra_info("ssl_object")))
+            if client.principal != tls.ANONYMOUS:
+                log.info("listener %s: %s presented a client certificate: %s", self.name, peer, client.principal)
         session = self.new_sasl_session() if self.new_sasl_session is not None else None
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0

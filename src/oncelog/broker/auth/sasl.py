@@ -26,6 +26,7 @@ import hmac
 from typing import Callable
 
 import scramp
+import scramp.utils
 
 from oncelog.broker.auth.credentials import CredentialStore, derive, salted_password
 
@@ -33,6 +34,8 @@ __all__ = ["AuthenticationFailed", "Event", "IllegalSaslState", "SaslSession", "
            "SUPPORTED_MECHANISMS"]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: scramp's verdicts that mean a wrong user name or password (the rest: a malformed message)
+_BAD_CREDENTIALS = (scramp.utils.ServerError.UNKNOWN_USER, scramp.utils.ServerError.INVALID_PROOF)
 
 
 class State(enum.Enum):
@@ -129,12 +132,10 @@ class _Scram(_Mechanism):
         self.mechanism = mechanism
         self.user: str | None = None
 
-        def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
+        def auth_info(user: str) -> tuple[bytes, bytes, bytes, int] | None:
             self.user = user
             cred = store().get(user, mechanism)
-            if cred is None:
-                raise AuthenticationFailed(f"invalid credentials for user {user!r} with SASL mechanism {mechanism}")
-            return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+            return None if cred is None else (cred.salt, cred.stored_key, cred.server_key, cred.iterations)
 
         self.server = scramp.ScramMechanism(mechanism).make_server(auth_info)
         self.round = 0
@@ -156,7 +157,8 @@ class _Scram(_Mechanism):
             raise
         except Exception as exc:  # scramp.ScramException, or a parse error on a garbage token
             who = f"user {self.user!r}" if self.user else "an unknown user"
-            reason = "invalid credentials" if "proof" in str(exc) else "a malformed SCRAM message"
+            known = isinstance(exc, scramp.ScramException) and exc.server_error in _BAD_CREDENTIALS
+            reason = "invalid credentials" if known else "a malformed SCRAM message"
             raise AuthenticationFailed(f"{reason} for {who} with SASL mechanism {self.mechanism}") from None
         raise AuthenticationFailed(f"{self.mechanism}: unexpected token after the exchange ended")
 
