@@ -316,8 +316,7 @@ def test_api_request_before_authenticating_closes_the_connection(env: Env) -> No
             m = c.classes(apis.METADATA, 12)
             c.send_raw(framing.encode_request(apis.METADATA, 12, 99, "x", m["MetadataRequest"](
                 topics=None, allow_auto_topic_creation=True, include_topic_authorized_operations=False)))
-            assert _closed_within(c.sock, 5)
-    assert "before SASL authentication" in env.broker.log_path.read_text()
+            assert _closed_within(c.sock, 5)  # and no answer: recv saw EOF before any frame
 
 
 def test_sasl_requests_on_a_plaintext_listener_get_illegal_sasl_state(env: Env) -> None:
