@@ -40,6 +40,8 @@ _HASH = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka's bounds on the iteration count (ScramMechanism.minIterations / maxIterations)
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+#: the SCRAM library refuses shorter salts (Kafka's clients send 32 random bytes, as the CLI does)
+MIN_SALT_BYTES = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +141,9 @@ class CredentialStore:
             if err is None and not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
                 err = (ErrorCode.unacceptable_credential,
                        f"iterations {iterations} out of range {MIN_ITERATIONS}..{MAX_ITERATIONS} for {MECHANISMS[mech]}")
-            if err is None and (not salt or not salted):
-                err = (ErrorCode.unacceptable_credential, "salt and salted password must not be empty")
+            if err is None and (len(salt) < MIN_SALT_BYTES or not salted):
+                err = (ErrorCode.unacceptable_credential,
+                       f"the salt must be at least {MIN_SALT_BYTES} bytes and the salted password not empty")
             if err:
                 errors[user] = err
         for user, mech in deletions:
