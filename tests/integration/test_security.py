@@ -23,7 +23,7 @@ from oncelog.client import ProtocolClient
 from oncelog.process import BrokerProcess, free_port
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode
-from tls_certs import Pki, make_pki
+from oncelog_tools.tls_certs import Pki, make_pki
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
 PASSWORD = "alice-secret-pw"

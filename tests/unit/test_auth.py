@@ -23,7 +23,7 @@ from oncelog.broker.auth.sasl import (
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
-from tls_certs import make_pki
+from oncelog_tools.tls_certs import make_pki
 
 ALL = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

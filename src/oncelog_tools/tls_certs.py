@@ -1,4 +1,4 @@
-"""Certificates made by the test (issue 18), never checked in: a CA, a server certificate for
+"""Certificates made on the spot (issue 18: tests and `python -m bench --security`), never checked in: a CA, a server certificate for
 127.0.0.1/localhost and client certificates, as PEM files in a directory the test owns.
 Built with the ``cryptography`` package (ECDSA P-256: fast to make)."""
 
