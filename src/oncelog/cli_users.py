@@ -13,7 +13,8 @@ Two places to write to:
   a running broker over a PLAINTEXT listener (the salt is made and the password salted here;
   only the salted password travels, as with Kafka's admin client).
 
-``--store URL`` (cluster mode) is not built yet: credentials are per broker data dir there.
+* ``--store postgresql://…``: the cluster store's table (cluster mode), written directly, at any
+  time: every broker of the cluster re-reads it about every second.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ console = Console()
 JSON = typer.Option(False, "--json", help="print JSON (for scripts) instead of a table")
 DATA_DIR = typer.Option(None, "--data-dir", help="write the credential file of this broker data dir (broker stopped)")
 BOOTSTRAP = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a running broker (PLAINTEXT listener)")
-STORE = typer.Option(None, "--store", help="cluster store URL (not built yet: use --data-dir on each broker)")
+STORE = typer.Option(None, "--store", help="cluster mode: postgresql://USER@HOST:PORT/DB of the cluster store")
 
 
 def _emit(obj: Any) -> None:
@@ -58,9 +59,18 @@ def _target(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[
     given = [x for x in (data_dir, bootstrap, store) if x is not None]
     if len(given) != 1:
         _fail("give exactly one of --data-dir, --bootstrap-server, --store", as_json, 2)
-    if store is not None:
-        _fail("--store: SCRAM credentials in the cluster store are not built yet; use --data-dir on each broker "
-              "(docs/SECURITY.md)", as_json, 2)
+    if store is not None and not store.startswith(("postgresql://", "postgres://")):
+        _fail(f"--store {store!r}: expected postgresql://USER@HOST:PORT/DB", as_json, 2)
+
+
+def _store_conn(store: str):  # type: ignore[no-untyped-def]
+    """A connection to the cluster store, its schema made if need be (a store no broker used yet)."""
+    from oncelog.broker.cluster_member import connector
+    from oncelog.cluster.schema import ensure_schema
+
+    conn = connector(store)()
+    ensure_schema(conn)
+    return conn
 
 
 def _mechanism(name: str, as_json: bool) -> int:
@@ -70,8 +80,13 @@ def _mechanism(name: str, as_json: bool) -> int:
     return mech  # type: ignore[return-value]
 
 
-def _alter(data_dir: Optional[Path], bootstrap: Optional[str], deletions: list[tuple[str, int]],
+def _alter(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[str], deletions: list[tuple[str, int]],
            upsertions: list[tuple[str, int, int, bytes, bytes]]) -> dict[str, tuple[int, str | None]]:
+    if store is not None:
+        from oncelog.cluster import credentials as store_credentials
+
+        with _store_conn(store) as conn:
+            return {u: (int(c), m) for u, (c, m) in store_credentials.alter(conn, deletions, upsertions).items()}
     if data_dir is not None:
         from oncelog.broker.auth.credentials import UserCredentials
 
@@ -101,7 +116,7 @@ def add(
     mech = _mechanism(mechanism, as_json)
     salt = os.urandom(32)
     salted = salted_password(MECHANISMS[mech], password, salt, iterations)
-    code, message = _alter(data_dir, bootstrap, [], [(name, mech, iterations, salt, salted)])[name]
+    code, message = _alter(data_dir, bootstrap, store, [], [(name, mech, iterations, salt, salted)])[name]
     if code:
         _fail(f"cannot add {name}: {ErrorCode(code).name.upper()} {message or ''}", as_json)
     if as_json:
@@ -120,7 +135,7 @@ def remove(
     """Delete a user's credential for one mechanism."""
     _target(data_dir, bootstrap, store, as_json)
     mech = _mechanism(mechanism, as_json)
-    code, message = _alter(data_dir, bootstrap, [(name, mech)], [])[name]
+    code, message = _alter(data_dir, bootstrap, store, [(name, mech)], [])[name]
     if code:
         _fail(f"cannot remove {name}: {ErrorCode(code).name.upper()} {message or ''}", as_json)
     if as_json:
@@ -137,7 +152,12 @@ def list_(
     """Every user with a SCRAM credential: its mechanisms and iteration counts (never a key)."""
     _target(data_dir, bootstrap, store, as_json)
     rows: list[tuple[str, list[tuple[int, int]]]]
-    if data_dir is not None:
+    if store is not None:
+        from oncelog.cluster import credentials as store_credentials
+
+        with _store_conn(store) as conn:
+            rows = [(u, infos) for u, _, _, infos in store_credentials.load(conn).describe(None)]
+    elif data_dir is not None:
         rows = [(u, infos) for u, _, _, infos in CredentialFile(data_dir).load().describe(None)]
     else:
         assert bootstrap is not None

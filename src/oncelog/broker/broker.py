@@ -41,6 +41,7 @@ from oncelog.storage.log import PartitionLog
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
+    from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.cluster_parts import ClusterParts
 
@@ -76,7 +77,8 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
-        self.users = UserCredentials(CredentialFile(config.data_dir))
+        #: SCRAM credentials: the data dir's file; in cluster mode the store's (set by start())
+        self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
         routes = CLUSTER_ROUTES if store else ROUTES
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
@@ -123,6 +125,12 @@ class Broker:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def listener_name(self) -> str:
+        """The name of the listener requests come on, as the handlers see it (the primary's here;
+        a ``_ListenerView`` says its own)."""
+        return self.listener.name
 
     @property
     def advertised_port(self) -> int:
@@ -263,9 +271,22 @@ class Broker:
         self.transactions.remote = RemoteVerifier(lambda: member.view, self._peers, self.transactions.partition_of)
         parts.tracker.on_lead = self._on_lead
         parts.tracker.on_resign = self._on_resign
+        from oncelog.broker.cluster_credentials import StoreUserCredentials
+        from oncelog.broker.cluster_member import connector
+
+        self.users = users = StoreUserCredentials(connector(self.store), self.node_id)
+        try:
+            await users.refresh()  # the schema exists: member.prepare() made it
+        except BaseException:
+            users.close()
+            parts.close()
+            raise
+        self._every(1000, users.refresh_quietly)
         bound = await self._start_servers()
         try:
-            await member.start(self.advertised_host, self.advertised_port)
+            await member.start(self.advertised_host, self.advertised_port,
+                               {lst.name: (lst.advertised_host, lst.advertised_port or port)
+                                for lst, _, port in self.bound_listeners()})
         except BaseException:
             await self._close_servers()
             parts.close()
@@ -301,6 +322,9 @@ class Broker:
             self._peers.close()
         if self._cluster_parts is not None:
             self._cluster_parts.close()
+        close_users = getattr(self.users, "close", None)
+        if close_users is not None:
+            close_users()
         self.replicas.close()
 
     def _expire_producers(self) -> None:
@@ -356,6 +380,10 @@ class _ListenerView:
     @property
     def advertised_host(self) -> str:
         return self._listener.advertised_host
+
+    @property
+    def listener_name(self) -> str:
+        return self._listener.name
 
     @property
     def advertised_port(self) -> int:

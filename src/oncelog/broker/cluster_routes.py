@@ -16,10 +16,6 @@ from oncelog.protocol import apis
 
 __all__ = ["CLUSTER_ROUTES"]
 
-NOT_SERVED = frozenset({
-    apis.DELETE_TOPICS,
-    # issue 18: SCRAM credentials are kept per broker data dir, not yet in the store (docs/SECURITY.md)
-    apis.DESCRIBE_USER_SCRAM_CREDENTIALS, apis.ALTER_USER_SCRAM_CREDENTIALS,
-})
+NOT_SERVED = frozenset({apis.DELETE_TOPICS})
 
 CLUSTER_ROUTES: dict[int, Handler] = {key: handler for key, handler in ROUTES.items() if key not in NOT_SERVED}

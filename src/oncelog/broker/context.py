@@ -22,6 +22,7 @@ from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
     from oncelog.broker.auth.credentials import UserCredentials
+    from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
@@ -45,13 +46,19 @@ class BrokerContext(Protocol):
     #: cluster mode (issue 15): the broker's membership and view of the store; None when embedded
     cluster: "ClusterMember | None"
     #: issue 18: the SCRAM credentials (AlterUserScramCredentials / Describe..., SASL logins)
-    users: "UserCredentials"
+    users: "UserCredentials | StoreUserCredentials"
 
     @property
     def advertised_host(self) -> str: ...
 
     @property
     def advertised_port(self) -> int: ...
+
+    @property
+    def listener_name(self) -> str:
+        """The listener the request came on (issue 18): other brokers are named by their
+        endpoint of the same listener."""
+        ...
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]: ...
 

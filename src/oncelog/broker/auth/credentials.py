@@ -204,6 +204,11 @@ class UserCredentials:
         self.file = file
         self.store = file.load()
 
+    async def apply(self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+                    ) -> dict[str, tuple[ErrorCode, str | None]]:
+        """AlterUserScramCredentials: ``alter`` (the cluster store's class has the same method)."""
+        return self.alter(deletions, upsertions)
+
     def alter(self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
               ) -> dict[str, tuple[ErrorCode, str | None]]:
         """``CredentialStore.alter`` on a copy, saved, then made current (a failed save leaves

@@ -2,8 +2,8 @@
 
 An upsertion carries the salt, the iteration count and the salted password (the client salts
 and hashes: the password itself never travels); the broker derives the stored and server keys,
-drops the salted password, and keeps the result durably (broker/auth/credentials.py) before it
-answers. Per-user results with Kafka's codes: UNACCEPTABLE_CREDENTIAL (empty name, iterations
+drops the salted password, and keeps the result durably before it answers (embedded: the data
+dir's file, broker/auth/credentials.py; cluster mode: the store, broker/cluster_credentials.py). Per-user results with Kafka's codes: UNACCEPTABLE_CREDENTIAL (empty name, iterations
 outside 4096..16384), UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND (deleting what does not
 exist), DUPLICATE_RESOURCE (a user and mechanism altered twice in one request). A change applies
 to the next authentication at once; connections already authenticated stay so (as in Kafka)."""
@@ -23,7 +23,7 @@ API_KEY = apis.ALTER_USER_SCRAM_CREDENTIALS
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     m = Builder(API_KEY, request.api_version)
     req = request.body
-    results = broker.users.alter(
+    results = await broker.users.apply(
         [(d.name, int(d.mechanism)) for d in req.deletions],
         [(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password)) for u in req.upsertions],
     )

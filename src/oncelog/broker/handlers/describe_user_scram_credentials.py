@@ -1,5 +1,6 @@
 """DescribeUserScramCredentials (50, issue 18): each user's SCRAM mechanisms and iteration
-counts (never a salt or key), from the broker's credential store (broker/auth/credentials.py).
+counts (never a salt or key), from the broker's credentials (the data dir's file, or in cluster mode the store's table as
+last refreshed, about every second).
 No users named (null): every user with a credential. Per-user errors as Kafka's:
 RESOURCE_NOT_FOUND for a user without credentials, DUPLICATE_RESOURCE for a user named twice."""
 
