@@ -10,8 +10,9 @@ Two places to write to:
   it on a stopped broker (a running one does not see the change and overwrites it on its next
   alteration).
 * ``--bootstrap-server HOST:PORT``: AlterUserScramCredentials / DescribeUserScramCredentials to
-  a running broker over a PLAINTEXT listener (the salt is made and the password salted here;
-  only the salted password travels, as with Kafka's admin client).
+  a running broker, over any listener: ``--command-config FILE`` gives the client properties
+  (``security.protocol``, ``sasl.*``, ``ssl.*``) as with ``kafka-configs.sh`` (the salt is made
+  and the password salted here; only the salted password travels, as with Kafka's admin client).
 
 * ``--store postgresql://…``: the cluster store's table (cluster mode), written directly, at any
   time: every broker of the cluster re-reads it about every second.
@@ -31,7 +32,7 @@ from rich.table import Table
 from oncelog.broker.auth.credentials import (
     MECHANISM_IDS, MECHANISMS, MIN_ITERATIONS, CredentialFile, salted_password,
 )
-from oncelog.client import ProtocolClient
+from oncelog.client import ProtocolClient, read_command_config
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
 
@@ -39,7 +40,9 @@ app = typer.Typer(no_args_is_help=True, help="Add, remove and list SCRAM users (
 console = Console()
 JSON = typer.Option(False, "--json", help="print JSON (for scripts) instead of a table")
 DATA_DIR = typer.Option(None, "--data-dir", help="write the credential file of this broker data dir (broker stopped)")
-BOOTSTRAP = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a running broker (PLAINTEXT listener)")
+BOOTSTRAP = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a running broker")
+COMMAND_CONFIG = typer.Option(None, "--command-config", help="client properties for --bootstrap-server "
+                              "(security.protocol, sasl.*, ssl.*), as kafka-configs.sh takes them")
 STORE = typer.Option(None, "--store", help="cluster mode: postgresql://USER@HOST:PORT/DB of the cluster store")
 
 
@@ -73,6 +76,16 @@ def _store_conn(store: str):  # type: ignore[no-untyped-def]
     return conn
 
 
+def _connect(bootstrap: str, security: dict[str, str] | None) -> ProtocolClient:
+    """A connection to the broker, logged in as ``security`` says; a refusal ends the command
+    with its reason (exit 1)."""
+    try:
+        return ProtocolClient(bootstrap, security=security)
+    except (PermissionError, OSError) as exc:  # ssl.SSLError is an OSError
+        _fail(f"cannot connect to {bootstrap}: {exc}")
+        raise  # unreachable: _fail raises
+
+
 def _mechanism(name: str, as_json: bool) -> int:
     mech = MECHANISM_IDS.get(name.upper())
     if mech is None:
@@ -81,7 +94,8 @@ def _mechanism(name: str, as_json: bool) -> int:
 
 
 def _alter(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[str], deletions: list[tuple[str, int]],
-           upsertions: list[tuple[str, int, int, bytes, bytes]]) -> dict[str, tuple[int, str | None]]:
+           upsertions: list[tuple[str, int, int, bytes, bytes]], security: dict[str, str] | None = None,
+           ) -> dict[str, tuple[int, str | None]]:
     if store is not None:
         from oncelog.cluster import credentials as store_credentials
 
@@ -92,7 +106,7 @@ def _alter(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[s
 
         return {u: (int(c), m) for u, (c, m) in UserCredentials(CredentialFile(data_dir)).alter(deletions, upsertions).items()}
     assert bootstrap is not None
-    with ProtocolClient(bootstrap) as c:
+    with _connect(bootstrap, security) as c:
         m = c.classes(apis.ALTER_USER_SCRAM_CREDENTIALS, 0)
         req = m["AlterUserScramCredentialsRequest"](
             deletions=tuple(m["ScramCredentialDeletion"](name=u, mechanism=mech) for u, mech in deletions),
@@ -109,14 +123,15 @@ def add(
     mechanism: str = typer.Option("SCRAM-SHA-256", "--mechanism", help="SCRAM-SHA-256 or SCRAM-SHA-512"),
     iterations: int = typer.Option(MIN_ITERATIONS, "--iterations", help="PBKDF2 iterations (4096..16384)"),
     data_dir: Optional[Path] = DATA_DIR, bootstrap: Optional[str] = BOOTSTRAP, store: Optional[str] = STORE,
-    as_json: bool = JSON,
+    command_config: Optional[str] = COMMAND_CONFIG, as_json: bool = JSON,
 ) -> None:
     """Add a user, or replace its credential for this mechanism. The same credential serves PLAIN."""
     _target(data_dir, bootstrap, store, as_json)
     mech = _mechanism(mechanism, as_json)
     salt = os.urandom(32)
     salted = salted_password(MECHANISMS[mech], password, salt, iterations)
-    code, message = _alter(data_dir, bootstrap, store, [], [(name, mech, iterations, salt, salted)])[name]
+    code, message = _alter(data_dir, bootstrap, store, [], [(name, mech, iterations, salt, salted)],
+                           read_command_config(command_config))[name]
     if code:
         _fail(f"cannot add {name}: {ErrorCode(code).name.upper()} {message or ''}", as_json)
     if as_json:
@@ -130,12 +145,12 @@ def remove(
     name: str,
     mechanism: str = typer.Option("SCRAM-SHA-256", "--mechanism", help="SCRAM-SHA-256 or SCRAM-SHA-512"),
     data_dir: Optional[Path] = DATA_DIR, bootstrap: Optional[str] = BOOTSTRAP, store: Optional[str] = STORE,
-    as_json: bool = JSON,
+    command_config: Optional[str] = COMMAND_CONFIG, as_json: bool = JSON,
 ) -> None:
     """Delete a user's credential for one mechanism."""
     _target(data_dir, bootstrap, store, as_json)
     mech = _mechanism(mechanism, as_json)
-    code, message = _alter(data_dir, bootstrap, store, [(name, mech)], [])[name]
+    code, message = _alter(data_dir, bootstrap, store, [(name, mech)], [], read_command_config(command_config))[name]
     if code:
         _fail(f"cannot remove {name}: {ErrorCode(code).name.upper()} {message or ''}", as_json)
     if as_json:
@@ -147,7 +162,7 @@ def remove(
 @app.command("list")
 def list_(
     data_dir: Optional[Path] = DATA_DIR, bootstrap: Optional[str] = BOOTSTRAP, store: Optional[str] = STORE,
-    as_json: bool = JSON,
+    command_config: Optional[str] = COMMAND_CONFIG, as_json: bool = JSON,
 ) -> None:
     """Every user with a SCRAM credential: its mechanisms and iteration counts (never a key)."""
     _target(data_dir, bootstrap, store, as_json)
@@ -161,7 +176,7 @@ def list_(
         rows = [(u, infos) for u, _, _, infos in CredentialFile(data_dir).load().describe(None)]
     else:
         assert bootstrap is not None
-        with ProtocolClient(bootstrap) as c:
+        with _connect(bootstrap, read_command_config(command_config)) as c:
             m = c.classes(apis.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
             res = c.request(apis.DESCRIBE_USER_SCRAM_CREDENTIALS, m["DescribeUserScramCredentialsRequest"](users=None),
                             version=0)

@@ -350,6 +350,27 @@ def test_user_scram_credentials_apis_take_effect_at_once(env: Env) -> None:
     assert r.returncode == 1 and "RESOURCE_NOT_FOUND" in r.stdout
 
 
+def test_users_cli_over_sasl_ssl_with_a_command_config(env: Env, tmp_path: Path) -> None:
+    """``oncelog users … --command-config`` logs in as kafka-configs.sh would (SCRAM over TLS)."""
+    good = tmp_path / "admin.properties"
+    good.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nssl.truststore.location={env.pki.ca}\n"
+                    f'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+                    f'username="alice" password="{PASSWORD}";\n')
+    bad = tmp_path / "bad.properties"
+    bad.write_text(good.read_text().replace(PASSWORD, "not-it"))
+    addr = env.addr("SASL_SSL")
+    r = _oncelog("users", "add", "carol", "--password", "carol-pw", "-b", addr, "--command-config", str(good))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _oncelog("users", "list", "-b", addr, "--command-config", str(good), "--json")
+    assert '"carol"' in r.stdout, r.stdout + r.stderr
+    r = _oncelog("users", "list", "-b", addr, "--command-config", str(bad))
+    assert r.returncode == 1 and "invalid credentials" in r.stdout and "Traceback" not in r.stderr, r.stdout + r.stderr
+    from confluent_kafka.admin import AdminClient
+
+    conf = {**_conf("confluent", env, "SASL_SSL", "SCRAM-SHA-256"), "sasl.username": "carol", "sasl.password": "carol-pw"}
+    assert AdminClient(conf).list_topics(timeout=20).brokers
+
+
 # -- TLS: stalled handshakes, plaintext to the TLS port, untrusted client certificates -------------
 
 
