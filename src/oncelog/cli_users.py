@@ -97,10 +97,10 @@ def _alter(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[s
            upsertions: list[tuple[str, int, int, bytes, bytes]], security: dict[str, str] | None = None,
            ) -> dict[str, tuple[int, str | None]]:
     if store is not None:
-        from oncelog.cluster import credentials as store_credentials
+        from oncelog.broker import cluster_credentials
 
         with _store_conn(store) as conn:
-            return {u: (int(c), m) for u, (c, m) in store_credentials.alter(conn, deletions, upsertions).items()}
+            return {u: (int(c), m) for u, (c, m) in cluster_credentials.alter(conn, deletions, upsertions).items()}
     if data_dir is not None:
         from oncelog.broker.auth.credentials import UserCredentials
 
@@ -168,10 +168,10 @@ def list_(
     _target(data_dir, bootstrap, store, as_json)
     rows: list[tuple[str, list[tuple[int, int]]]]
     if store is not None:
-        from oncelog.cluster import credentials as store_credentials
+        from oncelog.broker import cluster_credentials
 
         with _store_conn(store) as conn:
-            rows = [(u, infos) for u, _, _, infos in store_credentials.load(conn).describe(None)]
+            rows = [(u, infos) for u, _, _, infos in cluster_credentials.load(conn).describe(None)]
     elif data_dir is not None:
         rows = [(u, infos) for u, _, _, infos in CredentialFile(data_dir).load().describe(None)]
     else:

@@ -14,14 +14,39 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from oncelog.broker.auth.credentials import CredentialStore
+from oncelog.broker.auth.credentials import CredentialStore, ScramCredential
 from oncelog.cluster import credentials as store_credentials
 from oncelog.cluster.connection import StoreConnection
 from oncelog.protocol.errors import ErrorCode
 
-__all__ = ["StoreUserCredentials"]
+__all__ = ["StoreUserCredentials", "alter", "load"]
 
 log = logging.getLogger(__name__)
+
+
+def load(conn: Any) -> CredentialStore:
+    """Every credential of the store's table."""
+    creds: dict[str, dict[str, ScramCredential]] = {}
+    for user, mech, salt, stored, server, iterations in store_credentials.rows(conn):
+        creds.setdefault(user, {})[mech] = ScramCredential(mech, salt, stored, server, iterations)
+    return CredentialStore(creds)
+
+
+def alter(conn: Any, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+          ) -> dict[str, tuple[ErrorCode, str | None]]:
+    """AlterUserScramCredentials on the store, in one transaction under the table lock, with the
+    embedded store's validation (``CredentialStore.alter``): each user whose alteration
+    succeeded has its rows replaced. Used by the broker and by ``oncelog users --store``."""
+    with conn.transaction():
+        store_credentials.lock(conn)
+        store = load(conn)
+        results = store.alter(deletions, upsertions)
+        for user, (code, _) in results.items():
+            if code == ErrorCode.none:
+                store_credentials.replace_user(conn, user, [
+                    (user, c.mechanism, c.salt, c.stored_key, c.server_key, c.iterations)
+                    for c in store.creds.get(user, {}).values()])
+    return results
 
 
 class StoreUserCredentials:
@@ -34,7 +59,7 @@ class StoreUserCredentials:
         """Reload the cache. Raises StoreUnavailable (or psycopg's error) when the store is out
         of reach; the cache is kept then."""
         async with self._lock:
-            self.store = await asyncio.to_thread(lambda: store_credentials.load(self.conn.raw()))
+            self.store = await asyncio.to_thread(lambda: load(self.conn.raw()))
 
     async def refresh_quietly(self) -> None:
         """``refresh`` for the periodic job: a store out of reach is one warning (the broker's
@@ -50,7 +75,7 @@ class StoreUserCredentials:
         async with self._lock:
             def work() -> tuple[dict[str, tuple[ErrorCode, str | None]], CredentialStore]:
                 conn = self.conn.raw()
-                return store_credentials.alter(conn, deletions, upsertions), store_credentials.load(conn)
+                return alter(conn, deletions, upsertions), load(conn)
 
             results, self.store = await asyncio.to_thread(work)
         return results
