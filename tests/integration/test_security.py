@@ -425,3 +425,67 @@ def test_client_certificate_from_an_untrusted_ca_is_refused(env: Env) -> None:
 def test_ready_lines(env: Env) -> None:
     text = Path(env.broker.log_path).read_text()
     assert "listener SASL_SSL (SASL_SSL) on 127.0.0.1:" in text
+
+
+# -- KIP-368: connections.max.reauth.ms ------------------------------------------------------------
+
+
+def test_sessions_expire_unless_re_authenticated(tmp_path: Path) -> None:
+    """``connections.max.reauth.ms=2000`` on a SASL_PLAINTEXT listener: the lifetime is announced;
+    a connection that does not re-authenticate is closed at its first request after it; one that
+    re-authenticates (same user) goes on; re-authenticating as someone else closes it; and
+    confluent-kafka, which re-authenticates by itself, produces across several lifetimes."""
+    data = tmp_path / "broker"
+    for user in ("alice", "eve"):
+        r = _oncelog("users", "add", user, "--password", PASSWORD, "--mechanism", "SCRAM-SHA-256", "--data-dir", str(data))
+        assert r.returncode == 0, r.stderr
+    plain, sasl = free_port(), free_port()
+    b = BrokerProcess(data, port=plain, overrides={
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "listener.name.sasl_plaintext.connections.max.reauth.ms": "2000"}).start()
+    addr = f"127.0.0.1:{sasl}"
+    md = lambda c: c.request(apis.METADATA, c.classes(apis.METADATA, 12)["MetadataRequest"](  # noqa: E731
+        topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False), version=12)
+
+    def login(c: ProtocolClient, user: str = "alice") -> object:
+        assert _handshake(c, "PLAIN").error_code == ErrorCode.none
+        res = _authenticate(c, b"\0" + user.encode() + b"\0" + PASSWORD.encode())
+        assert res.error_code == ErrorCode.none
+        return res
+
+    try:
+        with ProtocolClient(addr) as c:
+            assert login(c).session_lifetime.total_seconds() == 2.0
+            md(c)
+            time.sleep(2.5)
+            c.send_raw(framing.encode_request(apis.API_VERSIONS, 3, 9, "x", apis.message_class(apis.API_VERSIONS, 3, False)(
+                client_software_name="x", client_software_version="1")))
+            assert _closed_within(c.sock, 5, silently=True)
+        with ProtocolClient(addr) as c:
+            login(c)
+            time.sleep(1.2)
+            login(c)  # re-authentication
+            time.sleep(1.3)  # 2.5 s after the first login, 1.3 s after the second
+            assert md(c).brokers
+        with ProtocolClient(addr) as c:
+            login(c)
+            assert _handshake(c, "PLAIN").error_code == ErrorCode.none
+            c.send_raw(framing.encode_request(apis.SASL_AUTHENTICATE, 2, 50, "x", apis.message_class(
+                apis.SASL_AUTHENTICATE, 2, False)(auth_bytes=b"\0eve\0" + PASSWORD.encode())))
+            assert _closed_within(c.sock, 5)
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": addr, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                      "sasl.username": "alice", "sasl.password": PASSWORD})
+        delivered: list[object] = []
+        deadline = time.monotonic() + 6
+        i = 0
+        while time.monotonic() < deadline:
+            p.produce("reauth", f"v{i}".encode(), on_delivery=lambda err, m: delivered.append(err))
+            p.flush(10)
+            i += 1
+            time.sleep(0.2)
+        assert i >= 20 and delivered == [None] * i
+        assert "re-authenticated as User:alice with SCRAM-SHA-256" in b.log_path.read_text()
+    finally:
+        assert b.stop() == 0, b.log_tail()

@@ -109,7 +109,8 @@ class Broker:
             if unknown or not enabled:
                 raise InvalidConfig(f"sasl.enabled.mechanisms: {', '.join(unknown) or 'empty'}: supported are "
                                     f"{', '.join(SUPPORTED_MECHANISMS)}")
-            sasl = lambda: SaslSession(enabled, lambda: self.users.store)  # noqa: E731
+            lifetime = cfg.connections_max_reauth_ms
+            sasl = lambda: SaslSession(enabled, lambda: self.users.store, lifetime_ms=lifetime)  # noqa: E731
         server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl)
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
             server.handle = Dispatcher(_ListenerView(self, lst, server), routes).handle

@@ -58,6 +58,9 @@ class BrokerConfig:
     #: Kafka's default is GSSAPI, which oncelog does not have: every mechanism it has is on
     sasl_enabled_mechanisms: str = field(default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
                                          metadata={"kafka": "sasl.enabled.mechanisms", "parse": str})
+    #: KIP-368: an authenticated SASL session lasts this long; the client must re-authenticate
+    #: before it ends or the connection is closed at its next request. 0: forever (Kafka's default)
+    connections_max_reauth_ms: int = field(default=0, metadata={"kafka": "connections.max.reauth.ms", "parse": int})
     connection_failed_authentication_delay_ms: int = field(
         default=100, metadata={"kafka": "connection.failed.authentication.delay.ms", "parse": int})
     ssl_keystore_type: str = field(default="PEM", metadata={"kafka": "ssl.keystore.type", "parse": str})

@@ -88,6 +88,7 @@ SENDFILE_MIN_BYTES = 16 * 1024
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
 YIELD_AFTER = 0.002
+_HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -124,6 +125,7 @@ class Server:
         self.new_sasl_session = sasl
         self.handshake_timeout_s = config.ssl_handshake_timeout_ms / 1000
         self.failed_auth_delay_s = config.connection_failed_authentication_delay_ms / 1000
+        self.reauth_s = config.connections_max_reauth_ms / 1000 if sasl is not None else 0.0
         self.host = host
         self.port = port
         cfg = config
@@ -311,6 +313,8 @@ class Server:
             if client.principal != tls.ANONYMOUS:
                 log.info("listener %s: %s presented a client certificate: %s", self.name, peer, client.principal)
         session = self.new_sasl_session() if self.new_sasl_session is not None else None
+        expires: float | None = None  # KIP-368: when the authenticated session ends
+        reauthenticating = False
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0
         last_yield = loop.time()
@@ -323,13 +327,27 @@ class Server:
                     return
                 conn.busy = True
                 try:
+                    if session is not None and self.reauth_s and session.authenticated and frame[:2] == _HANDSHAKE_KEY:
+                        # KIP-368: re-authentication, with the mechanism of the first one
+                        mechanism = session.mechanism
+                        session = self.new_sasl_session()  # type: ignore[misc]
+                        session.enabled = (mechanism,)
+                        reauthenticating = True
                     if session is not None and not session.authenticated:
                         parts = await self._authenticate(conn, session, frame, client)
                         if session.authenticated:
+                            if reauthenticating and session.principal != client.principal:
+                                raise CloseConnection(f"listener {self.name}: re-authentication as {session.principal} "
+                                                      f"on a connection of {client.principal}")
                             client = dataclasses.replace(client, principal=session.principal)
-                            log.info("listener %s: %s authenticated as %s with %s", self.name, peer,
+                            expires = loop.time() + self.reauth_s if self.reauth_s else None
+                            log.info("listener %s: %s %s as %s with %s", self.name, peer,
+                                     "re-authenticated" if reauthenticating else "authenticated",
                                      session.principal, session.mechanism)
                     else:
+                        if expires is not None and loop.time() > expires:
+                            raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
+                                                  "expired (connections.max.reauth.ms) without re-authentication")
                         parts = await self.handle(frame, client)
                 finally:
                     conn.busy = False

@@ -79,8 +79,9 @@ def gate(session: SaslSession, frame: bytes) -> Outcome:
                                               session_lifetime=datetime.timedelta(0))
             return Outcome(parts=framing.encode_response(key, v, head.correlation_id, body), failed=True,
                            close=f"authentication failed: {exc}")
+        lifetime = datetime.timedelta(milliseconds=session.lifetime_ms if session.authenticated else 0)
         body = m.SaslAuthenticateResponse(error_code=ErrorCode.none, error_message=None, auth_bytes=out,
-                                          session_lifetime=datetime.timedelta(0))
+                                          session_lifetime=lifetime)
         return Outcome(parts=framing.encode_response(key, v, head.correlation_id, body))
     except IllegalSaslState as exc:
         return Outcome(close=str(exc))

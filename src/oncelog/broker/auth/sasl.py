@@ -168,8 +168,11 @@ class SaslSession:
     ``store``: returns the current credential store (read at each exchange: an alteration
     applies to the next authentication at once)."""
 
-    def __init__(self, enabled: tuple[str, ...], store: Callable[[], CredentialStore]) -> None:
+    def __init__(self, enabled: tuple[str, ...], store: Callable[[], CredentialStore], *, lifetime_ms: int = 0) -> None:
+        """``lifetime_ms``: the session lifetime SaslAuthenticate v1+ announces (KIP-368,
+        ``connections.max.reauth.ms``); 0: none."""
         self.enabled = enabled
+        self.lifetime_ms = lifetime_ms
         self.store = store
         self.state = State.START
         self.mechanism: str | None = None
