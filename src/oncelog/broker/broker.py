@@ -25,7 +25,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.peer_client import PeerClients
+from oncelog.broker.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.server import Server
@@ -115,6 +115,41 @@ class Broker:
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
             server.handle = Dispatcher(_ListenerView(self, lst, server), routes).handle
         return server
+
+    def _inter_broker_listener(self) -> listeners_mod.Listener:
+        """``inter.broker.listener.name``'s listener, else the primary. Raises InvalidConfig."""
+        name = self.config.inter_broker_listener_name
+        if name is None:
+            return self.listener
+        for lst in self.listeners:
+            if lst.name == name.upper():
+                return lst
+        raise InvalidConfig(f"inter.broker.listener.name={name}: no such listener")
+
+    def _peer_security(self, lst: listeners_mod.Listener) -> PeerSecurity:
+        """How this broker logs in to its peers' inter-broker listener: TLS with its own
+        certificate (and the listener's truststore), SASL with ``sasl.jaas.config``'s user."""
+        import re
+        import ssl
+
+        cfg = self.config.for_listener(lst.name)
+        ctx = None
+        if lst.tls:
+            ctx = ssl.create_default_context(cafile=cfg.ssl_truststore_location,
+                                             cadata=cfg.ssl_truststore_certificates)
+            if cfg.ssl_keystore_location:
+                ctx.load_cert_chain(cfg.ssl_keystore_location, password=cfg.ssl_key_password)
+        if not lst.sasl:
+            return PeerSecurity(ctx)
+        mech = cfg.sasl_mechanism_inter_broker_protocol.upper()
+        jaas = cfg.sasl_jaas_config or ""
+        user = re.search(r'username\s*=\s*"([^"]*)"', jaas)
+        password = re.search(r'password\s*=\s*"([^"]*)"', jaas)
+        if mech not in SUPPORTED_MECHANISMS or user is None or password is None:
+            raise InvalidConfig(f"inter-broker listener {lst.name} uses SASL: set sasl.mechanism.inter.broker.protocol "
+                                f"(one of {', '.join(SUPPORTED_MECHANISMS)}) and listener.name.{lst.name.lower()}."
+                                f"{mech.lower()}.sasl.jaas.config with username=\"…\" password=\"…\"")
+        return PeerSecurity(ctx, mech, user.group(1), password.group(1))
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         return self.dispatcher.versions
@@ -258,11 +293,13 @@ class Broker:
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
 
+        inter = self._inter_broker_listener()
+
         def address_of(node: int) -> tuple[str, int] | None:
             b = member.view.broker(node)
-            return None if b is None else (b.host, b.port)
+            return None if b is None else b.endpoint(inter.name)
 
-        self._peers = PeerClients(self.node_id, address_of)
+        self._peers = PeerClients(self.node_id, address_of, self._peer_security(inter))
         self.transactions = TransactionCoordinator(
             self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
             producer_ids=self.producer_ids,

@@ -61,6 +61,15 @@ class BrokerConfig:
     #: KIP-368: an authenticated SASL session lasts this long; the client must re-authenticate
     #: before it ends or the connection is closed at its next request. 0: forever (Kafka's default)
     connections_max_reauth_ms: int = field(default=0, metadata={"kafka": "connections.max.reauth.ms", "parse": int})
+    #: cluster mode: the listener brokers use to reach each other (markers, verification); None:
+    #: the primary listener (the first PLAINTEXT one, else the first)
+    inter_broker_listener_name: str | None = field(default=None, metadata={"kafka": "inter.broker.listener.name", "parse": str})
+    #: Kafka's default is GSSAPI, which oncelog does not have
+    sasl_mechanism_inter_broker_protocol: str = field(
+        default="SCRAM-SHA-512", metadata={"kafka": "sasl.mechanism.inter.broker.protocol", "parse": str})
+    #: the broker's own login on a SASL inter-broker listener: ``… username="u" password="p";``
+    #: (Kafka's JAAS line; usually per listener: ``listener.name.<l>.<mechanism>.sasl.jaas.config``)
+    sasl_jaas_config: str | None = field(default=None, metadata={"kafka": "sasl.jaas.config", "parse": str})
     connection_failed_authentication_delay_ms: int = field(
         default=100, metadata={"kafka": "connection.failed.authentication.delay.ms", "parse": int})
     ssl_keystore_type: str = field(default="PEM", metadata={"kafka": "ssl.keystore.type", "parse": str})
@@ -158,6 +167,8 @@ class BrokerConfig:
         (lower-case name, as Kafka writes it) replaces ``<key>``. Raises InvalidConfig."""
         prefix = f"listener.name.{name.lower()}."
         own = {k[len(prefix):]: v for k, v in self.listener_overrides if k.lower().startswith(prefix)}
+        # Kafka's per-mechanism form, listener.name.<l>.<mechanism>.sasl.jaas.config
+        own = {("sasl.jaas.config" if k.endswith(".sasl.jaas.config") else k): v for k, v in own.items()}
         return dataclasses.replace(self.with_overrides(own), listener_overrides=()) if own else self
 
     def kafka_value(self, kafka_name: str) -> str | None:

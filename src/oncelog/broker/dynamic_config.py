@@ -46,7 +46,7 @@ _LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retentio
 _NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port", "listener.name.*",
               "listeners", "advertised.listeners"}
 #: secrets (issue 18): described with no value, as Kafka describes sensitive configs
-SENSITIVE = {"ssl.key.password", "ssl.keystore.key"}
+SENSITIVE = {"ssl.key.password", "ssl.keystore.key", "sasl.jaas.config"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ API, a second handshake, a token before the handshake) is ``IllegalSaslState``: 
 the connection. A failed exchange is ``AuthenticationFailed``: the client gets
 SASL_AUTHENTICATION_FAILED, after ``connection.failed.authentication.delay.ms``, and the
 connection is closed. ``TRANSITIONS`` is the whole state machine; a diagram can be drawn from it.
+A KIP-368 re-authentication (``connections.max.reauth.ms``) is a fresh session on the same
+connection, limited to the first mechanism (server.py checks it names the same user).
 
 Mechanisms. SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677) are run by the ``scramp``
 library against the credential store (credentials.py). PLAIN (RFC 4616) checks the password

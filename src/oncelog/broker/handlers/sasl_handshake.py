@@ -1,7 +1,7 @@
 """SaslHandshake (17) reaching the dispatcher (issue 18): on a listener without SASL, or on a
-connection already authenticated. Kafka answers both with ILLEGAL_SASL_STATE (no
-re-authentication here: KIP-368 is not built). On a SASL listener the handshake itself is
-handled before authentication by the connection's SASL gate (broker/auth/gate.py)."""
+connection already authenticated while ``connections.max.reauth.ms`` is 0. Kafka answers both
+with ILLEGAL_SASL_STATE. On a SASL listener the handshake itself (and a KIP-368
+re-authentication) is handled by the connection's SASL gate (broker/auth/gate.py, server.py)."""
 
 from __future__ import annotations
 
