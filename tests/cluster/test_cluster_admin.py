@@ -121,3 +121,62 @@ def test_fetch_v16_names_the_current_leader(cluster: list[BrokerProcess]) -> Non
     assert answer.error_code == ErrorCode.not_leader_or_follower
     assert answer.current_leader.leader_id == 2 and answer.current_leader.leader_epoch >= 0
     assert [(n.node_id, f"{n.host}:{n.port}") for n in res.node_endpoints] == [(2, cluster[1].bootstrap)]
+
+
+def test_delete_topics_in_cluster_mode(cluster: list[BrokerProcess], pg_dsn: str) -> None:
+    """DeleteTopics through one broker removes the topic from the store (its rows and batches):
+    neither broker lists it any more, its leaders stop serving it, and a topic created again
+    under the name is new (another topic id) and empty, and works."""
+    import psycopg
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    kc.create_topic("confluent", bootstrap, "gone", 2)
+    deadline = time.monotonic() + 20
+    while set(_leaders(admin, "gone").values()) != {1, 2} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert set(_leaders(admin, "gone").values()) == {1, 2}
+    kc.produce("confluent", bootstrap, "gone", [(i % 2, None, b"old-%d" % i) for i in range(20)])
+    first_id = admin.describe_topics(_topic_collection("gone"))["gone"].result(20).topic_id
+
+    from confluent_kafka import Producer
+
+    open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "on-gone"})
+    open_txn.init_transactions(30)
+    open_txn.begin_transaction()
+    open_txn.produce("gone", b"in-flight", partition=0)
+    assert open_txn.flush(20) == 0
+
+    only_b2 = AdminClient({"bootstrap.servers": cluster[1].bootstrap})
+    only_b2.delete_topics(["gone"], operation_timeout=20)["gone"].result(30)
+    # the transaction's coordinator finds the partition gone (its own view): nothing left to
+    # mark there, the abort completes instead of retrying for ever
+    open_txn.abort_transaction(30)
+    for b in cluster:  # every broker's view loses it (notification, or the next poll)
+        one = AdminClient({"bootstrap.servers": b.bootstrap})
+        deadline = time.monotonic() + 15
+        while "gone" in one.list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "gone" not in one.list_topics(timeout=10).topics, f"broker {b.node_id} still lists it"
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM oncelog_partition WHERE topic = 'gone'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM oncelog_batch b WHERE NOT EXISTS "
+                            "(SELECT 1 FROM oncelog_partition p WHERE p.id = b.partition_id)").fetchone() == (0,)
+
+    kc.create_topic("confluent", bootstrap, "gone", 2)
+    deadline = time.monotonic() + 20
+    while set(_leaders(admin, "gone").values()) != {1, 2} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert admin.describe_topics(_topic_collection("gone"))["gone"].result(20).topic_id != first_id
+    kc.produce("confluent", bootstrap, "gone", [(i % 2, None, b"new-%d" % i) for i in range(10)])
+    got = kc.consume("confluent", bootstrap, "gone", [0, 1], expected=10, timeout=30, settle=1.0)
+    assert sorted(v for *_, v in got) == sorted(b"new-%d" % i for i in range(10))
+    for b in cluster:
+        assert "Traceback" not in b.log_tail(500_000), b.log_tail(5000)
+
+
+def _topic_collection(name: str):  # type: ignore[no-untyped-def]
+    from confluent_kafka import TopicCollection
+
+    return TopicCollection([name])

@@ -31,6 +31,9 @@ from oncelog.protocol.messages import make
 #: Kafka's transaction.max.timeout.ms default (15 minutes): what find-hanging compares ages with
 DEFAULT_MAX_TXN_TIMEOUT_MS = 15 * 60 * 1000
 LIVE_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
+#: the timeout a coordinator gives a two-phase-commit transactional id (KIP-939; Kafka's
+#: Int.MaxValue, coordinator/transaction/log.TWO_PC_TIMEOUT_MS): its transactions never time out
+TWO_PC_TIMEOUT_MS = 2_147_483_647
 _RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
                         ErrorCode.coordinator_not_available})
 
@@ -60,7 +63,13 @@ class Description:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["partitions"] = [f"{t}-{p}" for t, p in self.partitions]
+        d["two_phase_commit"] = self.two_phase_commit
         return d
+
+    @property
+    def two_phase_commit(self) -> bool:
+        """The id's producer enabled 2PC (KIP-939): its transactions wait for their decision."""
+        return self.timeout_ms == TWO_PC_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +111,12 @@ def hanging_reason(p: Producer, coordinator: Description | None, now_ms: int,
     ``coordinator`` is what the coordinator says of the transactional id whose producer id is
     ``p.producer_id`` (ListTransactions filtered by producer id, then DescribeTransactions), or
     None when no coordinator knows that producer id. A producer without an open transaction
-    never hangs."""
+    never hangs.
+
+    A two-phase-commit transaction (KIP-939: the coordinator's timeout is TWO_PC_TIMEOUT_MS)
+    waits for an external coordinator's decision for as long as it takes: its age is no reason,
+    and a partition epoch *below* the coordinator's is a prepared transaction kept for a new
+    producer instance (keep_prepared_txn bumps the client's epoch, not the data's)."""
     if p.current_txn_start_offset < 0:
         return None
     tp = (p.topic, p.partition)
@@ -117,12 +131,14 @@ def hanging_reason(p: Producer, coordinator: Description | None, now_ms: int,
                 f"yet producer {p.producer_id} has an open transaction on {p.topic}-{p.partition}")
     if tp not in coordinator.partitions:
         return f"the coordinator's {coordinator.state} transaction of {tid!r} does not include {p.topic}-{p.partition}"
-    if coordinator.state == "Ongoing" and coordinator.producer_epoch != p.producer_epoch:
+    two_pc = coordinator.two_phase_commit
+    kept = two_pc and p.producer_epoch < coordinator.producer_epoch
+    if coordinator.state == "Ongoing" and coordinator.producer_epoch != p.producer_epoch and not kept:
         return (f"the coordinator's Ongoing transaction of {tid!r} has epoch {coordinator.producer_epoch}, "
                 f"the partition's open transaction epoch {p.producer_epoch}")
     # a start time of 0 or less: never started (the broker answers 0 for Kafka's -1)
     started = coordinator.start_time_ms if coordinator.start_time_ms > 0 else p.last_timestamp
-    if started >= 0 and now_ms - started > max_timeout_ms:
+    if not two_pc and started >= 0 and now_ms - started > max_timeout_ms:
         return (f"open for {(now_ms - started) // 1000} s, longer than the maximum transaction timeout "
                 f"{max_timeout_ms // 1000} s")
     return None

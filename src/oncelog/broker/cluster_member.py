@@ -46,6 +46,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.replica_manager import TopicMeta
 from oncelog.clock import Clock
 from oncelog.cluster import leadership, schema
+from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import BrokerNotRegistered, BrokerSessionExpired, StoreUnavailable
@@ -287,6 +288,21 @@ class ClusterMember:
         found = await self._call(lambda conn: store_topics.set_configs(conn, name, configs))
         if not found:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        await self.refresh()
+
+    async def alter_broker_configs(self, resource: str, configs: dict[str, str]) -> None:
+        """Store the new (validated) dynamic broker configs of ``resource`` ("" the cluster
+        default, or a node id), then load and apply a view (this broker applies them at once;
+        the others at their notification or next poll). Raises StoreUnavailable."""
+        await self._call(lambda conn: store_broker_configs.set_configs(conn, resource, configs))
+        await self.refresh()
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` from the store (cluster/topics.delete: one transaction), then
+        load and apply a view: its leaders (this broker at once, the others at their
+        notification or next poll) close its partitions. Raises UnknownTopicOrPartition,
+        StoreUnavailable."""
+        await self._call(lambda conn: store_topics.delete(conn, name))
         await self.refresh()
 
     async def add_partitions(self, name: str, count: int) -> None:

@@ -34,6 +34,7 @@ class ClusterParts:
         reader = StoreConnection(connect, f"node {config.node_id} reads")
         opener = StoreConnection(connect, f"node {config.node_id} opens partitions")
         committer = GroupCommitter(connect, name=f"oncelog-group-commit-{config.node_id}").start()
+        replicas.awaiting_metadata = True  # until the tracker applies the first view
         return cls(reader, opener, committer, LeaderTracker(config, replicas, reader, committer, opener))
 
     def close(self) -> None:

@@ -152,6 +152,11 @@ class BrokerConfig:
         default=7 * DAY_MS, metadata={"kafka": "transactional.id.expiration.ms", "parse": int}
     )
     producer_id_expiration_ms: int = field(default=DAY_MS, metadata={"kafka": "producer.id.expiration.ms", "parse": int})
+    #: KIP-939: may producers enable two-phase commit (InitProducerId enable_2pc)? Off, as in Kafka;
+    #: when off they are told TRANSACTIONAL_ID_AUTHORIZATION_FAILED (broker/two_phase_commit.py)
+    transaction_two_phase_commit_enable: bool = field(
+        default=False, metadata={"kafka": "transaction.two.phase.commit.enable", "parse": _bool}
+    )
     # cluster mode (issue 15; cluster/membership.py SessionConfig): a broker's session in the store
     broker_session_timeout_ms: int = field(default=9_000, metadata={"kafka": "broker.session.timeout.ms", "parse": int})
     broker_heartbeat_interval_ms: int = field(

@@ -21,9 +21,9 @@ cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG), the broker's properties / comma
 
 Dynamic broker configs (AlterConfigs on the BROKER resource: its node id, or "" for the cluster
 default) are the broker-side synonyms of the topic configs; they are kept in
-`<data-dir>/dynamic-broker-configs.json` and applied live. In cluster mode that file is per
-broker: a cluster default set through one broker applies to that broker only (topic configs,
-in contrast, live in the store and every broker applies them). Every other broker config is
+`<data-dir>/dynamic-broker-configs.json` and applied live. In cluster mode both live in the
+store, like topic configs: a cluster default set through any broker applies to every broker, at
+once (notification) or at its next poll. Every other broker config is
 read-only (INVALID_REQUEST when altered). No config is sensitive (no passwords are configured).
 
 `message.timestamp.type=LogAppendTime`: each produced batch gets the broker's time as its max

@@ -8,9 +8,9 @@ broker-side synonyms of every topic config (``log.retention.ms``, ``log.cleaner.
 dynamic log configs): set for this node (resource name = the node id) or as the cluster default
 (resource name ""), kept in ``<data-dir>/dynamic-broker-configs.json`` (replaced atomically),
 and applied live to every partition whose topic does not set the config itself. Every other
-broker config is read-only here (INVALID_REQUEST when altered). In cluster mode the file is per
-broker: a cluster default set through one broker applies to that broker only (see
-docs/COMPATIBILITY-configs.md).
+broker config is read-only here (INVALID_REQUEST when altered). In cluster mode both layers live
+in the store instead (cluster/broker_configs.py), the cluster default applies to every broker,
+and each broker ``adopt``s what its latest view holds; the file is not used.
 
 Single-threaded: the broker's event loop.
 """
@@ -120,6 +120,35 @@ class DynamicBrokerConfigs:
             except ValueError as exc:
                 raise InvalidConfig(f"invalid value {raw!r} for configuration {name}: {exc}") from None
         return out
+
+    def resource_of(self, scope: str) -> str:
+        """The resource name of ``scope`` ("" or this node's id), as the store keys it."""
+        return "" if scope == "default" else str(self.node_id)
+
+    def with_scope(self, scope: str, configs: dict[str, str]) -> dict[str, list[tuple[str, ConfigSource]]]:
+        """``layered()`` as it would be with ``configs`` as the whole set of ``scope``."""
+        other = DynamicBrokerConfigs(self.path, self.node_id, self.default, self.node)
+        if scope == "default":
+            other.default = dict(configs)
+        else:
+            other.node = dict(configs)
+        return other.layered()
+
+    def adopt(self, default: Mapping[str, str], node: Mapping[str, str]) -> bool:
+        """Cluster mode: take both layers as the store holds them (nothing written here).
+        Returns whether anything changed. Names this broker does not know as dynamic are
+        dropped with a log line (a newer broker may have stored them)."""
+        def known(configs: Mapping[str, str]) -> dict[str, str]:
+            unknown = sorted(set(configs) - set(BROKER_SYNONYMS))
+            if unknown:
+                log.warning("dynamic broker configs in the store not known here, ignored: %s", ", ".join(unknown))
+            return {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
+
+        new_default, new_node = known(default), known(node)
+        if new_default == self.default and new_node == self.node:
+            return False
+        self.default, self.node = new_default, new_node
+        return True
 
     def replace(self, scope: str, configs: dict[str, str]) -> None:
         """Make ``configs`` the whole set of ``scope`` and persist (atomically). Raises OSError."""

@@ -83,6 +83,10 @@ class LeaderTracker:
 
     def apply(self, view: ClusterView, may_lead: bool) -> None:
         self._set_topics(view)
+        self.replicas.awaiting_metadata = False
+        if self.replicas.adopt_broker_configs(view.broker_configs.get("", {}),
+                                              view.broker_configs.get(str(self.node_id), {})):
+            log.info("node %d: dynamic broker configs changed", self.node_id)
         wanted = view.led_by(self.node_id) if may_lead else {}
         self._wanted = wanted
         parts = self.replicas.partitions

@@ -18,7 +18,7 @@ from oncelog.broker.peer_client import PeerClients
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.coordinator.transaction.shard import MarkerJob
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, NotLeaderOrFollower, error_for
+from oncelog.protocol.errors import ErrorCode, NotLeaderOrFollower, UnknownTopicOrPartition, error_for
 from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
 
@@ -69,7 +69,9 @@ class ClusterMarkerWriter(LocalMarkerWriter):
     """Cluster mode: a partition led here is written here, any other goes to its leader (as the
     cluster view names it) as WriteTxnMarkers. A partition without a live leader, a peer that
     does not answer in MARKERS_TIMEOUT_S or answers NOT_LEADER_OR_FOLLOWER raise a retriable
-    error: the coordinator retries that partition later, the others are not held up."""
+    error: the coordinator retries that partition later, the others are not held up. A peer's
+    UNKNOWN_TOPIC_OR_PARTITION is retried too while this broker's view has the partition: the
+    coordinator alone decides that a partition is gone (deleted), from its view."""
 
     def __init__(self, node_id: int, replicas: ReplicaManager, groups: "GroupCoordinator | None",
                  view: Callable[[], "ClusterView"], peers: PeerClients) -> None:
@@ -82,6 +84,8 @@ class ClusterMarkerWriter(LocalMarkerWriter):
         if tp in self.replicas.partitions:
             await super().write(job, tp, now_ms)
             return
+        if not self._exists(tp):
+            raise UnknownTopicOrPartition(f"{tp} is not in the cluster any more (deleted); nothing left to mark")
         leader, _ = self.view().leader(tp)
         if leader < 0 or leader == self.node_id:  # no live leader, or it is us and not open yet
             raise NotLeaderOrFollower(f"{tp} has no leader ready (view: {leader}); marker retried later")
@@ -94,5 +98,15 @@ class ClusterMarkerWriter(LocalMarkerWriter):
         resp = await self.peers.request(leader, apis.WRITE_TXN_MARKERS, MARKERS_VERSION, body,
                                         timeout_s=MARKERS_TIMEOUT_S)
         code = ErrorCode(resp.markers[0].topics[0].partitions[0].error_code)
+        if code == ErrorCode.unknown_topic_or_partition and self._exists(tp):
+            # The peer does not know the topic (yet: a broker that has just started answers so
+            # until its first view of the store). Only the coordinator's own view may say the
+            # partition is gone; taking the peer's word for it would complete the transaction
+            # without this marker and leave it open on the partition for ever.
+            raise NotLeaderOrFollower(f"node {leader} does not know {tp} (yet); marker retried later")
         if code != ErrorCode.none:
             raise error_for(code, f"node {leader} refused the marker on {tp}")
+
+    def _exists(self, tp: TopicPartition) -> bool:
+        info = self.view().topics.get(tp.topic)
+        return info is not None and 0 <= tp.partition < info.partitions

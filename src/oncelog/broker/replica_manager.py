@@ -115,6 +115,9 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         self._deleted_logs: list[PartitionEngine] = []
+        #: cluster mode, until the first view of the store is applied (``set_topics``): no topic
+        #: is known yet, and none may be called unknown (a peer would take it for deleted)
+        self.awaiting_metadata = False
         #: the broker's dynamic configs (AlterConfigs on a BROKER resource), loaded by ``open``
         self.dynamic = DynamicBrokerConfigs(self.data_dir / "dynamic-broker-configs.json", config.node_id)
 
@@ -395,6 +398,7 @@ class ReplicaManager:
 
     def set_topics(self, metas: Sequence[TopicMeta]) -> None:
         """Cluster mode: the topics as the store has them (nothing written locally)."""
+        self.awaiting_metadata = False
         self.topics = {m.name: m for m in metas}
         self._by_id = {m.topic_id: m for m in metas}
 
@@ -424,6 +428,8 @@ class ReplicaManager:
         part = self.partitions.get(TopicPartition(topic, index))
         if part is None:
             meta = self.topics.get(topic)
+            if self.awaiting_metadata:
+                raise NotLeaderOrFollower(f"this broker (node {self.config.node_id}) has not loaded the cluster metadata yet")
             if meta is not None and 0 <= index < meta.num_partitions:
                 raise NotLeaderOrFollower(f"this broker (node {self.config.node_id}) does not lead {topic}-{index}")
             raise UnknownTopicOrPartition(f"partition {topic}-{index} does not exist on this broker")
@@ -458,22 +464,31 @@ class ReplicaManager:
                 raise KafkaStorageError(f"cannot write the configs of topic {name!r}: {exc}") from None
         self.refresh_log_configs([meta])
 
+    def check_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        """Raise the KafkaError (InvalidConfig) of a topic whose log config would be unusable with
+        ``configs`` as the whole dynamic set of ``scope``; nothing changes."""
+        layers = self.dynamic.with_scope(scope, configs)
+        for meta in self.topics.values():
+            topic_config.log_config(self.config, meta.configs, layers)
+
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
-        """Make ``configs`` (validated, ``DynamicBrokerConfigs.validate``) the dynamic broker
-        configs of ``scope`` ("default" or "node"), durable, applied live to every partition.
-        Raises KafkaStorageError."""
-        old = self.dynamic.current(scope)
+        """Embedded: make ``configs`` (validated, ``DynamicBrokerConfigs.validate``) the dynamic
+        broker configs of ``scope`` ("default" or "node"), durable, applied live to every
+        partition. Raises InvalidConfig (nothing changed), KafkaStorageError."""
+        self.check_broker_configs(scope, configs)
         try:
             self.dynamic.replace(scope, configs)
         except OSError as exc:
             raise KafkaStorageError(f"cannot write {self.dynamic.path}: {exc}") from None
-        try:
-            for meta in self.topics.values():
-                self.log_config(meta)
-        except KafkaError:
-            self.dynamic.replace(scope, old)
-            raise
         self.refresh_log_configs(list(self.topics.values()))
+
+    def adopt_broker_configs(self, default: dict[str, str], node: dict[str, str]) -> bool:
+        """Cluster mode: the dynamic broker configs as the latest view of the store holds them,
+        applied live to every open partition when they changed. Returns whether they did."""
+        if not self.dynamic.adopt(default, node):
+            return False
+        self.refresh_log_configs(list(self.topics.values()))
+        return True
 
     def refresh_log_configs(self, metas: Sequence[TopicMeta]) -> None:
         """Give the open partitions of ``metas`` their LogConfig as it is now."""

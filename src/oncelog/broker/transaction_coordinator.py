@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.markers import MarkerWriter
@@ -54,6 +54,15 @@ from oncelog.protocol.errors import (ConcurrentTransactions, CoordinatorNotAvail
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+class InitAnswer(NamedTuple):
+    """InitProducerId's answer; the ongoing pair is KIP-939's OngoingTxnProducerId/Epoch (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    ongoing_producer_id: int = -1
+    ongoing_producer_epoch: int = -1
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -147,10 +156,21 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = -1,
                                expected_epoch: int = -1) -> tuple[int, int]:
+        """(producer id, epoch) for a producer that does not use two-phase commit."""
+        answer = await self.initialize(transactional_id, timeout_ms, expected_pid, expected_epoch)
+        return answer.producer_id, answer.producer_epoch
+
+    async def initialize(self, transactional_id: str, timeout_ms: int, expected_pid: int = -1,
+                         expected_epoch: int = -1, *, enable_2pc: bool = False,
+                         keep_prepared: bool = False) -> InitAnswer:
+        """InitProducerId, every version: (producer id, epoch, and with ``keep_prepared`` the
+        kept transaction's producer id and epoch). Whether 2PC is allowed at all is checked by
+        the caller (``broker/two_phase_commit.py``); see ``TransactionShard.init_producer_id``."""
         shard = self.shard_of(transactional_id)
         now = self.clock.now_ms()
         try:
-            result = shard.init_producer_id(transactional_id, timeout_ms, now, expected_pid, expected_epoch)
+            result = shard.init_producer_id(transactional_id, timeout_ms, now, expected_pid, expected_epoch,
+                                            enable_2pc=enable_2pc, keep_prepared=keep_prepared)
         except ConcurrentTransactions:
             meta = shard.txns.get(transactional_id)
             if meta is not None and meta.state.is_prepare:
@@ -159,7 +179,8 @@ class TransactionCoordinator:
         await self._execute(shard, result, now)
         if result.error is not None:
             raise result.error
-        return result.response  # type: ignore[return-value]
+        pid, epoch = result.response  # type: ignore[misc]
+        return InitAnswer(pid, epoch, *result.ongoing)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                              partitions: Iterable[TopicPartition]) -> None:

@@ -26,6 +26,11 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     ``configs`` (JSON: the topic's Kafka-named overrides), ``created_at``. ``topics.create``
     writes it and its partitions' rows in one transaction.
 
+``oncelog_broker_config``
+    The dynamic broker configs (AlterConfigs on a BROKER resource; broker_configs.py): one row
+    per resource, ``resource`` ("" for the cluster-wide default, a node id for one broker's own)
+    and ``configs`` (JSON: Kafka-named values as strings). Every broker applies both layers.
+
 ``oncelog_broker``
     One row per broker ever registered (membership.py): ``node_id``, ``host``, ``port``,
     ``rack``, ``incarnation`` (a UUID per broker process), ``broker_epoch`` (from
@@ -116,6 +121,11 @@ CREATE SEQUENCE IF NOT EXISTS oncelog_broker_epoch_seq;
 CREATE TABLE IF NOT EXISTS oncelog_cluster (
     one        boolean PRIMARY KEY DEFAULT true CHECK (one),
     cluster_id text    NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS oncelog_broker_config (
+    resource text  PRIMARY KEY,
+    configs  jsonb NOT NULL DEFAULT '{}'::jsonb
 );
 
 -- producer id blocks (cluster/producer_ids.py): never handed out twice

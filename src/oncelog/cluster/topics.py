@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from oncelog.protocol.errors import InvalidPartitions, TopicAlreadyExists, UnknownTopicOrPartition
 
-__all__ = ["TopicInfo", "create", "get", "grow", "list_all", "set_configs"]
+__all__ = ["TopicInfo", "create", "delete", "get", "grow", "list_all", "set_configs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +96,19 @@ def grow(conn: Any, name: str, partitions: int) -> TopicInfo:
     found = get(conn, name)
     assert found is not None
     return found
+
+
+def delete(conn: Any, name: str) -> TopicInfo:
+    """DeleteTopics: remove topic ``name``, its partitions' rows and (cascading) their batches in
+    one transaction, and notify every broker. Commits. A leader's append in flight holds its
+    partition row, so the delete waits for it; an append after it finds no row and is refused
+    as a deposed leader's (``oncelog_append`` status 1), and the leader closes the partition at
+    its next view. Raises UnknownTopicOrPartition."""
+    with conn.transaction():
+        row = conn.execute(f"SELECT {_COLUMNS} FROM oncelog_topic WHERE name = %s FOR UPDATE", (name,)).fetchone()
+        if row is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        conn.execute("DELETE FROM oncelog_partition WHERE topic = %s", (name,))
+        conn.execute("DELETE FROM oncelog_topic WHERE name = %s", (name,))
+        conn.execute("SELECT pg_notify('oncelog_metadata', '')")
+    return TopicInfo(*row)

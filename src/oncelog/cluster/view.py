@@ -1,8 +1,8 @@
 """What a broker knows of the cluster: one consistent read of the store's metadata.
 
 ``load(conn)`` reads, in ONE repeatable-read transaction (so the three parts agree with each
-other), the live brokers (as registered: node id, host, port, rack), every topic, and every
-partition's leader and leader epoch. A ``ClusterView`` is an immutable snapshot: the broker
+other), the live brokers (as registered: node id, host, port, rack), every topic, every
+partition's leader and leader epoch, and the dynamic broker configs. A ``ClusterView`` is an immutable snapshot: the broker
 answers Metadata, DescribeCluster and FindCoordinator from the latest one and opens or closes
 the partitions it leads from it (broker/leader_tracker.py). A view is at most one poll interval
 old; safety never rests on it (appends are fenced by the leader epoch in the store).
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.cluster.leadership import Leadership, leaders
 from oncelog.cluster.membership import BrokerInfo, live_brokers
@@ -28,6 +29,8 @@ class ClusterView:
     brokers: tuple[BrokerInfo, ...] = ()
     topics: dict[str, store_topics.TopicInfo] = field(default_factory=dict)
     partitions: dict[TopicPartition, Leadership] = field(default_factory=dict)
+    #: dynamic broker configs by resource: "" the cluster default, "<node id>" a broker's own
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def live_ids(self) -> tuple[int, ...]:
@@ -56,4 +59,5 @@ def load(conn: Any) -> ClusterView:
         brokers = tuple(live_brokers(conn))
         tops = {t.name: t for t in store_topics.list_all(conn)}
         rows = {TopicPartition(r.topic, r.partition): r for r in leaders(conn)}
-    return ClusterView(brokers, tops, rows)
+        configs = store_broker_configs.load_all(conn)
+    return ClusterView(brokers, tops, rows, configs)

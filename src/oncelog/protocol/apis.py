@@ -94,7 +94,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     DELETE_RECORDS: (0, 2),
-    INIT_PRODUCER_ID: (0, 4),
+    INIT_PRODUCER_ID: (0, 6),  # v6: KIP-939 two-phase commit (enable_2pc, keep_prepared_txn)
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ADD_PARTITIONS_TO_TXN: (0, 4),
     ADD_OFFSETS_TO_TXN: (0, 3),

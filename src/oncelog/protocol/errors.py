@@ -89,6 +89,9 @@ OutOfOrderSequenceNumber = _define("OutOfOrderSequenceNumber", ErrorCode.out_of_
 DuplicateSequenceNumber = _define("DuplicateSequenceNumber", ErrorCode.duplicate_sequence_number)
 InvalidProducerEpoch = _define("InvalidProducerEpoch", ErrorCode.invalid_producer_epoch)
 InvalidTxnState = _define("InvalidTxnState", ErrorCode.invalid_txn_state)
+TransactionalIdAuthorizationFailed = _define(
+    "TransactionalIdAuthorizationFailed", ErrorCode.transactional_id_authorization_failed
+)
 InvalidProducerIdMapping = _define("InvalidProducerIdMapping", ErrorCode.invalid_producer_id_mapping)
 InvalidTransactionTimeout = _define("InvalidTransactionTimeout", ErrorCode.invalid_transaction_timeout)
 ConcurrentTransactions = _define("ConcurrentTransactions", ErrorCode.concurrent_transactions)

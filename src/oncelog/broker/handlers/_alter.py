@@ -54,9 +54,13 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
             return current.get(key, broker.config.kafka_value(key) or "")
 
         new = rm.dynamic.validate(change(current, broker_value))
+        rm.check_broker_configs(scope, new)
         if validate_only:
             return
-        rm.set_broker_configs(scope, new)
+        if broker.cluster is not None:
+            await broker.cluster.alter_broker_configs(rm.dynamic.resource_of(scope), new)
+        else:
+            rm.set_broker_configs(scope, new)
     else:
         raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4)")
 

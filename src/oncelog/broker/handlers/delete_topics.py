@@ -1,4 +1,8 @@
-"""DeleteTopics (20): delete topics by name (or, v6+, by topic id) with their logs."""
+"""DeleteTopics (20): delete topics by name (or, v6+, by topic id) with their logs.
+
+Embedded, the replica manager removes the topic and its partition directories; in cluster mode
+the store does (its rows and batches, one transaction) and every broker's next view closes the
+partitions it led."""
 
 from __future__ import annotations
 
@@ -38,7 +42,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             meta = rm.topic(name)
             if meta.internal:
                 raise InvalidRequest(f"internal topic {name} cannot be deleted")
-            rm.delete_topic(name)
+            if broker.cluster is not None:
+                await broker.cluster.delete_topic(name)
+            else:
+                rm.delete_topic(name)
             results.append(m.DeletableTopicResult(name=name, topic_id=meta.topic_id, error_code=ErrorCode.none))
         except KafkaError as exc:
             results.append(

@@ -6,7 +6,15 @@ int32 transaction_timeout_ms, int8 transaction_status, nullable compact array of
 {compact string topic, compact array int32 partition_ids, tagged fields},
 int64 last_update_timestamp_ms, int64 start_timestamp_ms, tagged fields:
 tag 0 PreviousProducerId (int64, Kafka's), tag 100 LastProducerEpoch (int16, ours; Kafka's
-readers skip unknown tags). A null value is a tombstone: the transactional.id expired (R21).
+readers skip unknown tags), tags 101/102 KeptTxnProducerId (int64) / KeptTxnProducerEpoch
+(int16), ours, written only while a prepared two-phase-commit transaction is kept across a new
+producer instance (KIP-939 ``keep_prepared_txn``; absent: -1). A null value is a tombstone: the
+transactional.id expired (R21).
+
+Two-phase commit (KIP-939) is not a field: as in Kafka, a transactional id whose producer
+enabled 2PC has TransactionTimeoutMs = 2147483647 (``TWO_PC_TIMEOUT_MS``, Kafka's
+``isDistributedTwoPhaseCommitTxn``), so the exemption from the timeout round-trips through the
+schema's own field and survives a restart or a move of the coordinator unchanged.
 
 Version 0 values (non-flexible) are read too, so a log written by an older writer loads.
 Primitive encoders and decoders are kio's (generated from Kafka's schemas' primitive types).
@@ -34,6 +42,12 @@ KEY_VERSION = 0
 VALUE_VERSION = 1
 _TAG_PREVIOUS_PRODUCER_ID = 0
 _TAG_LAST_PRODUCER_EPOCH = 100
+_TAG_KEPT_PRODUCER_ID = 101
+_TAG_KEPT_PRODUCER_EPOCH = 102
+
+#: transaction.timeout.ms of a transactional id with two-phase commit enabled (Int.MaxValue, as
+#: Kafka writes it): such transactions are never aborted on timeout.
+TWO_PC_TIMEOUT_MS = 2_147_483_647
 
 
 #: What kio's readers and our own checks raise on malformed bytes.
@@ -57,6 +71,20 @@ class TxnRecord:
     partitions: frozenset[TopicPartition]
     start_ms: int
     last_update_ms: int
+    #: the (producer id, epoch) the kept transaction's data was written with, while a prepared
+    #: 2PC transaction outlives its producer instance (InitProducerId keep_prepared_txn); -1 else
+    kept_producer_id: ProducerId = ProducerId(-1)
+    kept_producer_epoch: ProducerEpoch = ProducerEpoch(-1)
+
+    @property
+    def is_2pc(self) -> bool:
+        """Two-phase commit is enabled for this id: its transactions never time out (KIP-939)."""
+        return self.timeout_ms == TWO_PC_TIMEOUT_MS
+
+    @property
+    def kept(self) -> bool:
+        """A prepared transaction of an earlier producer instance is kept (keep_prepared_txn)."""
+        return self.kept_producer_id >= 0
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -109,7 +137,12 @@ def encode_value(rec: TxnRecord) -> bytes:
     tags = io.BytesIO()
     _write_tag(tags, _TAG_PREVIOUS_PRODUCER_ID, struct.pack(">q", rec.last_producer_id))
     _write_tag(tags, _TAG_LAST_PRODUCER_EPOCH, struct.pack(">h", rec.last_producer_epoch))
-    w.write_unsigned_varint(buf, 2)
+    ntags = 2
+    if rec.kept:
+        _write_tag(tags, _TAG_KEPT_PRODUCER_ID, struct.pack(">q", rec.kept_producer_id))
+        _write_tag(tags, _TAG_KEPT_PRODUCER_EPOCH, struct.pack(">h", rec.kept_producer_epoch))
+        ntags += 2
+    w.write_unsigned_varint(buf, ntags)
     buf.write(tags.getvalue())
     return buf.getvalue()
 
@@ -160,16 +193,21 @@ def _decode_value(data: bytes) -> TxnRecord:
             _read_tags(data, take)
     last_update = take(r.read_int64)
     start = take(r.read_int64)
-    last_pid, last_epoch = -1, -1
+    last_pid, last_epoch, kept_pid, kept_epoch = -1, -1, -1, -1
     if flexible:
         for tag, payload in _read_tags(data, take):
             if tag == _TAG_PREVIOUS_PRODUCER_ID:
                 (last_pid,) = struct.unpack(">q", payload)
             elif tag == _TAG_LAST_PRODUCER_EPOCH:
                 (last_epoch,) = struct.unpack(">h", payload)
+            elif tag == _TAG_KEPT_PRODUCER_ID:
+                (kept_pid,) = struct.unpack(">q", payload)
+            elif tag == _TAG_KEPT_PRODUCER_EPOCH:
+                (kept_epoch,) = struct.unpack(">h", payload)
     if pos != len(data):
         raise TxnLogFormatError(f"transaction log value: {len(data) - pos} bytes after the last field")
-    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, TxnState(status), frozenset(partitions), start, last_update)
+    return TxnRecord(pid, last_pid, epoch, last_epoch, timeout, TxnState(status), frozenset(partitions), start, last_update,
+                     kept_pid, kept_epoch)
 
 
 _STATES = frozenset(int(s) for s in TxnState)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oncelog.coordinator.transaction.log import TxnRecord
+from oncelog.coordinator.transaction.log import TWO_PC_TIMEOUT_MS, TxnRecord
 from oncelog.coordinator.transaction.rules import check_transition
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol.errors import ConcurrentTransactions
@@ -33,7 +33,19 @@ class TxnMetadata:
     partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
     start_ms: int = -1
     last_update_ms: int = -1
+    kept_producer_id: ProducerId = NO_PRODUCER_ID
+    kept_producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
     pending: TxnRecord | None = None
+
+    @property
+    def is_2pc(self) -> bool:
+        """Two-phase commit is enabled for this id (KIP-939; log.TWO_PC_TIMEOUT_MS)."""
+        return self.timeout_ms == TWO_PC_TIMEOUT_MS
+
+    @property
+    def kept(self) -> bool:
+        """The transaction is a prepared one kept for a new producer instance (keep_prepared_txn)."""
+        return self.kept_producer_id >= 0
 
     def record(self) -> TxnRecord:
         return TxnRecord(
@@ -46,6 +58,8 @@ class TxnMetadata:
             self.partitions,
             self.start_ms,
             self.last_update_ms,
+            self.kept_producer_id,
+            self.kept_producer_epoch,
         )
 
     def apply(self, rec: TxnRecord) -> None:
@@ -58,6 +72,8 @@ class TxnMetadata:
         self.partitions = rec.partitions
         self.start_ms = rec.start_ms
         self.last_update_ms = rec.last_update_ms
+        self.kept_producer_id = rec.kept_producer_id
+        self.kept_producer_epoch = rec.kept_producer_epoch
 
     def prepare(self, target: TxnState, now_ms: int, **changes: object) -> TxnRecord:
         """The next state, checked and marked pending. Raises ConcurrentTransactions when a

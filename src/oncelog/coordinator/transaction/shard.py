@@ -8,7 +8,8 @@ appends the records, then feeds each one to ``replay`` — the only code that ch
 transactional id's state, and the code that loading the partition runs too — then writes the
 markers, then answers.
 
-What a request does in a state is ``rules.RULES[state][request]`` and nothing else. Checked
+What a request does in a state is its cell in ``rules.row(state, ...)`` (``RULES``, or a 2PC row
+for an Ongoing transaction of a 2PC producer) and nothing else. Checked
 before the table (who asks, and what):
 
 * the producer (AddPartitions, EndTxn, produce, TxnOffsetCommit): an unknown or expired
@@ -16,7 +17,10 @@ before the table (who asks, and what):
   PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for an older epoch on produce) (R9);
 * a move already under way for the id (its record prepared, not yet replayed):
   CONCURRENT_TRANSACTIONS (R11);
-* InitProducerId: transaction.timeout.ms within 1..transaction.max.timeout.ms; KIP-360's
+* InitProducerId: transaction.timeout.ms within 1..transaction.max.timeout.ms (not checked with
+  enable_2pc: the id's timeout becomes ``log.TWO_PC_TIMEOUT_MS``, none); keep_prepared_txn
+  without enable_2pc is INVALID_REQUEST (whether 2PC is *allowed* is the broker's question,
+  asked before: ``broker/two_phase_commit.py``); KIP-360's
   expected producer id and epoch (a retry of an InitProducerId that succeeded gets the same
   answer); a new producer id when the epoch would pass 32767;
 * AddPartitions on an Ongoing transaction that already has every partition: no record;
@@ -32,6 +36,15 @@ moves on as MARKERS_WRITTEN says (Complete*). A partition whose marker failed st
 The epoch fence (R11, R20): InitProducerId on an Ongoing transaction, and the timeout scan,
 bump the epoch (PrepareEpochFence: the old producer is fenced), then ``advance`` aborts with
 the new epoch (PrepareAbort, markers, CompleteAbort).
+
+Two-phase commit (KIP-939; the rows are rules.TWO_PC_ONGOING / TWO_PC_KEPT): InitProducerId with
+keep_prepared_txn on a 2PC transaction bumps the epoch the client gets but keeps the
+transaction, recording the (producer id, epoch) its data was written with as the *kept* pair
+(answered as OngoingTxnProducerId/Epoch; the first one is kept over later recoveries). Its
+markers carry the kept producer id; their epoch is the client's current one when the producer
+id is the same (a marker above the data's epoch also fences the old instance on the partition),
+else — the client moved to a new producer id when the epoch ran out — the kept epoch. The kept
+pair is cleared when the transaction completes.
 """
 
 from __future__ import annotations
@@ -41,7 +54,8 @@ from typing import Callable, Iterable
 
 from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction.metadata import MAX_EPOCH, TxnMetadata
-from oncelog.coordinator.transaction.rules import RULES, Cell, Request
+from oncelog.coordinator.transaction import rules
+from oncelog.coordinator.transaction.rules import Request
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol.errors import (
     ConcurrentTransactions,
@@ -87,6 +101,9 @@ class TxnResult:
     markers: list[MarkerJob] = field(default_factory=list)
     response: object = None
     error: KafkaError | None = None
+    #: InitProducerId(keep_prepared_txn): the (producer id, epoch) of the kept transaction, or
+    #: (-1, -1) when no transaction is ongoing (KIP-939's OngoingTxnProducerId/Epoch)
+    ongoing: tuple[int, int] = (-1, -1)
 
     def __bool__(self) -> bool:
         return bool(self.records or self.markers)
@@ -146,10 +163,10 @@ class TransactionShard:
 
     # -- the table ---------------------------------------------------------------------------------
 
-    def _cell(self, meta: TxnMetadata, request: Request) -> Cell:
-        return RULES[meta.state][request]
+    def _cell(self, meta: TxnMetadata, request: Request) -> rules.Cell:
+        return rules.row(meta.state, two_pc=meta.is_2pc, kept=meta.kept)[request]
 
-    def _move(self, meta: TxnMetadata, cell: Cell, now: int, result: TxnResult, **changes: object) -> None:
+    def _move(self, meta: TxnMetadata, cell: rules.Cell, now: int, result: TxnResult, **changes: object) -> None:
         """Carry out ``cell`` on ``meta`` into ``result``: its record, its markers, its error."""
         assert cell.target is not None
         rec = meta.prepare(cell.target, now, **changes)
@@ -160,24 +177,39 @@ class TransactionShard:
             result.error = cell.error(f"transaction {meta.transactional_id!r}: {_why(meta.state, cell)}")
 
     def _marker_job(self, tid: str, rec: txnlog.TxnRecord, only: Iterable[TopicPartition] | None = None) -> MarkerJob:
-        return MarkerJob(tid, rec.producer_id, rec.producer_epoch, rec.state is TxnState.PREPARE_COMMIT,
+        pid, epoch = rec.producer_id, rec.producer_epoch
+        if rec.kept and rec.kept_producer_id != rec.producer_id:  # the client moved to a new producer id
+            pid, epoch = rec.kept_producer_id, rec.kept_producer_epoch
+        return MarkerJob(tid, pid, epoch, rec.state is TxnState.PREPARE_COMMIT,
                          self.coordinator_epoch, frozenset(rec.partitions if only is None else only))
 
     @staticmethod
-    def _refused(meta: TxnMetadata, cell: Cell) -> KafkaError:
+    def _refused(meta: TxnMetadata, cell: rules.Cell) -> KafkaError:
         assert cell.error is not None
         return cell.error(f"transaction {meta.transactional_id!r} is {meta.state.kafka_name}: {_why(meta.state, cell)}")
 
     # -- InitProducerId ------------------------------------------------------------------------------
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int, now: int, expected_pid: int = -1,
-                         expected_epoch: int = -1) -> TxnResult:
+                         expected_epoch: int = -1, *, enable_2pc: bool = False, keep_prepared: bool = False) -> TxnResult:
         """(producer id, epoch) in ``response`` (R8): the epoch is bumped every time, fencing older
         instances; an Ongoing transaction of the previous instance is fenced and aborted first
-        and the answer is CONCURRENT_TRANSACTIONS, so the client retries (R11)."""
+        and the answer is CONCURRENT_TRANSACTIONS, so the client retries (R11).
+
+        ``enable_2pc`` (KIP-939): the id's transactions never time out (its timeout becomes
+        ``TWO_PC_TIMEOUT_MS``). ``keep_prepared`` (needs ``enable_2pc``): an Ongoing 2PC
+        transaction is kept instead of aborted, and ``ongoing`` names its (producer id, epoch);
+        see the module doc. Raises InvalidRequest, InvalidTransactionTimeout, ProducerFenced,
+        ConcurrentTransactions, InvalidTxnState (keep_prepared on a transaction not begun with 2PC)."""
         if not transactional_id:
             raise InvalidRequest("transactional.id must not be empty")
-        if timeout_ms <= 0 or timeout_ms > self.settings.max_timeout_ms:
+        if keep_prepared and not enable_2pc:
+            raise InvalidRequest(
+                f"transactional id {transactional_id!r}: keep_prepared_txn is only for producers that enable 2PC"
+            )
+        if enable_2pc:
+            timeout_ms = txnlog.TWO_PC_TIMEOUT_MS
+        elif timeout_ms <= 0 or timeout_ms > self.settings.max_timeout_ms:
             raise InvalidTransactionTimeout(
                 f"transaction.timeout.ms={timeout_ms} is outside 1..{self.settings.max_timeout_ms} (transaction.max.timeout.ms)"
             )
@@ -199,8 +231,13 @@ class TransactionShard:
                 )
             if (expected_pid, expected_epoch) == last and meta.state is TxnState.EMPTY and meta.producer_epoch >= 0:
                 return TxnResult(response=(meta.producer_id, meta.producer_epoch))  # a retry that succeeded
-        cell = self._cell(meta, Request.INIT)
+        cell = self._cell(meta, Request.INIT_KEEP if keep_prepared else Request.INIT)
         if cell.target is None:
+            if cell.error is InvalidTxnState and keep_prepared:
+                raise InvalidTxnState(
+                    f"transaction {transactional_id!r} is {meta.state.kafka_name} but was not begun with 2PC: "
+                    f"it cannot be kept (InitProducerId without keep_prepared_txn aborts it)"
+                )
             raise self._refused(meta, cell)
         result = TxnResult()
         if cell.target is TxnState.PREPARE_EPOCH_FENCE:
@@ -209,12 +246,20 @@ class TransactionShard:
         pid, epoch = meta.producer_id, meta.producer_epoch + 1
         if epoch >= MAX_EPOCH:
             pid, epoch = self.new_producer_id(), 0
-        self._move(meta, cell, now, result, producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
-                   last_producer_epoch=meta.producer_epoch, timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1)
+        bump = dict(producer_id=pid, producer_epoch=epoch, last_producer_id=meta.producer_id,
+                    last_producer_epoch=meta.producer_epoch, timeout_ms=timeout_ms)
+        if cell.target is TxnState.ONGOING:  # kept (KIP-939): the transaction and its partitions stay
+            kept = ((meta.kept_producer_id, meta.kept_producer_epoch) if meta.kept
+                    else (meta.producer_id, meta.producer_epoch))
+            self._move(meta, cell, now, result, **bump, kept_producer_id=kept[0], kept_producer_epoch=kept[1])
+            result.ongoing = kept
+        else:
+            self._move(meta, cell, now, result, **bump, partitions=frozenset(), start_ms=-1,
+                       kept_producer_id=-1, kept_producer_epoch=-1)
         result.response = (pid, epoch)
         return result
 
-    def _fence(self, meta: TxnMetadata, cell: Cell, now: int, result: TxnResult) -> None:
+    def _fence(self, meta: TxnMetadata, cell: rules.Cell, now: int, result: TxnResult) -> None:
         """PrepareEpochFence: the epoch goes up by one, so the current producer is fenced; the
         abort that follows (``advance``) uses the new epoch. At the last epoch there is nothing
         to bump: the transaction is aborted with its own epoch, and the next InitProducerId moves
@@ -336,7 +381,7 @@ class TransactionShard:
         cell = self._cell(meta, Request.MARKERS_WRITTEN)
         result = TxnResult()
         if cell.target is not None:
-            self._move(meta, cell, now, result)
+            self._move(meta, cell, now, result, kept_producer_id=-1, kept_producer_epoch=-1)
         return result
 
     def advance(self, transactional_id: str, now: int) -> TxnResult:
@@ -386,7 +431,7 @@ class TransactionShard:
         return result
 
 
-def _why(state: TxnState, cell: Cell) -> str:
+def _why(state: TxnState, cell: rules.Cell) -> str:
     if cell.error is ConcurrentTransactions:
         return f"a move is under way ({state.kafka_name}); retry"
     return f"not allowed in state {state.kafka_name}"
