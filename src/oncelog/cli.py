@@ -103,7 +103,12 @@ def broker(
         console.print(f"[red]--store {store!r}: expected postgresql://USER@HOST:PORT/DB[/red]", highlight=False)
         raise typer.Exit(2)
     _raise_open_files_limit()
-    _run(Broker(cfg, store=store))
+    try:
+        b = Broker(cfg, store=store)  # listeners, TLS keys and SASL settings are checked here (issue 18)
+    except KafkaError as exc:
+        console.print(f"[red]invalid configuration:[/red] {exc}", highlight=False)
+        raise typer.Exit(2)
+    _run(b)
 
 
 def _raise_open_files_limit() -> None:

@@ -489,3 +489,17 @@ def test_sessions_expire_unless_re_authenticated(tmp_path: Path) -> None:
         assert "re-authenticated as User:alice with SCRAM-SHA-256" in b.log_path.read_text()
     finally:
         assert b.stop() == 0, b.log_tail()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["listeners=SSL://127.0.0.1:0"], "set ssl.keystore.location"),
+    (["listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=GSSAPI"], "supported are PLAIN"),
+    (["listeners=PLAINTEXT://127.0.0.1"], "is not NAME://HOST:PORT"),
+    (["listeners=SSL://127.0.0.1:0", "ssl.keystore.type=JKS", "ssl.keystore.location=/nonexistent"], "only PEM"),
+])
+def test_bad_security_settings_stop_the_broker_before_it_listens(tmp_path: Path, overrides: list[str], message: str) -> None:
+    args = [a for o in overrides for a in ("-o", o)]
+    r = _oncelog("broker", "--data-dir", str(tmp_path / "d"), *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in " ".join((r.stdout + r.stderr).split()) and "Traceback" not in r.stderr
+    assert "ready on" not in r.stdout
