@@ -205,6 +205,9 @@ def test_credential_file_round_trip_keeps_no_password(tmp_path: Path) -> None:
     before = (tmp_path / "scram-credentials.json").read_bytes()
     assert users.alter([("ghost", 1)], [])["ghost"][0] == ErrorCode.resource_not_found
     assert (tmp_path / "scram-credentials.json").read_bytes() == before
+    (tmp_path / "scram-credentials.json").write_bytes(b"{not json")
+    with pytest.raises(InvalidConfig):
+        CredentialFile(tmp_path).load()
 
 
 # -- listeners -----------------------------------------------------------------------------------

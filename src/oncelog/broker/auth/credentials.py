@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, InvalidConfig
 from oncelog.storage.atomic import write_atomically
 
 __all__ = ["FILE_NAME", "MECHANISMS", "MECHANISM_IDS", "CredentialFile", "CredentialStore", "ScramCredential", "UserCredentials",
@@ -185,10 +185,14 @@ class CredentialFile:
         self.path = Path(data_dir) / FILE_NAME
 
     def load(self) -> CredentialStore:
+        """The file's credentials (none when it does not exist). Raises InvalidConfig when it
+        cannot be read: the broker refuses to start rather than run without its users."""
         try:
             return CredentialStore.from_json(self.path.read_bytes())
         except FileNotFoundError:
             return CredentialStore()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidConfig(f"{self.path}: cannot read the SCRAM credentials: {exc!r}") from None
 
     def save(self, store: CredentialStore) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
