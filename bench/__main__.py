@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(bench.txn_failover)")
     ap.add_argument("--cluster-load", action="store_true",
                     help="PostgreSQL commits/s, WAL bytes/s, connections and CPU under produce (bench.cluster_load)")
+    ap.add_argument("--security", action="store_true",
+                    help="issue 18: produce/consume over SASL_SSL vs PLAINTEXT and SCRAM connection set-up (bench.security)")
     ap.add_argument("--baseline", type=Path, metavar="DIR",
                     help="also run oncelog from this source tree (e.g. a worktree of an earlier commit)")
     ap.add_argument("--repeat", type=int, default=3)
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
     argv = sys.argv[1:] if argv is None else list(argv)
     for flag, module in (("--cluster-failover", "cluster_failover"), ("--cluster-load", "cluster_load"),
-                         ("--txn-failover", "txn_failover")):
+                         ("--txn-failover", "txn_failover"), ("--security", "security")):
         if flag in argv:  # the rest of the command line is that module's own
             import importlib
 

@@ -11,6 +11,7 @@ connections, open ones closed, every log flushed and closed, exit status 0.
 ``oncelog groups list|describe|reset-offsets`` do the same for consumer groups.
 ``oncelog transactions list|describe|producers|find-hanging|abort`` see and repair transactions
 (cli_transactions.py, docs/TRANSACTIONS.md).
+``oncelog users add|remove|list`` manage SCRAM credentials (cli_users.py, docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ app.add_typer(groups_app, name="groups")
 from oncelog.cli_transactions import app as transactions_app  # noqa: E402  (issue 17)
 
 app.add_typer(transactions_app, name="transactions")
+from oncelog.cli_users import app as users_app  # noqa: E402  (issue 18)
+
+app.add_typer(users_app, name="users")
 console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
@@ -99,7 +103,12 @@ def broker(
         console.print(f"[red]--store {store!r}: expected postgresql://USER@HOST:PORT/DB[/red]", highlight=False)
         raise typer.Exit(2)
     _raise_open_files_limit()
-    _run(Broker(cfg, store=store))
+    try:
+        b = Broker(cfg, store=store)  # listeners, TLS keys and SASL settings are checked here (issue 18)
+    except KafkaError as exc:
+        console.print(f"[red]invalid configuration:[/red] {exc}", highlight=False)
+        raise typer.Exit(2)
+    _run(b)
 
 
 def _raise_open_files_limit() -> None:
@@ -157,6 +166,10 @@ async def _serve(b: "object") -> None:
     except (KafkaError, OSError) as exc:  # the data directory or the address refuses: say why, once
         log.error("cannot start: %s", exc)
         raise SystemExit(1) from None
+    # Other listeners first (issue 18): tools wait for the one ready line and parse it.
+    for lst, lhost, lport in getattr(b, "bound_listeners", lambda: [])():
+        if (lhost, lport) != (host, port):
+            print(f"oncelog listener {lst.name} ({lst.protocol}) ready on {lhost}:{lport}", flush=True)
     print(f"oncelog broker ready on {host}:{port}", flush=True)
     await stop.wait()
     log.info("stopping")

@@ -15,13 +15,17 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+from oncelog.broker import listeners as listeners_mod
 from oncelog.broker import periodic
+from oncelog.broker.auth import tls
+from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
+from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
 from oncelog.broker.cluster_routes import CLUSTER_ROUTES
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.peer_client import PeerClients
+from oncelog.broker.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.server import Server
@@ -30,12 +34,14 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
+from oncelog.protocol.errors import InvalidConfig
 from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
 from oncelog.storage.log import PartitionLog
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
+    from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.cluster_parts import ClusterParts
 
@@ -71,26 +77,126 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
-        self.dispatcher = Dispatcher(self, CLUSTER_ROUTES if store else ROUTES)
-        self.server = Server(self.dispatcher.handle, config.host, config.port, config)
+        #: SCRAM credentials: the data dir's file; in cluster mode the store's (set by start())
+        self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
+        routes = CLUSTER_ROUTES if store else ROUTES
+        self.dispatcher = Dispatcher(self, routes)
+        self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
+        self.servers = [self._server_for(lst, routes) for lst in self.listeners]
+        primary = self._primary_index()
+        self.listener = self.listeners[primary]
+        self.server = self.servers[primary]  # the ready line's, the one the cluster store registers
         self._housekeeping: list[asyncio.Task[None]] = []
         self.cleaner = cleaner.Cleaner()
+
+    def _primary_index(self) -> int:
+        """The first PLAINTEXT listener, else the first listener."""
+        for i, lst in enumerate(self.listeners):
+            if lst.protocol == "PLAINTEXT":
+                return i
+        return 0
+
+    def _server_for(self, lst: listeners_mod.Listener, routes: dict) -> Server:  # type: ignore[type-arg]
+        """The listener's server: its TLS context, its SASL sessions, and a dispatcher whose
+        handlers see the listener's advertised address (Metadata, FindCoordinator and
+        DescribeCluster answer with the endpoint of the listener the client came on)."""
+        cfg = self.config.for_listener(lst.name)
+        ctx = tls.server_context(cfg, lst.name) if lst.tls else None
+        sasl = None
+        if lst.sasl:
+            enabled = tuple(m.strip().upper() for m in cfg.sasl_enabled_mechanisms.split(",") if m.strip())
+            unknown = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
+            if unknown or not enabled:
+                raise InvalidConfig(f"sasl.enabled.mechanisms: {', '.join(unknown) or 'empty'}: supported are "
+                                    f"{', '.join(SUPPORTED_MECHANISMS)}")
+            lifetime = cfg.connections_max_reauth_ms
+            sasl = lambda: SaslSession(enabled, lambda: self.users.store, lifetime_ms=lifetime)  # noqa: E731
+        server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl)
+        if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
+            server.handle = Dispatcher(_ListenerView(self, lst, server), routes).handle
+        return server
+
+    def _inter_broker_listener(self) -> listeners_mod.Listener:
+        """``inter.broker.listener.name``'s listener, else the primary. Raises InvalidConfig."""
+        name = self.config.inter_broker_listener_name
+        if name is None:
+            return self.listener
+        for lst in self.listeners:
+            if lst.name == name.upper():
+                return lst
+        raise InvalidConfig(f"inter.broker.listener.name={name}: no such listener")
+
+    def _peer_security(self, lst: listeners_mod.Listener) -> PeerSecurity:
+        """How this broker logs in to its peers' inter-broker listener: TLS with its own
+        certificate (and the listener's truststore), SASL with ``sasl.jaas.config``'s user."""
+        import re
+        import ssl
+
+        cfg = self.config.for_listener(lst.name)
+        ctx = None
+        if lst.tls:
+            ctx = ssl.create_default_context(cafile=cfg.ssl_truststore_location,
+                                             cadata=cfg.ssl_truststore_certificates)
+            if cfg.ssl_keystore_location:
+                ctx.load_cert_chain(cfg.ssl_keystore_location, password=cfg.ssl_key_password)
+        if not lst.sasl:
+            return PeerSecurity(ctx)
+        mech = cfg.sasl_mechanism_inter_broker_protocol.upper()
+        jaas = cfg.sasl_jaas_config or ""
+        user = re.search(r'username\s*=\s*"([^"]*)"', jaas)
+        password = re.search(r'password\s*=\s*"([^"]*)"', jaas)
+        if mech not in SUPPORTED_MECHANISMS or user is None or password is None:
+            raise InvalidConfig(f"inter-broker listener {lst.name} uses SASL: set sasl.mechanism.inter.broker.protocol "
+                                f"(one of {', '.join(SUPPORTED_MECHANISMS)}) and listener.name.{lst.name.lower()}."
+                                f"{mech.lower()}.sasl.jaas.config with username=\"…\" password=\"…\"")
+        return PeerSecurity(ctx, mech, user.group(1), password.group(1))
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         return self.dispatcher.versions
 
     @property
     def advertised_host(self) -> str:
-        return self.config.advertised
+        return self.listener.advertised_host
 
     @property
     def port(self) -> int:
         return self.server.port
 
     @property
+    def listener_name(self) -> str:
+        """The name of the listener requests come on, as the handlers see it (the primary's here;
+        a ``_ListenerView`` says its own)."""
+        return self.listener.name
+
+    @property
     def advertised_port(self) -> int:
         """The port advertised to clients: ``advertised.port`` if set, else the listening port."""
-        return self.config.advertised_port or self.server.port
+        return self.listener.advertised_port or self.server.port
+
+    def bound_listeners(self) -> list[tuple[listeners_mod.Listener, str, int]]:
+        """(listener, bound host, bound port) of every listener, once started."""
+        return [(lst, srv.host, srv.port) for lst, srv in zip(self.listeners, self.servers)]
+
+    async def _start_servers(self) -> tuple[str, int]:
+        """Listen on every listener; the primary's bound address is returned. If one listener
+        cannot bind, the others are closed again."""
+        started: list[Server] = []
+        try:
+            for srv in self.servers:
+                await srv.start()
+                started.append(srv)
+        except BaseException:
+            for srv in started:
+                await srv.close()
+            raise
+        for lst, host, port in self.bound_listeners():
+            log.info("listener %s (%s) on %s:%d, advertised as %s:%d", lst.name, lst.protocol, host, port,
+                     lst.advertised_host, lst.advertised_port or port)
+        return self.server.host, self.server.port
+
+    async def _close_servers(self) -> None:
+        for srv in self.servers:
+            await srv.close()
 
     async def start(self) -> tuple[str, int]:
         data_dir = Path(self.config.data_dir)
@@ -103,7 +209,7 @@ class Broker:
         self.replicas.open()
         self.groups.start()  # creates __consumer_offsets, loads it in the background
         await self._start_transaction_coordinator(data_dir)
-        bound = await self.server.start()
+        bound = await self._start_servers()
         cfg = self.config
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         # Kafka checks every producer.id.expiration.check.interval.ms (10 minutes).
@@ -187,11 +293,13 @@ class Broker:
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
 
+        inter = self._inter_broker_listener()
+
         def address_of(node: int) -> tuple[str, int] | None:
             b = member.view.broker(node)
-            return None if b is None else (b.host, b.port)
+            return None if b is None else b.endpoint(inter.name)
 
-        self._peers = PeerClients(self.node_id, address_of)
+        self._peers = PeerClients(self.node_id, address_of, self._peer_security(inter))
         self.transactions = TransactionCoordinator(
             self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
             producer_ids=self.producer_ids,
@@ -201,11 +309,24 @@ class Broker:
         self.transactions.remote = RemoteVerifier(lambda: member.view, self._peers, self.transactions.partition_of)
         parts.tracker.on_lead = self._on_lead
         parts.tracker.on_resign = self._on_resign
-        bound = await self.server.start()
+        from oncelog.broker.cluster_credentials import StoreUserCredentials
+        from oncelog.broker.cluster_member import connector
+
+        self.users = users = StoreUserCredentials(connector(self.store), self.node_id)
         try:
-            await member.start(self.advertised_host, self.advertised_port)
+            await users.refresh()  # the schema exists: member.prepare() made it
         except BaseException:
-            await self.server.close()
+            users.close()
+            parts.close()
+            raise
+        self._every(1000, users.refresh_quietly)
+        bound = await self._start_servers()
+        try:
+            await member.start(self.advertised_host, self.advertised_port,
+                               {lst.name: (lst.advertised_host, lst.advertised_port or port)
+                                for lst, _, port in self.bound_listeners()})
+        except BaseException:
+            await self._close_servers()
             parts.close()
             raise
         self.cluster_id = member.cluster_id
@@ -232,13 +353,16 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.groups.stop()
-        await self.server.close()
+        await self._close_servers()
         if self.cluster is not None:
             await self.cluster.stop()
         if self._peers is not None:
             self._peers.close()
         if self._cluster_parts is not None:
             self._cluster_parts.close()
+        close_users = getattr(self.users, "close", None)
+        if close_users is not None:
+            close_users()
         self.replicas.close()
 
     def _expire_producers(self) -> None:
@@ -277,3 +401,28 @@ class Broker:
                 return  # the cleaner is stopping
             except Exception:
                 log.exception("compaction of %s failed; it is retried in the next pass", tp)
+
+
+class _ListenerView:
+    """The broker as the handlers of one listener see it: everything is the broker's, except
+    the advertised address, which is the listener's (``advertised.listeners``)."""
+
+    def __init__(self, broker: Broker, listener: listeners_mod.Listener, server: Server) -> None:
+        self._broker = broker
+        self._listener = listener
+        self._server = server
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._broker, name)
+
+    @property
+    def advertised_host(self) -> str:
+        return self._listener.advertised_host
+
+    @property
+    def listener_name(self) -> str:
+        return self._listener.name
+
+    @property
+    def advertised_port(self) -> int:
+        return self._listener.advertised_port or self._server.port

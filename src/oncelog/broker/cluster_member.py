@@ -37,7 +37,7 @@ import dataclasses
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import psycopg
 
@@ -122,14 +122,14 @@ class ClusterMember:
 
         return await self._call(ensure)
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, listeners: Mapping[str, tuple[str, int]] | None = None) -> None:
         """Create the schema (unless ``prepare`` did), register, rebalance, load the first view,
         start the timers. Raises DuplicateBrokerRegistration (another live process holds the
         node id) or StoreUnavailable."""
         if not self.cluster_id:
             self.cluster_id = await self._call(_ensure_schema_and_cluster_id)
         self.session = BrokerSession(self._control, self.node_id, host, port, config=self.session_config,
-                                     clock=self.clock)
+                                     clock=self.clock, listeners=listeners)
         await self._register()
         cfg = self.session_config
         self._tasks = [

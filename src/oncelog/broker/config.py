@@ -48,6 +48,46 @@ class BrokerConfig:
     #: listening port. Differs when clients reach the broker through a proxy (oncelog verify queue).
     advertised_port: int | None = field(default=None, metadata={"kafka": "advertised.port", "parse": _opt_int})
     node_id: int = field(default=1, metadata={"kafka": "node.id", "parse": int})
+    # issue 18: listeners, TLS and SASL (broker/listeners.py, broker/auth/, docs/SECURITY.md).
+    #: ``NAME://HOST:PORT,...``; None: one PLAINTEXT listener on listener.host/listener.port
+    listeners: str | None = field(default=None, metadata={"kafka": "listeners", "parse": str})
+    advertised_listeners: str | None = field(default=None, metadata={"kafka": "advertised.listeners", "parse": str})
+    listener_security_protocol_map: str = field(
+        default="PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        metadata={"kafka": "listener.security.protocol.map", "parse": str})
+    #: Kafka's default is GSSAPI, which oncelog does not have: every mechanism it has is on
+    sasl_enabled_mechanisms: str = field(default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                                         metadata={"kafka": "sasl.enabled.mechanisms", "parse": str})
+    #: KIP-368: an authenticated SASL session lasts this long; the client must re-authenticate
+    #: before it ends or the connection is closed at its next request. 0: forever (Kafka's default)
+    connections_max_reauth_ms: int = field(default=0, metadata={"kafka": "connections.max.reauth.ms", "parse": int})
+    #: cluster mode: the listener brokers use to reach each other (markers, verification); None:
+    #: the primary listener (the first PLAINTEXT one, else the first)
+    inter_broker_listener_name: str | None = field(default=None, metadata={"kafka": "inter.broker.listener.name", "parse": str})
+    #: Kafka's default is GSSAPI, which oncelog does not have
+    sasl_mechanism_inter_broker_protocol: str = field(
+        default="SCRAM-SHA-512", metadata={"kafka": "sasl.mechanism.inter.broker.protocol", "parse": str})
+    #: the broker's own login on a SASL inter-broker listener: ``… username="u" password="p";``
+    #: (Kafka's JAAS line; usually per listener: ``listener.name.<l>.<mechanism>.sasl.jaas.config``)
+    sasl_jaas_config: str | None = field(default=None, metadata={"kafka": "sasl.jaas.config", "parse": str})
+    connection_failed_authentication_delay_ms: int = field(
+        default=100, metadata={"kafka": "connection.failed.authentication.delay.ms", "parse": int})
+    ssl_keystore_type: str = field(default="PEM", metadata={"kafka": "ssl.keystore.type", "parse": str})
+    ssl_keystore_location: str | None = field(default=None, metadata={"kafka": "ssl.keystore.location", "parse": str})
+    ssl_keystore_certificate_chain: str | None = field(
+        default=None, metadata={"kafka": "ssl.keystore.certificate.chain", "parse": str})
+    ssl_keystore_key: str | None = field(default=None, metadata={"kafka": "ssl.keystore.key", "parse": str})
+    ssl_key_password: str | None = field(default=None, metadata={"kafka": "ssl.key.password", "parse": str})
+    ssl_truststore_type: str = field(default="PEM", metadata={"kafka": "ssl.truststore.type", "parse": str})
+    ssl_truststore_location: str | None = field(default=None, metadata={"kafka": "ssl.truststore.location", "parse": str})
+    ssl_truststore_certificates: str | None = field(
+        default=None, metadata={"kafka": "ssl.truststore.certificates", "parse": str})
+    ssl_client_auth: str = field(default="none", metadata={"kafka": "ssl.client.auth", "parse": str})
+    #: a TLS handshake (and, on SASL listeners, the authentication) must finish within this
+    ssl_handshake_timeout_ms: int = field(default=10_000, metadata={"kafka": "ssl.handshake.timeout.ms", "parse": int})
+    #: ``listener.name.<name>.<key>=value`` settings, for the ssl.* keys (Kafka's per-listener form)
+    listener_overrides: tuple[tuple[str, str], ...] = field(
+        default=(), metadata={"kafka": "listener.name.*", "parse": str})
     num_partitions: int = field(default=1, metadata={"kafka": "num.partitions", "parse": int})
     default_replication_factor: int = field(default=1, metadata={"kafka": "default.replication.factor", "parse": int})
     auto_create_topics_enable: bool = field(default=True, metadata={"kafka": "auto.create.topics.enable", "parse": _bool})
@@ -127,6 +167,15 @@ class BrokerConfig:
     def advertised(self) -> str:
         return self.advertised_host or self.host
 
+    def for_listener(self, name: str) -> "BrokerConfig":
+        """This configuration as listener ``name`` sees it: each ``listener.name.<name>.<key>``
+        (lower-case name, as Kafka writes it) replaces ``<key>``. Raises InvalidConfig."""
+        prefix = f"listener.name.{name.lower()}."
+        own = {k[len(prefix):]: v for k, v in self.listener_overrides if k.lower().startswith(prefix)}
+        # Kafka's per-mechanism form, listener.name.<l>.<mechanism>.sasl.jaas.config
+        own = {("sasl.jaas.config" if k.endswith(".sasl.jaas.config") else k): v for k, v in own.items()}
+        return dataclasses.replace(self.with_overrides(own), listener_overrides=()) if own else self
+
     def kafka_value(self, kafka_name: str) -> str | None:
         """The value of a Kafka-named property as Kafka describes it (unset flush intervals are
         Long.MAX_VALUE, booleans lower case); None for a name this class does not hold."""
@@ -147,7 +196,12 @@ class BrokerConfig:
     def with_overrides(self, props: dict[str, str]) -> "BrokerConfig":
         """A copy with Kafka-named properties applied. Raises InvalidConfig on unknown keys."""
         changes: dict[str, Any] = {}
+        per_listener = dict(self.listener_overrides)
         for key, raw in props.items():
+            if key.startswith("listener.name."):
+                per_listener[key] = raw
+                changes["listener_overrides"] = tuple(sorted(per_listener.items()))
+                continue
             spec = _BY_KAFKA_NAME.get(key)
             if spec is None:
                 raise InvalidConfig(f"unknown broker property {key!r}")

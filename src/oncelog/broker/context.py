@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
+    from oncelog.broker.auth.credentials import UserCredentials
+    from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
@@ -43,12 +45,20 @@ class BrokerContext(Protocol):
     producer_ids: "ProducerIdManager"
     #: cluster mode (issue 15): the broker's membership and view of the store; None when embedded
     cluster: "ClusterMember | None"
+    #: issue 18: the SCRAM credentials (AlterUserScramCredentials / Describe..., SASL logins)
+    users: "UserCredentials | StoreUserCredentials"
 
     @property
     def advertised_host(self) -> str: ...
 
     @property
     def advertised_port(self) -> int: ...
+
+    @property
+    def listener_name(self) -> str:
+        """The listener the request came on (issue 18): other brokers are named by their
+        endpoint of the same listener."""
+        ...
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]: ...
 
@@ -57,6 +67,8 @@ class BrokerContext(Protocol):
 class Client:
     peer: str  # "host:port"
     closed: "asyncio.Future[None]"
+    #: the authenticated principal (issue 18): "User:ANONYMOUS" on PLAINTEXT, else from SASL or the TLS certificate
+    principal: str = "User:ANONYMOUS"
 
     @property
     def host(self) -> str:

@@ -43,7 +43,10 @@ _OWN = {  # oncelog's own broker configs (no Kafka counterpart)
     "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms",
 }
 _LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes"}
-_NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port"}
+_NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port", "listener.name.*",
+              "listeners", "advertised.listeners"}
+#: secrets (issue 18): described with no value, as Kafka describes sensitive configs
+SENSITIVE = {"ssl.key.password", "ssl.keystore.key", "sasl.jaas.config"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,12 @@ class DynamicBrokerConfigs:
 
 
 def _kafka_type(name: str, value: object) -> ConfigType:
+    if name in SENSITIVE:
+        return ConfigType.PASSWORD
+    if name == "sasl.enabled.mechanisms":
+        return ConfigType.LIST
+    if name.startswith("ssl.") and not name.endswith(".ms"):
+        return ConfigType.STRING
     if isinstance(value, bool):
         return ConfigType.BOOLEAN
     if name.endswith(".ms") or name in _LONG:
@@ -193,14 +202,14 @@ def broker_config_rows(broker: BrokerConfig, dynamic: DynamicBrokerConfigs, *, d
         name = f.metadata["kafka"]
         if name in _NOT_KAFKA or name in BROKER_SYNONYMS:
             continue
-        static_row(name, broker.kafka_value(name), defaults.kafka_value(name),
+        static_row(name, None if name in SENSITIVE else broker.kafka_value(name), defaults.kafka_value(name),
                    ConfigType.LIST if name == "log.dirs" else _kafka_type(name, getattr(defaults, f.name)),
                    "oncelog's own (no Kafka counterpart)." if name in _OWN else "")
     port = broker.advertised_port or broker.port
-    static_row("listeners", f"PLAINTEXT://{broker.host}:{broker.port}", "PLAINTEXT://:9092", ConfigType.LIST,
-               "The listener (set with listener.host / listener.port).")
-    static_row("advertised.listeners", f"PLAINTEXT://{broker.advertised}:{port}", None, ConfigType.LIST,
-               "The address clients are told (advertised.host / advertised.port).")
+    static_row("listeners", broker.listeners or f"PLAINTEXT://{broker.host}:{broker.port}", "PLAINTEXT://:9092",
+               ConfigType.LIST, "The listeners (or one PLAINTEXT listener on listener.host / listener.port).")
+    static_row("advertised.listeners", broker.advertised_listeners or f"PLAINTEXT://{broker.advertised}:{port}", None,
+               ConfigType.LIST, "The addresses clients are told (advertised.host / advertised.port without listeners).")
     static_row("broker.id", str(broker.node_id), "-1", ConfigType.INT, "Equal to node.id.")
     static_row("process.roles", "broker,controller", "", ConfigType.LIST, "One process plays both roles.")
     for name, d in BROKER_SYNONYMS.items():

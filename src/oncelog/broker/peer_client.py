@@ -11,6 +11,12 @@ RequestTimedOut and the connection is closed (a late answer could otherwise be r
 answer to a later request, and a peer that stopped answering is treated as gone); a closed or
 broken connection fails every request waiting on it with a retriable error. Callers retry.
 
+Security (issue 18): ``PeerSecurity`` says how to reach the peers' inter-broker listener
+(``inter.broker.listener.name``): TLS with this broker's own certificate as the client
+certificate, and/or a SASL login (PLAIN or SCRAM, ``scramp``'s client) right after connecting,
+before the reader task starts, so the peer sees this broker as its principal (``User:<name>``).
+A refused login fails the request with a retriable error (logged), like an unreachable peer.
+
 Versions: peers run this same code, so a request is sent at the highest version both this
 broker's table and kio know (``version`` argument); no ApiVersions round trip.
 """
@@ -20,13 +26,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from oncelog.protocol import framing
+from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import CoordinatorNotAvailable, NotLeaderOrFollower, RequestTimedOut
 
-__all__ = ["PeerClients", "PeerConnection"]
+__all__ = ["PeerClients", "PeerConnection", "PeerSecurity"]
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +43,24 @@ MAX_RESPONSE_BYTES = 64 << 20
 CONNECT_TIMEOUT_S = 3.0
 
 
+@dataclass(frozen=True)
+class PeerSecurity:
+    """How this broker logs in to its peers: ``ssl_context`` (None: plaintext), ``mechanism``
+    (None: no SASL) with ``username``/``password``."""
+
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+
 class PeerConnection:
     """One pipelined connection to one peer. Event loop only."""
 
-    def __init__(self, node_id: int, host: str, port: int, client_id: str) -> None:
+    def __init__(self, node_id: int, host: str, port: int, client_id: str,
+                 security: PeerSecurity = PeerSecurity()) -> None:
         self.node_id = node_id
+        self.security = security
         self.address = (host, port)
         self.client_id = client_id
         self._corr = itertools.count(1)
@@ -84,13 +105,59 @@ class PeerConnection:
                 return
             if self.closed:
                 raise CoordinatorNotAvailable(f"connection to node {self.node_id} is closed")
+            sec = self.security
             try:
-                reader, writer = await asyncio.open_connection(*self.address)
-            except OSError as exc:
+                if sec.ssl_context is not None:
+                    reader, writer = await asyncio.open_connection(*self.address, ssl=sec.ssl_context,
+                                                                   server_hostname=self.address[0])
+                else:
+                    reader, writer = await asyncio.open_connection(*self.address)
+            except OSError as exc:  # ssl.SSLError too
                 raise NotLeaderOrFollower(f"cannot connect to node {self.node_id} at "
                                           f"{self.address[0]}:{self.address[1]}: {exc}") from None
+            if sec.mechanism is not None:
+                try:
+                    await self._login(reader, writer)
+                except Exception as exc:  # refused, a broken peer, scramp's verdict on its signature
+                    writer.close()
+                    log.warning("inter-broker login to node %d as %s with %s failed: %s", self.node_id,
+                                sec.username, sec.mechanism, exc)
+                    raise NotLeaderOrFollower(f"cannot log in to node {self.node_id}: {exc}") from None
             self._writer = writer
             self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    async def _login(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """SaslHandshake v1 and SaslAuthenticate round trips, one at a time, before the reader
+        task exists. Raises PermissionError when the peer refuses."""
+        import scramp
+
+        sec = self.security
+        corr = itertools.count(1)
+
+        async def call(api_key: int, version: int, body: Any) -> Any:
+            writer.write(framing.encode_request(api_key, version, next(corr), self.client_id, body))
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            if not 4 <= size <= MAX_RESPONSE_BYTES:
+                raise ValueError(f"response frame of {size} bytes")
+            return framing.decode_response(api_key, version, await reader.readexactly(size))[1]
+
+        cls = lambda k, v: apis.message_class(k, v, False)  # noqa: E731
+        hs = await call(apis.SASL_HANDSHAKE, 1, cls(apis.SASL_HANDSHAKE, 1)(mechanism=sec.mechanism))
+        if hs.error_code:
+            raise PermissionError(f"mechanism {sec.mechanism} refused (peer has {', '.join(hs.mechanisms)})")
+
+        async def step(token: bytes) -> bytes:
+            r = await call(apis.SASL_AUTHENTICATE, 2, cls(apis.SASL_AUTHENTICATE, 2)(auth_bytes=token))
+            if r.error_code:
+                raise PermissionError(r.error_message or "authentication failed")
+            return bytes(r.auth_bytes)
+
+        if sec.mechanism == "PLAIN":
+            await step(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
+            return
+        client = scramp.ScramClient([sec.mechanism], sec.username, sec.password)
+        client.set_server_first((await step(client.get_client_first().encode())).decode())
+        client.set_server_final((await step(client.get_client_final().encode())).decode())
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         why = "closed by the peer"
@@ -137,9 +204,11 @@ class PeerClients:
     """Connections to the other brokers, by node id. ``address_of(node_id)`` gives a live node's
     advertised (host, port), or None when the node is not live."""
 
-    def __init__(self, node_id: int, address_of: Callable[[int], tuple[str, int] | None]) -> None:
+    def __init__(self, node_id: int, address_of: Callable[[int], tuple[str, int] | None],
+                 security: PeerSecurity = PeerSecurity()) -> None:
         self.node_id = node_id
         self.address_of = address_of
+        self.security = security
         self._peers: dict[int, PeerConnection] = {}
 
     async def request(self, node: int, api_key: int, version: int, body: Any, *, timeout_s: float = 5.0) -> Any:
@@ -150,7 +219,8 @@ class PeerClients:
         if peer is None or peer.address != address:
             if peer is not None:
                 peer.close("the node's address changed")
-            peer = self._peers[node] = PeerConnection(node, *address, client_id=f"oncelog-broker-{self.node_id}")
+            peer = self._peers[node] = PeerConnection(node, *address, client_id=f"oncelog-broker-{self.node_id}",
+                                                      security=self.security)
         return await peer.request(api_key, version, body, timeout_s)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from oncelog.broker.context import Handler
 from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_user_scram_credentials,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -24,6 +25,7 @@ from oncelog.broker.handlers import (
     describe_groups,
     describe_producers,
     describe_transactions,
+    describe_user_scram_credentials,
     describe_log_dirs,
     describe_quorum,
     describe_topic_partitions,
@@ -46,6 +48,8 @@ from oncelog.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -65,6 +69,7 @@ ROUTES: dict[int, Handler] = {
         describe_producers, describe_transactions, list_transactions,  # issue 17
         alter_partition_reassignments, create_partitions, describe_log_dirs, describe_quorum,  # issue 16
         describe_topic_partitions, elect_leaders, list_partition_reassignments,
+        sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,  # issue 18
     )
 }
 

@@ -23,6 +23,14 @@ instead of one each. Holding back is bounded (``MAX_HELD_BYTES``) and never wait
 network: the moment no further Produce is queued, everything held goes out. Requests that may
 wait on purpose (a Fetch long poll, a JoinGroup) never have answers held behind them.
 
+Listeners and authentication (issue 18). One ``Server`` per listener (broker/listeners.py).
+On a TLS listener the handshake runs in its own task, bounded by ``ssl.handshake.timeout.ms``,
+so a client that stalls mid-handshake holds up nobody; a client that speaks plaintext to it
+fails the handshake and is closed. The client's principal is its certificate's subject
+(auth/tls.py). On a SASL listener every frame goes through the connection's SASL gate
+(auth/gate.py) until the connection is authenticated; then ``Client.principal`` is the
+authenticated user, on every later request of that connection.
+
 Bad input never takes the broker down (R22): an oversize or malformed frame, an unknown API or
 version, or a peer that disconnects mid-request ends that one connection with one log line.
 
@@ -39,6 +47,9 @@ two ways, chosen once per event loop:
 * copy: elsewhere (uvloop does not implement ``loop.sendfile``) every slice is read with
   ``os.pread`` and written through the transport.
 
+On a TLS listener (SSL, SASL_SSL: issue 18) the bytes are encrypted in the process, so slices
+are always copied: sendfile stays the plaintext listeners' path.
+
 Either way a slice is read while its descriptor is valid: the storage layer keeps a retired
 segment's file open for file.delete.delay.ms after it is deleted, and log files only grow under
 a live slice (whole batches below the log end), so a short read means the file was cut under
@@ -48,13 +59,18 @@ us; the frame size is already promised, so the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import logging
 import os
 import socket
+import ssl
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
+from oncelog.broker.auth import tls
+from oncelog.broker.auth.gate import gate
+from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection import Connection
 from oncelog.broker.context import Client, CloseConnection
@@ -72,6 +88,7 @@ SENDFILE_MIN_BYTES = 16 * 1024
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
 YIELD_AFTER = 0.002
+_HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -95,10 +112,20 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 class Server:
-    def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None) -> None:
+    def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None,
+                 name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
+                 sasl: Callable[[], SaslSession] | None = None) -> None:
         """``config``: the connection limits and timeouts. ``sendfile``: None (default) uses
-        sendfile(2) when the loop supports it; False never (for measurements)."""
+        sendfile(2) when the loop supports it; False never (for measurements). ``name``: the
+        listener's name (in log lines). ``ssl_context``: TLS on this listener. ``sasl``: a new
+        SASL session per connection (a SASL listener); None: no authentication."""
         self.handle = handle
+        self.name = name
+        self.ssl_context = ssl_context
+        self.new_sasl_session = sasl
+        self.handshake_timeout_s = config.ssl_handshake_timeout_ms / 1000
+        self.failed_auth_delay_s = config.connection_failed_authentication_delay_ms / 1000
+        self.reauth_s = config.connections_max_reauth_ms / 1000 if sasl is not None else 0.0
         self.host = host
         self.port = port
         cfg = config
@@ -123,9 +150,9 @@ class Server:
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
         loop = asyncio.get_running_loop()
-        self.sendfile = self._sendfile_wanted is not False and loop_supports_sendfile(loop)
-        log.info("event loop %s.%s; fetch data sent by %s", type(loop).__module__, type(loop).__name__,
-                 "sendfile(2)" if self.sendfile else "pread + write")
+        self.sendfile = self._sendfile_wanted is not False and loop_supports_sendfile(loop) and self.ssl_context is None
+        log.info("listener %s: event loop %s.%s; fetch data sent by %s", self.name, type(loop).__module__,
+                 type(loop).__name__, "sendfile(2)" if self.sendfile else "pread + write")
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -205,12 +232,30 @@ class Server:
                 log.warning("refusing a connection from %s: %s", ip, reason)
                 client.close()
                 continue
-            try:
-                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.ssl_context is not None:
+                # The TLS handshake runs in its own task, bounded: a client stalling in it holds
+                # up neither the accept loop nor anyone else.
+                task = loop.create_task(self._set_up(client, ip, max_bytes))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                await self._set_up(client, ip, max_bytes)
+
+    async def _set_up(self, client: socket.socket, ip: str, max_bytes: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.ssl_context is None:
                 await loop.connect_accepted_socket(lambda: Connection(self._start_serving, max_bytes), client)
-            except OSError as exc:
+            else:
+                await loop.connect_accepted_socket(lambda: Connection(self._start_serving, max_bytes), client,
+                                                   ssl=self.ssl_context, ssl_handshake_timeout=self.handshake_timeout_s)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+            if self.ssl_context is not None:
+                log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip, exc or type(exc).__name__)
+            else:
                 log.warning("could not set up a connection from %s: %s", ip, exc)
-                client.close()
+            client.close()
 
     async def _refuse_without_descriptors(self, sock: socket.socket, exc: OSError) -> None:
         """Out of descriptors with a connection waiting: accept it with the reserve descriptor
@@ -263,6 +308,13 @@ class Server:
         peer = conn.peer
         loop = asyncio.get_running_loop()
         client = Client(peer, conn.closed)
+        if self.ssl_context is not None and conn.transport is not None:
+            client = dataclasses.replace(client, principal=tls.principal_of(conn.transport.get_extra_info("ssl_object")))
+            if client.principal != tls.ANONYMOUS:
+                log.info("listener %s: %s presented a client certificate: %s", self.name, peer, client.principal)
+        session = self.new_sasl_session() if self.new_sasl_session is not None else None
+        expires: float | None = None  # KIP-368: when the authenticated session ends
+        reauthenticating = False
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0
         last_yield = loop.time()
@@ -275,7 +327,28 @@ class Server:
                     return
                 conn.busy = True
                 try:
-                    parts = await self.handle(frame, client)
+                    if session is not None and self.reauth_s and session.authenticated and frame[:2] == _HANDSHAKE_KEY:
+                        # KIP-368: re-authentication, with the mechanism of the first one
+                        mechanism = session.mechanism
+                        session = self.new_sasl_session()  # type: ignore[misc]
+                        session.enabled = (mechanism,)
+                        reauthenticating = True
+                    if session is not None and not session.authenticated:
+                        parts = await self._authenticate(conn, session, frame, client)
+                        if session.authenticated:
+                            if reauthenticating and session.principal != client.principal:
+                                raise CloseConnection(f"listener {self.name}: re-authentication as {session.principal} "
+                                                      f"on a connection of {client.principal}")
+                            client = dataclasses.replace(client, principal=session.principal)
+                            expires = loop.time() + self.reauth_s if self.reauth_s else None
+                            log.info("listener %s: %s %s as %s with %s", self.name, peer,
+                                     "re-authenticated" if reauthenticating else "authenticated",
+                                     session.principal, session.mechanism)
+                    else:
+                        if expires is not None and loop.time() > expires:
+                            raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
+                                                  "expired (connections.max.reauth.ms) without re-authentication")
+                        parts = await self.handle(frame, client)
                 finally:
                     conn.busy = False
                 if conn.is_closed:
@@ -303,6 +376,22 @@ class Server:
             self._per_ip[conn.peer_host] -= 1
             if self._per_ip[conn.peer_host] <= 0:
                 del self._per_ip[conn.peer_host]
+
+    async def _authenticate(self, conn: Connection, session: SaslSession, frame: bytes, client: Client) -> list[Any] | None:
+        """One frame through the SASL gate (auth/gate.py): ApiVersions is dispatched, the SASL
+        requests answered; a failed authentication is answered after
+        ``connection.failed.authentication.delay.ms`` (throttling password guessing), and the
+        connection closed (CloseConnection) once the answer is out."""
+        outcome = gate(session, frame)
+        if outcome.dispatch:
+            return await self.handle(frame, client)
+        if outcome.failed and self.failed_auth_delay_s > 0:
+            await asyncio.sleep(self.failed_auth_delay_s)
+        if outcome.close is not None:
+            if outcome.parts and not conn.is_closed:
+                await self._send(conn, outcome.parts)
+            raise CloseConnection(f"listener {self.name}: {outcome.close}")
+        return outcome.parts
 
     async def _send(self, conn: Connection, parts: list[Any]) -> None:
         """Write responses' parts in order, then wait for the transport to drain."""

@@ -32,7 +32,8 @@ Not thread-safe: one BrokerSession per broker process, driven by one thread.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from oncelog.clock import Clock, SystemClock
@@ -80,9 +81,17 @@ class BrokerInfo:
     rack: str | None
     broker_epoch: int
     live: bool
+    #: issue 18: listener name -> [advertised host, port], every listener of the broker
+    listeners: dict = field(default_factory=dict)  # type: ignore[type-arg]
+
+    def endpoint(self, listener: str | None) -> tuple[str, int]:
+        """The address of listener ``listener`` (the name the client came on); the registered
+        (primary) address when the broker has no such listener."""
+        ep = self.listeners.get(listener) if listener else None
+        return (str(ep[0]), int(ep[1])) if ep else (self.host, self.port)
 
 
-_INFO = "node_id, host, port, rack, broker_epoch, session_expires > clock_timestamp()"
+_INFO = "node_id, host, port, rack, broker_epoch, session_expires > clock_timestamp(), listeners"
 
 
 def registered_brokers(conn: Any) -> list[BrokerInfo]:
@@ -107,11 +116,12 @@ def forget(conn: Any, node_id: int) -> bool:
 
 _REGISTER = """
 INSERT INTO oncelog_broker AS b (node_id, host, port, rack, incarnation, broker_epoch, session_timeout_ms,
-                                 registered_at, session_expires)
+                                 registered_at, session_expires, listeners)
 VALUES (%(node)s, %(host)s, %(port)s, %(rack)s, %(inc)s, nextval('oncelog_broker_epoch_seq'), %(timeout)s,
-        clock_timestamp(), clock_timestamp() + %(timeout)s * interval '1 millisecond')
+        clock_timestamp(), clock_timestamp() + %(timeout)s * interval '1 millisecond', %(listeners)s::jsonb)
 ON CONFLICT (node_id) DO UPDATE SET
     host = EXCLUDED.host, port = EXCLUDED.port, rack = EXCLUDED.rack, incarnation = EXCLUDED.incarnation,
+    listeners = EXCLUDED.listeners,
     broker_epoch = EXCLUDED.broker_epoch, session_timeout_ms = EXCLUDED.session_timeout_ms,
     registered_at = EXCLUDED.registered_at, session_expires = EXCLUDED.session_expires
 WHERE b.session_expires <= clock_timestamp() OR b.incarnation = EXCLUDED.incarnation
@@ -135,8 +145,10 @@ class BrokerSession:
 
     def __init__(self, store: StoreConnection, node_id: int, host: str, port: int, *, rack: str | None = None,
                  config: SessionConfig = SessionConfig(), clock: Clock | None = None,
-                 incarnation: uuid.UUID | None = None) -> None:
+                 incarnation: uuid.UUID | None = None, listeners: Mapping[str, tuple[str, int]] | None = None) -> None:
+        """``listeners``: every listener's advertised endpoint (issue 18), registered with the broker."""
         self._store = store
+        self.listeners = {k: [h, p] for k, (h, p) in (listeners or {}).items()}
         self.node_id = node_id
         self.host, self.port, self.rack = host, port, rack
         self.config = config
@@ -151,6 +163,7 @@ class BrokerSession:
         sent = self._clock.monotonic_ms()
         rows = self._store.query(_REGISTER, {"node": self.node_id, "host": self.host, "port": self.port,
                                              "rack": self.rack, "inc": self.incarnation,
+                                             "listeners": json.dumps(self.listeners),
                                              "timeout": self.config.session_timeout_ms})
         if not rows:
             held = self._store.query("SELECT incarnation, broker_epoch, "

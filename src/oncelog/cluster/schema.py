@@ -39,6 +39,12 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     is live while ``session_expires > clock_timestamp()``; the row stays after its session ends,
     so its preferred partitions stay its own (assignment.py).
 
+``oncelog_scram_credential``
+    One row per user and SCRAM mechanism (issue 18, cluster/credentials.py): ``username``,
+    ``mechanism`` (``SCRAM-SHA-256``/``SCRAM-SHA-512``), ``salt``, ``stored_key``,
+    ``server_key``, ``iterations``: what SCRAM needs, never a password. Every broker reads the
+    table (at start, then every second) and AlterUserScramCredentials writes it.
+
 ``oncelog_append(...)``
     The function one group commit round calls: the epoch and log-end checks and the writes of
     every batch of the round, in one statement (one round trip; see group_commit.py).
@@ -99,6 +105,16 @@ CREATE TABLE IF NOT EXISTS oncelog_topic (
     created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+CREATE TABLE IF NOT EXISTS oncelog_scram_credential (
+    username   text    NOT NULL,
+    mechanism  text    NOT NULL,
+    salt       bytea   NOT NULL,
+    stored_key bytea   NOT NULL,
+    server_key bytea   NOT NULL,
+    iterations integer NOT NULL,
+    PRIMARY KEY (username, mechanism)
+);
+
 CREATE SEQUENCE IF NOT EXISTS oncelog_broker_epoch_seq;
 
 -- the cluster id, made by the first broker (one row)
@@ -126,6 +142,9 @@ CREATE TABLE IF NOT EXISTS oncelog_broker (
     registered_at      timestamptz NOT NULL,
     session_expires    timestamptz NOT NULL
 );
+-- issue 18: every listener's advertised endpoint, {"NAME": ["host", port]}; host/port above are
+-- the primary listener's (the one other brokers use)
+ALTER TABLE oncelog_broker ADD COLUMN IF NOT EXISTS listeners jsonb NOT NULL DEFAULT '{}'::jsonb;
 
 -- One group commit round (cluster/group_commit.py) in one statement: lock the partitions'
 -- rows in id order, then per request, in order, append it if its leader epoch is the store's

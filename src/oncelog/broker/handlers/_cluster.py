@@ -29,7 +29,7 @@ class Node:
 def nodes(broker: BrokerContext) -> list[Node]:
     if broker.cluster is None:
         return [Node(broker.node_id, broker.advertised_host, broker.advertised_port, None)]
-    return [Node(b.node_id, b.host, b.port, b.rack) for b in broker.cluster.view.brokers]
+    return [Node(b.node_id, *b.endpoint(broker.listener_name), b.rack) for b in broker.cluster.view.brokers]
 
 
 def partition_leader(broker: BrokerContext, tp: TopicPartition) -> tuple[ErrorCode, int, int]:

@@ -64,7 +64,7 @@ def _resolve(broker: BrokerContext, key_type: int, key: str) -> tuple[ErrorCode,
     node = view.broker(leader) if leader >= 0 else None
     if node is None:
         return ErrorCode.coordinator_not_available, -1, "", -1
-    return ErrorCode.none, node.node_id, node.host, node.port
+    return (ErrorCode.none, node.node_id, *node.endpoint(broker.listener_name))
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
