@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from oncelog.broker import periodic
 from oncelog.broker.cluster_routes import CLUSTER_ROUTES
+from oncelog.broker.acls import AclService
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
@@ -71,6 +72,7 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
+        self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self.dispatcher = Dispatcher(self, CLUSTER_ROUTES if store else ROUTES)
         self.server = Server(self.dispatcher.handle, config.host, config.port, config)
         self._housekeeping: list[asyncio.Task[None]] = []
@@ -98,6 +100,7 @@ class Broker:
         if self.store:
             return await self._start_cluster_member()
         self.cluster_id = _load_or_create_cluster_id(data_dir)
+        self.acls = AclService.for_config(self.config)  # before listening: no request is ever unchecked
         self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self.replicas.open()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
+    from oncelog.broker.acls import AclService
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
@@ -43,6 +44,8 @@ class BrokerContext(Protocol):
     producer_ids: "ProducerIdManager"
     #: cluster mode (issue 15): the broker's membership and view of the store; None when embedded
     cluster: "ClusterMember | None"
+    #: issue 18: the ACLs and their authorizer; None when ``authorizer.class.name`` is empty (everything allowed)
+    acls: "AclService | None"
 
     @property
     def advertised_host(self) -> str: ...
@@ -57,6 +60,8 @@ class BrokerContext(Protocol):
 class Client:
     peer: str  # "host:port"
     closed: "asyncio.Future[None]"
+    #: the authenticated principal (issue 18): "User:ANONYMOUS" on PLAINTEXT, else from SASL or the TLS certificate
+    principal: str = "User:ANONYMOUS"
 
     @property
     def host(self) -> str:

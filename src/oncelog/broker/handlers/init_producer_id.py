@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.broker.handlers._txn import error_code
@@ -24,7 +25,10 @@ API_KEY = apis.INIT_PRODUCER_ID
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    g = _acl.gate(broker, client, API_KEY)
     try:
+        if g is not None:
+            _authorize(g, req.transactional_id)  # before anything: a refused id fences nobody
         if req.transactional_id is not None:
             pid, epoch = await broker.transactions.init_producer_id(
                 req.transactional_id,
@@ -39,3 +43,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             error_code=error_code(exc, API_KEY, request.api_version), producer_id=-1, producer_epoch=-1
         )
     return m.InitProducerIdResponse(error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch)
+
+
+def _authorize(g: _acl.Gate, transactional_id: str | None) -> None:
+    """ACLs (issue 18, acl/rules.py): WRITE on the transactional id; without one (idempotent
+    producer, Kafka 3+) IDEMPOTENT_WRITE on the cluster or WRITE on some topic, else
+    CLUSTER_AUTHORIZATION_FAILED."""
+    if transactional_id is not None:
+        g.require("transactional_id", transactional_id)
+    elif not g.allowed("idempotent") and not g.any_allowed("any_topic"):
+        _acl.refuse(ErrorCode.cluster_authorization_failed, g.principal,
+                    "an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic")
