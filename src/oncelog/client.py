@@ -16,9 +16,12 @@ from oncelog.protocol import apis, framing
 
 
 class ProtocolClient:
-    def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "oncelog-cli") -> None:
+    def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "oncelog-cli",
+                 source_host: str | None = None) -> None:
+        """``source_host``: the local address to connect from (host-based ACLs, issue 18)."""
         host, port = parse_host_port(bootstrap)
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source_host, 0) if source_host else None)
         self.client_id = client_id
         self._corr = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
