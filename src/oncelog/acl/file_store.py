@@ -53,4 +53,5 @@ class AclFileStore:
 
     def save(self, bindings: Iterable[AclBinding]) -> None:
         rows = sorted(b.to_json() for b in bindings)  # type: ignore[type-var]
-        write_atomically(self.path, json.dumps({"version": 1, "acls": rows}, indent=0).encode())
+        lines = ",\n  ".join(json.dumps(r) for r in rows)
+        write_atomically(self.path, ('{"version": 1, "acls": [\n  ' + lines + "\n]}\n").encode())
