@@ -142,8 +142,8 @@ def _check(code: Any, message: str | None, what: str) -> None:
 class WireAcls:
     """The three ACL APIs against a running broker."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
-        self.client = ProtocolClient(bootstrap, timeout=timeout, client_id="oncelog-acls")
+    def __init__(self, bootstrap: str, timeout: float = 10.0, source_host: str | None = None) -> None:
+        self.client = ProtocolClient(bootstrap, timeout=timeout, client_id="oncelog-acls", source_host=source_host)
 
     def close(self) -> None:
         self.client.close()
