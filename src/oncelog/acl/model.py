@@ -121,8 +121,9 @@ class AclBinding:
            permission: int) -> "AclBinding":
         """A validated binding from wire codes; raises InvalidRequest (CreateAcls answers it per
         creation) for unknown codes, ANY/MATCH/UNKNOWN values, an empty name, a CLUSTER name
-        other than ``kafka-cluster``, an operation the resource type does not support, or a
-        principal that is not ``Type:name``."""
+        other than ``kafka-cluster``, or a principal that is not ``Type:name``. As Kafka's broker,
+        an operation the resource type does not support is accepted (it never matches a check);
+        the CLI refuses it, as kafka-acls.sh does."""
         try:
             b = cls(ResourceType(resource_type), name, PatternType(pattern_type), principal, host,
                     AclOperation(operation), PermissionType(permission))
@@ -138,8 +139,6 @@ class AclBinding:
             raise InvalidRequest(f"invalid pattern type {self.pattern_type.name} (LITERAL or PREFIXED)")
         if self.operation in (Op.ANY, Op.UNKNOWN):
             raise InvalidRequest(f"invalid operation {self.operation.name}")
-        if self.operation != Op.ALL and self.operation not in SUPPORTED_OPERATIONS[self.resource_type]:
-            raise InvalidRequest(f"operation {self.operation.name} is not supported on {self.resource_type.name}")
         if self.permission not in (PermissionType.ALLOW, PermissionType.DENY):
             raise InvalidRequest(f"invalid permission type {self.permission.name}")
         if not self.name:

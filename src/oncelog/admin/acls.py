@@ -17,7 +17,7 @@ from typing import Any
 from oncelog.acl.authorizer import Authorizer, AuthorizerSettings
 from oncelog.acl.file_store import AclFileStore
 from oncelog.acl.model import (
-    CLUSTER_NAME, AclBinding, AclFilter, AclOperation, PatternType, PermissionType, ResourceType,
+    CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBinding, AclFilter, AclOperation, PatternType, PermissionType, ResourceType,
 )
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis
@@ -104,6 +104,9 @@ class AclOptions:
                 for principal in principals:
                     for host in hosts or ["*"]:
                         for op in self._ops_for(rtype):
+                            if op != AclOperation.ALL and op not in SUPPORTED_OPERATIONS[rtype]:
+                                raise AclsError(f"operation {op.name} is not supported on {rtype.name} (supported: "
+                                                + ", ".join(o.name for o in SUPPORTED_OPERATIONS[rtype]) + ")")
                             try:
                                 out.append(AclBinding.of(rtype, name, pt, principal, host, op, perm))
                             except KafkaError as exc:
