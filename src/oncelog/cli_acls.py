@@ -4,8 +4,9 @@
 ``admin.acls``; this module parses options and prints (a rich table, or ``--json``).
 
 ``--bootstrap-server`` talks to a running broker (CreateAcls / DeleteAcls / DescribeAcls);
-``--data-dir`` edits an embedded broker's ``acls.json`` while no broker runs on it, which is how
-the first ACLs are given before anyone can authenticate as a super user.
+``--data-dir`` edits an embedded broker's ``acls.json`` while no broker runs on it, and
+``--store URL`` a cluster's ACLs in its PostgreSQL store: how the first ACLs are given before
+anyone can authenticate as a super user.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ console = Console()
 
 BOOTSTRAP = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a broker (default 127.0.0.1:9092)")
 DATA_DIR = typer.Option(None, "--data-dir", help="edit this embedded broker's acls.json instead (no broker running)")
+STORE = typer.Option(None, "--store", help="edit a cluster's ACLs in its PostgreSQL store (postgresql://…)")
 JSON = typer.Option(False, "--json", help="print JSON (for scripts) instead of a table")
 ALLOW_P = typer.Option([], "--allow-principal", help="principal to allow, e.g. User:alice or User:* (repeatable)")
 DENY_P = typer.Option([], "--deny-principal", help="principal to deny (repeatable)")
@@ -53,11 +55,11 @@ def _fail(message: str, as_json: bool, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _target(bootstrap: Optional[str], data_dir: Optional[Path]) -> WireAcls | FileAcls:
-    if bootstrap and data_dir:
-        raise AclsError("give --bootstrap-server or --data-dir, not both")
-    if data_dir is not None:
-        return FileAcls(data_dir)
+def _target(bootstrap: Optional[str], data_dir: Optional[Path], store: Optional[str] = None) -> WireAcls | FileAcls:
+    if sum(x is not None for x in (bootstrap, data_dir, store)) > 1:
+        raise AclsError("give one of --bootstrap-server, --data-dir, --store")
+    if data_dir is not None or store is not None:
+        return FileAcls(data_dir, store)
     return WireAcls(bootstrap or "127.0.0.1:9092")
 
 
@@ -84,7 +86,7 @@ def _options(allow_p: list[str], deny_p: list[str], allow_h: list[str], deny_h: 
 
 @app.command("add")
 def add(
-    bootstrap: Optional[str] = BOOTSTRAP, data_dir: Optional[Path] = DATA_DIR,
+    bootstrap: Optional[str] = BOOTSTRAP, data_dir: Optional[Path] = DATA_DIR, store: Optional[str] = STORE,
     allow_principal: list[str] = ALLOW_P, deny_principal: list[str] = DENY_P,
     allow_host: list[str] = ALLOW_H, deny_host: list[str] = DENY_H, operation: list[str] = OPS,
     topic: list[str] = TOPICS, group: list[str] = GROUPS, transactional_id: list[str] = TXN_IDS,
@@ -98,7 +100,7 @@ def add(
     try:
         bindings = _options(allow_principal, deny_principal, allow_host, deny_host, operation, topic, group,
                             transactional_id, cluster, resource_pattern_type, producer, consumer, idempotent).bindings()
-        with _target(bootstrap, data_dir) as t:
+        with _target(bootstrap, data_dir, store) as t:
             t.add(bindings)
     except (AclsError, OSError) as exc:
         _fail(str(exc), as_json)
@@ -108,7 +110,7 @@ def add(
 
 @app.command("remove")
 def remove(
-    bootstrap: Optional[str] = BOOTSTRAP, data_dir: Optional[Path] = DATA_DIR,
+    bootstrap: Optional[str] = BOOTSTRAP, data_dir: Optional[Path] = DATA_DIR, store: Optional[str] = STORE,
     allow_principal: list[str] = ALLOW_P, deny_principal: list[str] = DENY_P,
     allow_host: list[str] = ALLOW_H, deny_host: list[str] = DENY_H, operation: list[str] = OPS,
     topic: list[str] = TOPICS, group: list[str] = GROUPS, transactional_id: list[str] = TXN_IDS,
@@ -121,7 +123,7 @@ def remove(
                         transactional_id, cluster, resource_pattern_type)
         if not opts.resources(PatternType.LITERAL):
             raise AclsError("name a resource: --topic, --group, --transactional-id or --cluster")
-        with _target(bootstrap, data_dir) as t:
+        with _target(bootstrap, data_dir, store) as t:
             gone = t.remove(opts.filters())
     except (AclsError, OSError) as exc:
         _fail(str(exc), as_json)
@@ -131,7 +133,7 @@ def remove(
 
 @app.command("list")
 def list_(
-    bootstrap: Optional[str] = BOOTSTRAP, data_dir: Optional[Path] = DATA_DIR,
+    bootstrap: Optional[str] = BOOTSTRAP, data_dir: Optional[Path] = DATA_DIR, store: Optional[str] = STORE,
     principal: list[str] = typer.Option([], "--principal", help="only ACLs of this principal"),
     topic: list[str] = TOPICS, group: list[str] = GROUPS, transactional_id: list[str] = TXN_IDS,
     cluster: bool = CLUSTER, resource_pattern_type: Optional[str] = PATTERN, as_json: bool = JSON,
@@ -142,7 +144,7 @@ def list_(
         flts = opts.filters()
         if principal:  # --principal lists both permissions
             flts = [dataclasses.replace(f, permission=PermissionType.ANY) for f in flts]
-        with _target(bootstrap, data_dir) as t:
+        with _target(bootstrap, data_dir, store) as t:
             found = t.list(flts)
     except (AclsError, OSError) as exc:
         _fail(str(exc), as_json)

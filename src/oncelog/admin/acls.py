@@ -199,18 +199,35 @@ class WireAcls:
 
 class FileAcls:
     """The same three operations on an embedded broker's ``<data-dir>/acls.json`` while no broker
-    runs on it (a running broker would not see the change until restarted)."""
+    runs on it (a running broker would not see the change until restarted), or (``store``) on a
+    cluster's PostgreSQL store, where running brokers apply the change within a poll."""
 
-    def __init__(self, data_dir: Path) -> None:
-        Path(data_dir).mkdir(parents=True, exist_ok=True)
-        self.store = AclFileStore(Path(data_dir))
+    def __init__(self, data_dir: Path | None = None, store: str | None = None) -> None:
+        if store is not None:
+            from oncelog.broker.cluster_member import connector
+            from oncelog.cluster.acls import StoreAcls
+            from oncelog.cluster.schema import ensure_schema
+
+            connect = connector(store)
+            conn = connect()
+            try:
+                ensure_schema(conn)
+            finally:
+                conn.close()
+            self.store: Any = StoreAcls(connect, "oncelog acls")
+        else:
+            assert data_dir is not None
+            Path(data_dir).mkdir(parents=True, exist_ok=True)
+            self.store = AclFileStore(Path(data_dir))
         self.az = Authorizer(AuthorizerSettings(), self.store.load())
 
     def __enter__(self) -> "FileAcls":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
 
     def add(self, bindings: list[AclBinding]) -> None:
         self.az.replace(self.store.apply(self.az.bindings, bindings, ()))

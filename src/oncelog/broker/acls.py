@@ -83,6 +83,12 @@ class AclService:
         now = await asyncio.to_thread(self.store.apply, self.authorizer.bindings, list(added), list(removed))
         self.authorizer.replace(now)
 
-    def reload(self) -> None:
-        """Re-read the store (cluster mode: another broker changed the ACLs)."""
-        self.authorizer.replace(self.store.load())
+    async def refresh(self) -> None:
+        """Cluster mode: reload the bindings if another broker changed them (cheap otherwise)."""
+        changed = getattr(self.store, "changed", None)
+        if changed is None:
+            return
+        async with self._lock:
+            if await asyncio.to_thread(changed):
+                self.authorizer.replace(await asyncio.to_thread(self.store.load))
+                log.info("ACLs reloaded from the store: %d binding(s)", len(self.authorizer.bindings))

@@ -39,6 +39,7 @@ from oncelog.types import TopicPartition
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.cluster_parts import ClusterParts
+    from oncelog.cluster.acls import StoreAcls
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Broker:
         self._cluster_parts: ClusterParts | None = None
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
+        self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
         self.dispatcher = Dispatcher(self, CLUSTER_ROUTES if store else ROUTES)
         self.server = Server(self.dispatcher.handle, config.host, config.port, config)
         self._housekeeping: list[asyncio.Task[None]] = []
@@ -189,6 +191,13 @@ class Broker:
             raise
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
+        if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
+            from oncelog.broker.cluster_member import connector
+            from oncelog.cluster.acls import StoreAcls
+
+            self._store_acls = StoreAcls(connector(self.store), f"node {self.node_id} acls")
+            self.acls = await asyncio.to_thread(AclService.for_config, cfg, self._store_acls)
+            member.after_poll.append(self.acls.refresh)  # type: ignore[union-attr]
 
         def address_of(node: int) -> tuple[str, int] | None:
             b = member.view.broker(node)
@@ -242,6 +251,8 @@ class Broker:
             self._peers.close()
         if self._cluster_parts is not None:
             self._cluster_parts.close()
+        if self._store_acls is not None:
+            self._store_acls.close()
         self.replicas.close()
 
     def _expire_producers(self) -> None:
