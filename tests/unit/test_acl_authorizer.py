@@ -213,3 +213,12 @@ def test_json_round_trip(bs) -> None:  # type: ignore[no-untyped-def]
         except InvalidRequest:
             pass
     assert {AclBinding.from_json(b.to_json()) for b in valid} == set(valid)
+
+
+def test_docs_carry_the_rules_table() -> None:
+    from pathlib import Path
+
+    from oncelog.acl.rules import table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "ACLS.md").read_text()
+    assert table() in doc, "docs/ACLS.md: paste oncelog.acl.rules.table() into 'What each API needs'"
