@@ -15,7 +15,8 @@ gets ``NOT_REQUESTED`` (Integer.MIN_VALUE).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import Any
 
 from oncelog.acl.authorizer import Authorizer
 from oncelog.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, ResourceType
@@ -23,8 +24,7 @@ from oncelog.acl.rules import RULES, Need
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.protocol.errors import ErrorCode, error_for
 
-if TYPE_CHECKING:
-    pass
+log = logging.getLogger(__name__)
 
 __all__ = ["CLUSTER", "GROUP", "Gate", "NOT_REQUESTED", "TOPIC", "TRANSACTIONAL_ID", "authorized_operations", "gate"]
 
@@ -68,6 +68,8 @@ class Gate:
         if self._az.authorize(self._principal, self._host, n.operation, n.resource, name):
             return None
         assert n.error is not None, f"rule {role} has no error code"
+        log.debug("denied: %s from %s may not %s %s %s", self._principal, self._host, n.operation.name,
+                  n.resource.name, name)
         return n.error
 
     def require(self, role: str, name: str = CLUSTER_NAME) -> None:

@@ -1,6 +1,6 @@
 """DescribeGroups (15): state, protocol and members of groups; members' subscription metadata
 and assignments while the group is Stable (as Kafka). An unknown group is described as Dead with
-no error (v0..v5). Authorized operations when asked: all of a group's (no authorizer; _acl.py)."""
+no error (v0..v5). Authorized operations when asked: those allowed (all without an authorizer; _acl.py). ACLs (issue 18): DESCRIBE on each group."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ name order, starting at the request's ``cursor`` (that topic, from that partitio
 next topic and partition. A cursor topic that is not in an explicit topic list (or a negative
 cursor partition) is an INVALID_REQUEST carried by every requested topic, as Kafka's error
 response does. A topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION
-(nothing is auto-created). Topic authorized operations: all (no authorizer; _acl.py).
+(nothing is auto-created). Topic authorized operations: those allowed (all without an authorizer; _acl.py). ACLs (issue 18): DESCRIBE on each topic, unnamed ones left out.
 """
 
 from __future__ import annotations
