@@ -96,7 +96,10 @@ RULES: dict[int, dict[str, Need]] = {
         "two_phase_commit": Need(R.TRANSACTIONAL_ID, Op.TWO_PHASE_COMMIT, _TXN, REQ,
                                  "KIP-939 enable_2pc (v6+, not served yet): also TWO_PHASE_COMMIT"),
     },
-    apis.OFFSET_FOR_LEADER_EPOCH: {"topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, ITEM), "follower": _FOLLOWER},
+    apis.OFFSET_FOR_LEADER_EPOCH: {
+        "follower": Need(R.CLUSTER, Op.CLUSTER_ACTION, None, FILTER, "CLUSTER_ACTION on the cluster covers every topic;"),
+        "topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, ITEM, "otherwise DESCRIBE on each topic"),
+    },
     apis.ADD_PARTITIONS_TO_TXN: {
         "transactional_id": Need(R.TRANSACTIONAL_ID, Op.WRITE, _TXN, ITEM, "every partition of the transaction"),
         "topic": Need(R.TOPIC, Op.WRITE, _TOPIC, ITEM, "the others answer OPERATION_NOT_ATTEMPTED"),
