@@ -106,9 +106,12 @@ def authorized_operations(g: Gate | None, req: Any, flag: str, rtype: ResourceTy
     return g.operations(rtype, name)
 
 
-def operations(req: Any, flag: str, bits: int) -> int:
-    """``bits`` when the request's boolean field ``flag`` is set, else NOT_REQUESTED (no authorizer)."""
-    return bits if getattr(req, flag, False) else NOT_REQUESTED
+def cluster_operations(g: Gate | None, req: Any) -> int:
+    """KIP-430 cluster operations (Metadata v8-10, DescribeCluster): 0 without DESCRIBE on the
+    cluster (the rule ``cluster_ops``), as Kafka."""
+    if g is not None and getattr(req, "include_cluster_authorized_operations", False) and not g.allowed("cluster_ops"):
+        return 0
+    return authorized_operations(g, req, "include_cluster_authorized_operations", ResourceType.CLUSTER)
 
 
 def denied(g: Gate | None, role: str, name: str = CLUSTER_NAME) -> ErrorCode | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol.messages import Builder
@@ -28,12 +27,5 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         controller_id=_cluster.controller_id(broker),
         brokers=tuple(m.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack, is_fenced=False)
                       for n in _cluster.nodes(broker)),
-        cluster_authorized_operations=_cluster_operations(_acl.gate(broker, client, API_KEY), request.body),
+        cluster_authorized_operations=_acl.cluster_operations(_acl.gate(broker, client, API_KEY), request.body),
     )
-
-
-def _cluster_operations(g: _acl.Gate | None, req: Any) -> int:
-    """KIP-430: the allowed cluster operations; 0 without DESCRIBE on the cluster (issue 18)."""
-    if g is not None and getattr(req, "include_cluster_authorized_operations", False) and not g.allowed("cluster_ops"):
-        return 0
-    return _acl.authorized_operations(g, req, "include_cluster_authorized_operations", ResourceType.CLUSTER)

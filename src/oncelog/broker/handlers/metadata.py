@@ -114,15 +114,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         cluster_id=broker.cluster_id,
         controller_id=_cluster.controller_id(broker),
         topics=tuple(topics),
-        cluster_authorized_operations=_cluster_operations(g, req),
+        cluster_authorized_operations=_acl.cluster_operations(g, req),
     )
-
-
-def _cluster_operations(g: _acl.Gate | None, req: Any) -> int:
-    """KIP-430 cluster operations: 0 without DESCRIBE on the cluster (as Kafka)."""
-    if g is not None and getattr(req, "include_cluster_authorized_operations", False) and not g.allowed("cluster_ops"):
-        return 0
-    return _acl.authorized_operations(g, req, "include_cluster_authorized_operations", ResourceType.CLUSTER)
 
 
 def _partition(broker: BrokerContext, m: Builder, topic: str, p: int) -> Any:
