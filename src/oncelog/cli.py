@@ -47,6 +47,10 @@ app.add_typer(transactions_app, name="transactions")
 from oncelog.cli_users import app as users_app  # noqa: E402  (issue 18)
 
 app.add_typer(users_app, name="users")
+
+from oncelog.cli_acls import app as acls_app  # noqa: E402  (issue 18)
+
+app.add_typer(acls_app, name="acls")
 console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")

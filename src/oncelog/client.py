@@ -34,15 +34,18 @@ class ProtocolClient:
     """``transaction_version``: 1 (default) never picks the transactions-version-2 versions of
     Produce, EndTxn and TxnOffsetCommit on its own (``TV1_MAX_VERSIONS``); 2 does, when the
     broker advertises them. An explicit ``version=`` is always sent as asked. ``security``: the
-    client properties of a TLS / SASL listener (``security.protocol``, ``ssl.*``, ``sasl.*``)."""
+    client properties of a TLS / SASL listener (``security.protocol``, ``ssl.*``, ``sasl.*``).
+    ``source_host``: the local address to connect from (host-based ACLs, issue 18)."""
 
     def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "oncelog-cli",
-                 transaction_version: int = 1, security: dict[str, str] | None = None) -> None:
+                 transaction_version: int = 1, security: dict[str, str] | None = None,
+                 source_host: str | None = None) -> None:
         self.transaction_version = transaction_version
         host, port = parse_host_port(bootstrap)
         sec = dict(security or {})
         protocol = sec.get("security.protocol", "PLAINTEXT").upper()
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source_host, 0) if source_host else None)
         if protocol in ("SSL", "SASL_SSL"):
             self.sock = _tls_context(sec).wrap_socket(self.sock, server_hostname=host)
         self.client_id = client_id

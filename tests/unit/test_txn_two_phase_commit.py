@@ -239,17 +239,12 @@ def test_keep_refusals(node: TxnNode) -> None:
 # -- the broker's permission ----------------------------------------------------------------------------
 
 
-def test_switch_and_permission_hook() -> None:
+def test_switch_and_permission() -> None:
     with pytest.raises(TransactionalIdAuthorizationFailed, match="transaction.two.phase.commit.enable=false"):
-        two_phase_commit.check_2pc_allowed(False, two_phase_commit.ANONYMOUS, "tx")
-    two_phase_commit.check_2pc_allowed(True, two_phase_commit.ANONYMOUS, "tx")  # no authorizer: allowed
-    two_phase_commit.set_authorizer(lambda principal, tid: tid.startswith("db-"))
-    try:
-        two_phase_commit.check_2pc_allowed(True, "User:alice", "db-1")
-        with pytest.raises(TransactionalIdAuthorizationFailed, match="User:alice may not use two-phase commit"):
-            two_phase_commit.check_2pc_allowed(True, "User:alice", "spark-1")
-    finally:
-        two_phase_commit.set_authorizer(None)
+        two_phase_commit.check_2pc_allowed(False, True, "User:ANONYMOUS", "tx")
+    two_phase_commit.check_2pc_allowed(True, True, "User:alice", "db-1")
+    with pytest.raises(TransactionalIdAuthorizationFailed, match="User:alice may not use two-phase commit"):
+        two_phase_commit.check_2pc_allowed(True, False, "User:alice", "spark-1")
 
 
 # -- find-hanging ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from oncelog.broker.auth import tls
 from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
 from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
 from oncelog.broker.cluster_routes import CLUSTER_ROUTES
+from oncelog.broker.acls import AclService
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.cluster_parts import ClusterParts
+    from oncelog.cluster.acls import StoreAcls
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
+        self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
+        self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
         #: SCRAM credentials: the data dir's file; in cluster mode the store's (set by start())
         self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
         routes = CLUSTER_ROUTES if store else ROUTES
@@ -204,6 +208,7 @@ class Broker:
         if self.store:
             return await self._start_cluster_member()
         self.cluster_id = _load_or_create_cluster_id(data_dir)
+        self.acls = AclService.for_config(self.config)  # before listening: no request is ever unchecked
         self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self.replicas.open()
@@ -292,6 +297,13 @@ class Broker:
             raise
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
+        if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
+            from oncelog.broker.cluster_member import connector
+            from oncelog.cluster.acls import StoreAcls
+
+            self._store_acls = StoreAcls(connector(self.store), f"node {self.node_id} acls")
+            self.acls = await asyncio.to_thread(AclService.for_config, cfg, self._store_acls)
+            member.after_poll.append(self.acls.refresh)  # type: ignore[union-attr]
 
         inter = self._inter_broker_listener()
 
@@ -363,6 +375,8 @@ class Broker:
         close_users = getattr(self.users, "close", None)
         if close_users is not None:
             close_users()
+        if self._store_acls is not None:
+            self._store_acls.close()
         self.replicas.close()
 
     def _expire_producers(self) -> None:

@@ -37,7 +37,7 @@ import dataclasses
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 import psycopg
 
@@ -90,6 +90,8 @@ class ClusterMember:
         self._rebalanced_for: tuple[int, ...] = ()  # the live brokers the last rebalance saw
         self._listener: MetadataListener | None = None
         self._hinted: asyncio.Task[None] | None = None
+        #: awaited after every metadata poll (and so after every notification): ACL reload (issue 18)
+        self.after_poll: list[Callable[[], Awaitable[None]]] = []
 
     # -- the control thread ----------------------------------------------------------------
 
@@ -249,6 +251,11 @@ class ClusterMember:
             return
         changed = view.live_ids != self._rebalanced_for
         self._apply(view)
+        for hook in self.after_poll:
+            try:
+                await hook()
+            except StoreUnavailable as exc:
+                log.info("node %d: after-poll hook failed: %s", self.node_id, exc)
         if changed:
             log.info("node %d: live brokers now %s", self.node_id, list(view.live_ids))
             try:

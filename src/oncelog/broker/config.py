@@ -32,6 +32,19 @@ def _bool(v: str) -> bool:
     raise ValueError(f"not a boolean: {v!r}")
 
 
+#: ``authorizer.class.name`` values that turn ACLs on (issue 18): Kafka's two and oncelog's short name
+AUTHORIZER_NAMES = frozenset({
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer", "oncelog",
+})
+
+
+def _authorizer(v: str) -> str:
+    v = v.strip()
+    if v and v not in AUTHORIZER_NAMES:
+        raise ValueError(f"unknown authorizer (one of: {', '.join(sorted(AUTHORIZER_NAMES))}, or empty for none)")
+    return v
+
+
 def _opt_int(v: str) -> int | None:
     return None if v.strip() in ("", "none", "null") else int(v)
 
@@ -161,6 +174,12 @@ class BrokerConfig:
     broker_session_timeout_ms: int = field(default=9_000, metadata={"kafka": "broker.session.timeout.ms", "parse": int})
     broker_heartbeat_interval_ms: int = field(
         default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
+    )
+    # ACLs (issue 18, docs/ACLS.md): Kafka's switch and settings; empty authorizer = ACLs off
+    authorizer_class_name: str = field(default="", metadata={"kafka": "authorizer.class.name", "parse": _authorizer})
+    super_users: str = field(default="", metadata={"kafka": "super.users", "parse": str})
+    allow_everyone_if_no_acl_found: bool = field(
+        default=False, metadata={"kafka": "allow.everyone.if.no.acl.found", "parse": _bool}
     )
 
     @property

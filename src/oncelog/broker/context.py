@@ -23,6 +23,7 @@ from oncelog.protocol.framing import Request
 if TYPE_CHECKING:
     from oncelog.broker.auth.credentials import UserCredentials
     from oncelog.broker.cluster_credentials import StoreUserCredentials
+    from oncelog.broker.acls import AclService
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
@@ -47,6 +48,8 @@ class BrokerContext(Protocol):
     cluster: "ClusterMember | None"
     #: issue 18: the SCRAM credentials (AlterUserScramCredentials / Describe..., SASL logins)
     users: "UserCredentials | StoreUserCredentials"
+    #: issue 18: the ACLs and their authorizer; None when ``authorizer.class.name`` is empty (everything allowed)
+    acls: "AclService | None"
 
     @property
     def advertised_host(self) -> str: ...

@@ -15,11 +15,14 @@ from oncelog.broker.handlers import (
     alter_configs,
     alter_partition_reassignments,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -70,6 +73,7 @@ ROUTES: dict[int, Handler] = {
         alter_partition_reassignments, create_partitions, describe_log_dirs, describe_quorum,  # issue 16
         describe_topic_partitions, elect_leaders, list_partition_reassignments,
         sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,  # issue 18
+        create_acls, delete_acls, describe_acls,  # issue 18
     )
 }
 

@@ -45,6 +45,11 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     ``server_key``, ``iterations``: what SCRAM needs, never a password. Every broker reads the
     table (at start, then every second) and AlterUserScramCredentials writes it.
 
+``oncelog_acl`` (issue 18)
+    One row per ACL binding (Kafka's codes; the whole binding is the key), and
+    ``oncelog_acl_version`` (one row): a counter every change of the ACLs increments in the same
+    transaction, so a broker reloads the bindings only when it moved (cluster/acls.py).
+
 ``oncelog_append(...)``
     The function one group commit round calls: the epoch and log-end checks and the writes of
     every batch of the round, in one statement (one round trip; see group_commit.py).
@@ -116,6 +121,22 @@ CREATE TABLE IF NOT EXISTS oncelog_scram_credential (
 );
 
 CREATE SEQUENCE IF NOT EXISTS oncelog_broker_epoch_seq;
+
+-- ACLs (issue 18, cluster/acls.py)
+CREATE TABLE IF NOT EXISTS oncelog_acl (
+    resource_type smallint NOT NULL,
+    name          text     NOT NULL,
+    pattern_type  smallint NOT NULL,
+    principal     text     NOT NULL,
+    host          text     NOT NULL,
+    operation     smallint NOT NULL,
+    permission    smallint NOT NULL,
+    PRIMARY KEY (resource_type, name, pattern_type, principal, host, operation, permission)
+);
+CREATE TABLE IF NOT EXISTS oncelog_acl_version (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    version bigint  NOT NULL
+);
 
 -- the cluster id, made by the first broker (one row)
 CREATE TABLE IF NOT EXISTS oncelog_cluster (

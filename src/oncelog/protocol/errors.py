@@ -115,3 +115,10 @@ PolicyViolation = _define("PolicyViolation", ErrorCode.policy_violation)
 OffsetMetadataTooLarge = _define("OffsetMetadataTooLarge", ErrorCode.offset_metadata_too_large)
 FencedLeaderEpoch = _define("FencedLeaderEpoch", ErrorCode.fenced_leader_epoch)
 UnknownLeaderEpoch = _define("UnknownLeaderEpoch", ErrorCode.unknown_leader_epoch)
+# issue 18: authorization
+TopicAuthorizationFailed = _define("TopicAuthorizationFailed", ErrorCode.topic_authorization_failed)
+GroupAuthorizationFailed = _define("GroupAuthorizationFailed", ErrorCode.group_authorization_failed)
+ClusterAuthorizationFailed = _define("ClusterAuthorizationFailed", ErrorCode.cluster_authorization_failed)
+TransactionalIdAuthorizationFailed = _define("TransactionalIdAuthorizationFailed",
+                                             ErrorCode.transactional_id_authorization_failed)
+SecurityDisabled = _define("SecurityDisabled", ErrorCode.security_disabled)

@@ -40,3 +40,23 @@ def requested_offsets(broker: BrokerContext, topics: Any) -> tuple[dict[TopicPar
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
                 )
     return codes, offsets
+
+
+def authorize_offsets(g: Any, group_id: str, codes: dict[TopicPartition, ErrorCode],
+                      offsets: dict[TopicPartition, OffsetCommitData], request_denied: ErrorCode | None = None) -> None:
+    """ACLs of OffsetCommit / TxnOffsetCommit (issue 18, acl/rules.py), in Kafka's order: a
+    request-wide refusal (``request_denied``: the transactional id), then READ on the group, for
+    every partition; then READ on each topic, per partition (before "unknown topic"). Refused
+    partitions move from ``offsets`` to ``codes``. ``g``: the request's ``_acl.Gate`` (not None)."""
+    every = request_denied or g.denied("group", group_id)
+    allowed: dict[str, bool] = {}
+    for tp in [*codes, *offsets]:
+        code = every
+        if code is None:
+            ok = allowed.get(tp.topic)
+            if ok is None:
+                ok = allowed[tp.topic] = g.allowed("topic", tp.topic)
+            code = None if ok else ErrorCode.topic_authorization_failed
+        if code is not None:
+            codes[tp] = code
+            offsets.pop(tp, None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
@@ -34,7 +35,11 @@ API_KEY = apis.ADD_PARTITIONS_TO_TXN
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    g = _acl.gate(broker, client, API_KEY)
     if request.api_version >= 4:
+        # ACLs (issue 18): v4+ is sent by brokers: CLUSTER_ACTION on the cluster, which trusts them
+        # with every transaction of the request (no per-id check)
+        _acl.check(g, "broker")
         results = []
         for txn in req.transactions:
             wanted = [TopicPartition(t.name, p) for t in txn.topics for p in t.partitions]
@@ -46,6 +51,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                                       topic_results=_topic_results(m, wanted, codes)))
         return m.AddPartitionsToTxnResponse(error_code=ErrorCode.none, results_by_transaction=tuple(results))
     wanted = [TopicPartition(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+    refused = _authorize(g, req.v3_and_below_transactional_id, wanted)
+    if refused is not None:
+        return m.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_topic_results(m, wanted, refused))
     codes = await _add(broker, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                        req.v3_and_below_producer_epoch, wanted, request.api_version)
     return m.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_topic_results(m, wanted, codes))
@@ -76,6 +84,22 @@ async def _add_implicitly(broker: BrokerContext, tid: str, pid: int, epoch: int,
         except KafkaError as exc:
             codes[tp] = exc.code
     return codes
+
+
+def _authorize(g: _acl.Gate | None, tid: str, wanted: list[TopicPartition]) -> dict[TopicPartition, ErrorCode] | None:
+    """ACLs (issue 18, acl/rules.py): WRITE on the transactional id (else every partition
+    answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (refused partitions answer
+    TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED, as Kafka). None: allowed."""
+    if g is None:
+        return None
+    code = g.denied("transactional_id", tid)
+    if code is not None:
+        return {tp: code for tp in wanted}
+    denied = {t for t in {tp.topic for tp in wanted} if not g.allowed("topic", t)}
+    if not denied:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp.topic in denied else ErrorCode.operation_not_attempted
+            for tp in wanted}
 
 
 def _verify(broker: BrokerContext, tid: str, pid: int, epoch: int,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _alter
+from oncelog.broker.handlers import _acl, _alter
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
@@ -21,8 +21,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     out = []
+    g = _acl.gate(broker, client, API_KEY)
     for res in req.resources:
         try:
+            _acl.check_config_resource(g, res.resource_type, res.resource_name)  # issue 18: ALTER_CONFIGS
             _alter.check_unique([c.name for c in res.configs])
             nulls = [c.name for c in res.configs if c.value is None]
             if nulls:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import Request
@@ -36,6 +37,7 @@ def _outcome(broker: BrokerContext, tp: TopicPartition, replicas: Any) -> tuple[
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # ACLs (issue 18, acl/rules.py)
     req = request.body
     m = Builder(API_KEY, request.api_version)
     responses = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.messages import Builder
 from oncelog.protocol.framing import Request
@@ -21,6 +22,7 @@ API_KEY = apis.ALTER_USER_SCRAM_CREDENTIALS
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # issue 18: ALTER on the cluster
     m = Builder(API_KEY, request.api_version)
     req = request.body
     results = await broker.users.apply(

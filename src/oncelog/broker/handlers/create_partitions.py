@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers import _cluster
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, error_for
@@ -51,11 +52,15 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     names = [t.name for t in req.topics]
     duplicates = {n for n in names if names.count(n) > 1}
     outcome: dict[str, KafkaError | None] = {}
+    g = _acl.gate(broker, client, API_KEY)
     for t in req.topics:
         if t.name in duplicates:
             outcome[t.name] = InvalidRequest("Duplicate topic name.")
             continue
         try:
+            denied = _acl.denied(g, "topic", t.name)  # ACLs (issue 18): ALTER on the topic
+            if denied is not None:
+                _acl.refuse(denied, client.principal, f"ALTER topic {t.name}")
             meta = broker.replicas.check_partition_increase(t.name, t.count)
             _check_assignments(broker, t, meta.num_partitions)
             if broker.cluster is not None:

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers import _cluster
 from oncelog.broker import topic_config
 from oncelog.protocol.messages import Builder
@@ -47,8 +48,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     seen: set[str] = set()
     outcome: list[TopicMeta | KafkaError] = []
     wanted: list[NewTopic] = []
+    g = _acl.gate(broker, client, API_KEY)
+    may_create_any = g is None or g.allowed("cluster")  # ACLs (issue 18): CREATE on the cluster or the topic
     for t in req.topics:
         try:
+            if not may_create_any and not g.allowed("topic", t.name):  # type: ignore[union-attr]
+                _acl.refuse(ErrorCode.topic_authorization_failed, client.principal, f"CREATE topic {t.name}")
             wanted.append(_new_topic(broker, t, seen))
             outcome.append(None)  # type: ignore[arg-type]  # filled below
         except KafkaError as exc:
@@ -71,7 +76,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             )
             continue
         described = ()
-        if m.has_class("CreatableTopicConfigs"):  # v5+ describes the new topic's configs
+        config_error = _acl.denied(g, "configs", t.name) or ErrorCode.none  # DESCRIBE_CONFIGS to see them
+        if m.has_class("CreatableTopicConfigs") and config_error == ErrorCode.none:  # v5+ describes the new topic's configs
             described = tuple(
                 m.CreatableTopicConfigs(name=d.name, value=syn[0][1], read_only=False, config_source=int(syn[0][2]),
                                         is_sensitive=False)
@@ -86,6 +92,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 num_partitions=result.num_partitions,
                 replication_factor=1,
                 configs=described,
+                topic_config_error_code=config_error,
             )
         )
     return m.CreateTopicsResponse(topics=tuple(results))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -21,8 +22,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     results = []
+    g = _acl.gate(broker, client, API_KEY)
     for group_id in req.groups_names:
         try:
+            _acl.check(g, "group", group_id)  # ACLs (issue 18): DELETE on the group
             validate_group_id(group_id, allow_empty=True)
             await broker.groups.delete_group(group_id)
             code = ErrorCode.none

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidTopic, KafkaError, OffsetOutOfRange
@@ -23,10 +24,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     topics = []
+    g = _acl.gate(broker, client, API_KEY)
     for t in req.topics:
         results = []
+        denied = _acl.denied(g, "topic", t.name)  # ACLs (issue 18): DELETE on the topic
         for p in t.partitions:
             try:
+                if denied is not None:
+                    _acl.refuse(denied, client.principal, f"DELETE records of {t.name}")
                 if broker.replicas.topic(t.name).internal:
                     raise InvalidTopic(f"cannot delete records of internal topic {t.name}")
                 part = broker.replicas.partition(t.name, p.partition_index)

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, TopicDeletionDisabled, UnknownTopicId
@@ -30,6 +31,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     rm = broker.replicas
     results = []
+    g = _acl.gate(broker, client, API_KEY)
     for name, topic_id in _requested(req):
         try:
             if not broker.config.delete_topic_enable:
@@ -39,6 +41,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 if meta is None:
                     raise UnknownTopicId(f"no topic has id {topic_id}")
                 name = meta.name
+            denied = _acl.denied(g, "topic", name)  # ACLs (issue 18): DELETE on the topic
+            if denied is not None:
+                _acl.refuse(denied, client.principal, f"DELETE topic {name}")
             meta = rm.topic(name)
             if meta.internal:
                 raise InvalidRequest(f"internal topic {name} cannot be deleted")

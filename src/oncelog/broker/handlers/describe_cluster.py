@@ -1,6 +1,6 @@
 """DescribeCluster (60): the brokers, the cluster id and the controller: this broker alone when
 embedded; in cluster mode every live broker as registered in the store (handlers/_cluster.py).
-Authorized operations when asked: all of the cluster's (no authorizer; _acl.py). v2's
+Authorized operations when asked: those allowed (all without an authorizer; 0 without DESCRIBE on the cluster: _acl.py, issue 18). v2's
 ``include_fenced_brokers`` changes nothing: a broker listed is live, never fenced."""
 
 from __future__ import annotations
@@ -27,6 +27,5 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         controller_id=_cluster.controller_id(broker),
         brokers=tuple(m.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.rack, is_fenced=False)
                       for n in _cluster.nodes(broker)),
-        cluster_authorized_operations=_acl.operations(request.body, "include_cluster_authorized_operations",
-                                                     _acl.CLUSTER),
+        cluster_authorized_operations=_acl.cluster_operations(_acl.gate(broker, client, API_KEY), request.body),
     )

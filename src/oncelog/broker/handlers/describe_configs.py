@@ -16,6 +16,7 @@ from typing import Any
 
 from oncelog.broker import topic_config
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.dynamic_config import broker_config_rows
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
@@ -49,8 +50,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     synonyms_wanted = bool(getattr(req, "include_synonyms", False))
     docs_wanted = bool(getattr(req, "include_documentation", False))
     results = []
+    g = _acl.gate(broker, client, API_KEY)
     for res in req.resources:
         try:
+            _acl.check_config_resource(g, res.resource_type, res.resource_name)  # issue 18: DESCRIBE_CONFIGS
             if res.resource_type == TOPIC:
                 rows = topic_rows(broker, res.resource_name)
             elif res.resource_type == BROKER:

@@ -1,11 +1,12 @@
 """DescribeGroups (15): state, protocol and members of groups; members' subscription metadata
 and assignments while the group is Stable (as Kafka). An unknown group is described as Dead with
-no error (v0..v5). Authorized operations when asked: all of a group's (no authorizer; _acl.py)."""
+no error (v0..v5). Authorized operations when asked: those allowed (all without an authorizer; _acl.py). ACLs (issue 18): DESCRIBE on each group."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
 
@@ -21,10 +22,12 @@ API_KEY = apis.DESCRIBE_GROUPS
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
-    ops = _acl.operations(req, "include_authorized_operations", _acl.GROUP)
+    g = _acl.gate(broker, client, API_KEY)
     out = []
     for group_id in req.groups:
+        ops = _acl.authorized_operations(g, req, "include_authorized_operations", ResourceType.GROUP, group_id)
         try:
+            _acl.check(g, "group", group_id)  # ACLs (issue 18): DESCRIBE on the group
             validate_group_id(group_id, allow_empty=True)
             s = broker.groups.describe_group(group_id)
         except KafkaError as exc:

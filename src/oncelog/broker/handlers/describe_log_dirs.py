@@ -17,6 +17,7 @@ import shutil
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import Request
@@ -26,6 +27,7 @@ API_KEY = apis.DESCRIBE_LOG_DIRS
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # ACLs (issue 18, acl/rules.py)
     req = request.body
     m = Builder(API_KEY, request.api_version)
     rm = broker.replicas

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
@@ -20,10 +21,14 @@ API_KEY = apis.DESCRIBE_PRODUCERS
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     m = Builder(API_KEY, request.api_version)
     topics = []
+    g = _acl.gate(broker, client, API_KEY)
     for topic in request.body.topics:
         parts = []
+        denied = _acl.denied(g, "topic", topic.name)  # ACLs (issue 18): READ on the topic
         for index in topic.partition_indexes:
             try:
+                if denied is not None:
+                    _acl.refuse(denied, client.principal, f"READ topic {topic.name}")
                 part = broker.replicas.partition(topic.name, index)
             except KafkaError as exc:
                 parts.append(m.PartitionResponse(partition_index=index, error_code=exc.code, error_message=str(exc),

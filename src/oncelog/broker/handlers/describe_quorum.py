@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers import _cluster
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
@@ -24,6 +25,7 @@ METADATA_TOPIC = "__cluster_metadata"
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # ACLs (issue 18, acl/rules.py)
     req = request.body
     m = Builder(API_KEY, request.api_version)
     leader = _cluster.controller_id(broker)

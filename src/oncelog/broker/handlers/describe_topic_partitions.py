@@ -9,7 +9,7 @@ name order, starting at the request's ``cursor`` (that topic, from that partitio
 next topic and partition. A cursor topic that is not in an explicit topic list (or a negative
 cursor partition) is an INVALID_REQUEST carried by every requested topic, as Kafka's error
 response does. A topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION
-(nothing is auto-created). Topic authorized operations: all (no authorizer; _acl.py).
+(nothing is auto-created). Topic authorized operations: those allowed (all without an authorizer; _acl.py). ACLs (issue 18): DESCRIBE on each topic, unnamed ones left out.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol import apis
@@ -36,6 +37,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     cursor = req.cursor
     explicit = bool(req.topics)
     names = sorted({t.name for t in req.topics}) if explicit else sorted(rm.topics)
+    g = _acl.gate(broker, client, API_KEY)
+    refused: set[str] = set()  # ACLs (issue 18): DESCRIBE on the topic; unnamed ones are left out
+    if g is not None:
+        refused = {n for n in names if not g.allowed("topic", n)}
+        if not explicit:
+            names = [n for n in names if n not in refused]
     if cursor is not None:
         bad = None
         if cursor.partition_index < 0:
@@ -55,10 +62,16 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     next_cursor = None
     for i, name in enumerate(names):
         meta = rm.topics.get(name)
+        if name in refused:
+            topics.append(m.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=uuid.UUID(int=0),
+                is_internal=False, partitions=(), topic_authorized_operations=_acl.NOT_REQUESTED))
+            continue
+        ops = _acl.TOPIC if g is None else g.operations(ResourceType.TOPIC, name)
         if meta is None:
             topics.append(m.DescribeTopicPartitionsResponseTopic(
                 error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=uuid.UUID(int=0),
-                is_internal=False, partitions=(), topic_authorized_operations=_acl.TOPIC))
+                is_internal=False, partitions=(), topic_authorized_operations=ops))
             continue
         if remaining == 0:
             next_cursor = m.Cursor(topic_name=name, partition_index=0)
@@ -75,7 +88,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         remaining -= len(parts)
         topics.append(m.DescribeTopicPartitionsResponseTopic(
             error_code=ErrorCode.none, name=name, topic_id=meta.topic_id, is_internal=meta.internal,
-            partitions=tuple(parts), topic_authorized_operations=_acl.TOPIC))
+            partitions=tuple(parts), topic_authorized_operations=ops))
         if end < meta.num_partitions:
             next_cursor = m.Cursor(topic_name=name, partition_index=end)
             break

@@ -15,6 +15,7 @@ import datetime
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.coordinator.transaction.listing import partitions_by_topic
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -32,10 +33,12 @@ def _time(ms: int) -> datetime.datetime:
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     m = Builder(API_KEY, request.api_version)
     out = []
+    g = _acl.gate(broker, client, API_KEY)
     for tid in request.body.transactional_ids:
         empty = dict(transactional_id=tid, transaction_state="", transaction_timeout=datetime.timedelta(0),
                      transaction_start_time=_EPOCH, producer_id=-1, producer_epoch=-1, topics=())
         try:
+            _acl.check(g, "transactional_id", tid)  # ACLs (issue 18): DESCRIBE on the transactional id
             meta = broker.transactions.shard_of(tid).txns.get(tid)
         except KafkaError as exc:
             out.append(m.TransactionState(error_code=exc.code, **empty))
@@ -48,6 +51,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
             transaction_start_time=_time(meta.start_ms), producer_id=meta.producer_id,
             producer_epoch=meta.producer_epoch,
-            topics=tuple(m.TopicData(topic=t, partitions=tuple(ps)) for t, ps in partitions_by_topic(meta).items()),
+            topics=tuple(m.TopicData(topic=t, partitions=tuple(ps)) for t, ps in partitions_by_topic(meta).items()
+                         if g is None or g.allowed("topic", t)),
         ))
     return m.DescribeTransactionsResponse(transaction_states=tuple(out))

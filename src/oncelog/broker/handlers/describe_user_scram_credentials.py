@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages import Builder
@@ -18,6 +19,7 @@ API_KEY = apis.DESCRIBE_USER_SCRAM_CREDENTIALS
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # issue 18: DESCRIBE on the cluster
     m = Builder(API_KEY, request.api_version)
     users = request.body.users
     names = None if users is None else [u.name for u in users]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
@@ -28,6 +29,7 @@ API_KEY = apis.ELECT_LEADERS
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # ACLs (issue 18, acl/rules.py)
     req = request.body
     m = Builder(API_KEY, request.api_version)
     rm = broker.replicas

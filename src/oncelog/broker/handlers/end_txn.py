@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
@@ -24,6 +25,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     v2 = request.api_version >= 5
     try:
+        _acl.check(_acl.gate(broker, client, API_KEY), "transactional_id", req.transactional_id)  # issue 18
         pid, epoch = await broker.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                        bool(req.committed), v2=v2)
     except KafkaError as exc:

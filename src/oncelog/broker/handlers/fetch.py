@@ -36,10 +36,10 @@ import asyncio
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _cluster
+from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError, UnknownTopicId
+from oncelog.protocol.errors import ErrorCode, KafkaError, TopicAuthorizationFailed, UnknownTopicId
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
 from oncelog.storage.engine import parts_length
@@ -51,9 +51,10 @@ READ_COMMITTED = 1
 
 
 def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool,
-             by_id: bool, leaders: set[int] | None) -> tuple[list[Any], int, list[Any], bool]:
+             by_id: bool, leaders: set[int] | None, denied: dict[str, str]) -> tuple[list[Any], int, list[Any], bool]:
     """One pass over the requested partitions: (topic responses, bytes, partitions, any_error).
-    ``leaders`` (v16+, cluster mode): collects the node ids named as ``current_leader``."""
+    ``leaders`` (v16+, cluster mode): collects the node ids named as ``current_leader``.
+    ``denied``: topic name -> why it may not be read (TOPIC_AUTHORIZATION_FAILED, issue 18)."""
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     total = 0
     any_error = False
@@ -75,6 +76,8 @@ def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool,
             try:
                 if name is None:
                     raise UnknownTopicId(f"topic id {topic_id} is unknown")
+                if denied and name in denied:
+                    raise TopicAuthorizationFailed(denied[name])
                 part = rm.partition(name, p.partition)  # NOT_LEADER_OR_FOLLOWER when led elsewhere
                 # KIP-320 (v9+): FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH before any read
                 check_current_epoch(f"{name}-{p.partition}", getattr(p, "current_leader_epoch", UNDEFINED_EPOCH),
@@ -154,8 +157,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     deadline = loop.time() + wait
     closed = client.closed
     leaders: set[int] | None = set() if request.api_version >= 16 else None
+    denied = _authorize(broker, client, req, request.api_version >= 13)  # once, not per long-poll pass
     while True:
-        topics, total, parts, any_error = _collect(broker, req, m, read_committed, request.api_version >= 13, leaders)
+        topics, total, parts, any_error = _collect(broker, req, m, read_committed, request.api_version >= 13, leaders,
+                                                   denied)
         remaining = deadline - loop.time()
         if total >= req.min_bytes or any_error or remaining <= 0 or not parts or closed.done():
             break
@@ -171,3 +176,21 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         endpoints = tuple(m.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
                           for n in _cluster.nodes(broker) if n.node_id in leaders)
     return m.FetchResponse(error_code=ErrorCode.none, session_id=0, responses=tuple(topics), node_endpoints=endpoints)
+
+
+def _authorize(broker: BrokerContext, client: Client, req: Any, by_id: bool) -> dict[str, str]:
+    """ACLs (issue 18, acl/rules.py): a follower's fetch needs CLUSTER_ACTION (the whole request
+    fails); a consumer's needs READ on each topic. Returns the topics it may not read (one check
+    per topic per request)."""
+    g = _acl.gate(broker, client, API_KEY)
+    if g is None:
+        return {}
+    replica = req.replica_state.replica_id if hasattr(req, "replica_state") else getattr(req, "replica_id", -1)
+    if replica >= 0:
+        g.require("follower")
+    denied: dict[str, str] = {}
+    for t in req.topics:
+        name = t.topic if not by_id else getattr(broker.replicas.topic_by_id(t.topic_id), "name", None)
+        if name is not None and name not in denied and not g.allowed("topic", name):
+            denied[name] = f"{client.principal} may not read {name}"
+    return denied

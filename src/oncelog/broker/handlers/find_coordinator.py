@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.coordinator.group.types import validate_group_id
@@ -44,12 +45,17 @@ RESOLVERS: dict[int, Callable[[BrokerContext, str], None]] = {GROUP: _group_key,
 TOPICS = {GROUP: "__consumer_offsets", TRANSACTION: "__transaction_state"}
 
 
-def _resolve(broker: BrokerContext, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
+#: key type -> the role of its ACL check (issue 18, acl/rules.py): DESCRIBE on the group / transactional id
+ROLES = {GROUP: "group", TRANSACTION: "transactional_id"}
+
+
+def _resolve(broker: BrokerContext, key_type: int, key: str, g: _acl.Gate | None) -> tuple[ErrorCode, int, str, int]:
     """(error, node id, host, port) of the coordinator of ``key``."""
     check = RESOLVERS.get(key_type)
     if check is None:
         return ErrorCode.invalid_request, -1, "", -1
     try:
+        _acl.check(g, ROLES[key_type], key)
         check(broker, key)
     except KafkaError as exc:
         return exc.code, -1, "", -1
@@ -71,13 +77,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     key_type = getattr(req, "key_type", GROUP)
+    g = _acl.gate(broker, client, API_KEY)
     if request.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys:
-            code, node, host, port = _resolve(broker, key_type, key)
+            code, node, host, port = _resolve(broker, key_type, key, g)
             coordinators.append(
                 m.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code, error_message=None)
             )
         return m.FindCoordinatorResponse(coordinators=tuple(coordinators))
-    code, node, host, port = _resolve(broker, key_type, req.key)
+    code, node, host, port = _resolve(broker, key_type, req.key, g)
     return m.FindCoordinatorResponse(error_code=code, error_message=None, node_id=node, host=host, port=port)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -27,6 +28,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     try:
         groups = broker.groups
         validate_group_id(req.group_id)
+        _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)  # ACLs (issue 18): READ on the group
         groups.heartbeat(req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None))
     except CoordinatorLoadInProgress:
         return m.HeartbeatResponse(error_code=ErrorCode.none)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from oncelog.broker import topic_config
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.dynamic_config import BROKER_SYNONYMS
-from oncelog.broker.handlers import _alter
+from oncelog.broker.handlers import _acl, _alter
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidConfig, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
@@ -58,8 +58,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     out = []
+    g = _acl.gate(broker, client, API_KEY)
     for res in req.resources:
         try:
+            _acl.check_config_resource(g, res.resource_type, res.resource_name)  # issue 18: ALTER_CONFIGS
             _alter.check_unique([c.name for c in res.configs])
             ops = [(c.name, c.config_operation, c.value) for c in res.configs]
             for name, op, value in ops:

@@ -18,6 +18,7 @@ from typing import Any
 
 from oncelog.broker import two_phase_commit
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.broker.handlers._txn import error_code
@@ -33,11 +34,15 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     enable_2pc = bool(getattr(req, "enable2_pc", False))
     keep = bool(getattr(req, "keep_prepared_txn", False))
     ongoing: dict[str, int] = {}
+    g = _acl.gate(broker, client, API_KEY)
     try:
+        if g is not None:
+            _authorize(g, req.transactional_id)  # before anything: a refused id fences nobody
         if req.transactional_id is not None:
             if enable_2pc or keep:
-                two_phase_commit.check_2pc_allowed(broker.config.transaction_two_phase_commit_enable,
-                                                   two_phase_commit.ANONYMOUS, req.transactional_id)
+                permitted = g is None or g.allowed("two_phase_commit", req.transactional_id)
+                two_phase_commit.check_2pc_allowed(broker.config.transaction_two_phase_commit_enable, permitted,
+                                                   client.principal, req.transactional_id)
             answer = await broker.transactions.initialize(
                 req.transactional_id,
                 int(req.transaction_timeout.total_seconds() * 1000),
@@ -58,3 +63,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             error_code=error_code(exc, API_KEY, request.api_version), producer_id=-1, producer_epoch=-1
         )
     return m.InitProducerIdResponse(error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch, **ongoing)
+
+
+def _authorize(g: _acl.Gate, transactional_id: str | None) -> None:
+    """ACLs (issue 18, acl/rules.py): WRITE on the transactional id; without one (idempotent
+    producer, Kafka 3+) IDEMPOTENT_WRITE on the cluster or WRITE on some topic, else
+    CLUSTER_AUTHORIZATION_FAILED."""
+    if transactional_id is not None:
+        g.require("transactional_id", transactional_id)
+    elif not g.allowed("idempotent") and not g.any_allowed("any_topic"):
+        _acl.refuse(ErrorCode.cluster_authorization_failed, g.principal,
+                    "an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers._group import client_host, ms
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -29,6 +30,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     try:
         groups = broker.groups
         validate_group_id(req.group_id)
+        _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)  # ACLs (issue 18): READ on the group
         session = ms(req.session_timeout)
         rebalance = ms(req.rebalance_timeout) if v >= 1 else session
         res = await groups.join_group(

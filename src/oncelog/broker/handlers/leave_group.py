@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -31,6 +32,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     try:
         groups = broker.groups
         validate_group_id(req.group_id)
+        _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)  # ACLs (issue 18): READ on the group
         errors = await groups.leave_group(req.group_id, leaving)
     except KafkaError as exc:
         return m.LeaveGroupResponse(error_code=exc.code, members=())

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
@@ -23,6 +24,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     groups, loading = broker.groups.list_groups()
+    g = _acl.gate(broker, client, API_KEY)
+    if g is not None and not g.allowed("cluster"):  # ACLs (issue 18): the groups it may describe
+        groups = [row for row in groups if g.allowed("group", row[0])]
     wanted = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
     if types and CLASSIC not in types:  # every group here is a classic group

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -58,10 +59,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     read_committed = getattr(req, "isolation_level", 0) == 1
     topics = []
+    g = _acl.gate(broker, client, API_KEY)
     for t in req.topics:
         results = []
+        denied = _acl.denied(g, "topic", t.name)  # ACLs (issue 18): DESCRIBE on the topic
         for p in t.partitions:
             try:
+                if denied is not None:
+                    _acl.refuse(denied, client.principal, f"DESCRIBE topic {t.name}")
                 part = broker.replicas.partition(t.name, p.partition_index)
                 check_current_epoch(f"{t.name}-{p.partition_index}",
                                     getattr(p, "current_leader_epoch", UNDEFINED_EPOCH), part.log.leader_epoch)

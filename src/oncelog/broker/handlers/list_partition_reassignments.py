@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import Request
@@ -16,5 +17,6 @@ API_KEY = apis.LIST_PARTITION_REASSIGNMENTS
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
+    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # ACLs (issue 18, acl/rules.py)
     m = Builder(API_KEY, request.api_version)
     return m.ListPartitionReassignmentsResponse(error_code=ErrorCode.none, error_message=None, topics=())

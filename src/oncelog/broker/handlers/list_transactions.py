@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.coordinator.transaction.listing import ListFilter, listed
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -26,6 +27,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                      min_duration_ms=getattr(req, "duration_filter", -1),
                      pattern=getattr(req, "transactional_id_pattern", None))
     runtime = broker.transactions.runtime
+    g = _acl.gate(broker, client, API_KEY)
     try:
         txns = listed(broker.transactions.txns.values(), flt, broker.clock.now_ms())
     except KafkaError as exc:
@@ -37,5 +39,6 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             m.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,
                                transaction_state=t.state.kafka_name)
             for t in txns
+            if g is None or g.allowed("transactional_id", t.transactional_id)  # ACLs (issue 18): DESCRIBE
         ),
     )

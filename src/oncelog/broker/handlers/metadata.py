@@ -8,7 +8,11 @@ and ISR is this broker. In cluster mode (issue 15) the brokers are the live ones
 partition's leader and leader epoch come from the broker's view of the store (at most one poll
 old); topics are auto-created in the store.
 
-Authorized operations (KIP-430): when asked, every operation (no authorizer; _acl.py).
+ACLs (issue 18, acl/rules.py): a topic the principal may not DESCRIBE is left out of an
+all-topics answer and answers TOPIC_AUTHORIZATION_FAILED when named; a missing topic is
+auto-created only with CREATE on the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED).
+Authorized operations (KIP-430): when asked, those allowed (every operation without an
+authorizer; _acl.py); the cluster's are 0 without DESCRIBE on the cluster.
 
 A request may name thousands of topics: missing ones are created in chunks (topics.json written
 once per chunk) and the handler yields to the event loop between chunks and while it builds a
@@ -21,6 +25,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol.messages import Builder
@@ -40,8 +45,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     rm = broker.replicas
     topics: list[Any] = []
+    g = _acl.gate(broker, client, API_KEY)
+    hidden: set[str] = set()  # named topics it may not describe
     if req.topics is None:
         names = sorted(rm.topics)
+        if g is not None:
+            names = [n for n in names if g.allowed("topic", n)]
     else:
         names = []
         for t in req.topics:
@@ -56,12 +65,22 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     )
                     continue
                 name = meta.name
+                if g is not None and not g.allowed("topic", name):
+                    topics.append(m.MetadataResponseTopic(error_code=ErrorCode.topic_authorization_failed, name=None,
+                                                          topic_id=t.topic_id, partitions=()))
+                    continue
+            elif g is not None and not g.allowed("topic", name):
+                hidden.add(name)
             names.append(name)
-    topic_ops = _acl.operations(req, "include_topic_authorized_operations", _acl.TOPIC)
     allow_create = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
-    refused: dict[str, ErrorCode] = {}
+    refused: dict[str, ErrorCode] = {name: ErrorCode.topic_authorization_failed for name in hidden}
     if allow_create:
-        missing = list(dict.fromkeys(n for n in names if n not in rm.topics))
+        missing = list(dict.fromkeys(n for n in names if n not in rm.topics and n not in hidden))
+        if g is not None and missing and not g.allowed("create_cluster"):
+            for n in missing:
+                if not g.allowed("create_topic", n):
+                    refused[n] = ErrorCode.topic_authorization_failed
+            missing = [n for n in missing if n not in refused]
         for i in range(0, len(missing), CREATE_CHUNK):
             chunk = missing[i : i + CREATE_CHUNK]
             for name, result in zip(chunk, await _cluster.create_topics(broker, [NewTopic(n) for n in chunk])):
@@ -71,7 +90,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     for i, name in enumerate(names):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)
-        meta = rm.topics.get(name)
+        meta = None if name in hidden else rm.topics.get(name)
         if meta is None:
             error = refused.get(name, ErrorCode.unknown_topic_or_partition)
             topics.append(m.MetadataResponseTopic(error_code=error, name=name, topic_id=uuid.UUID(int=0), partitions=()))
@@ -84,7 +103,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 topic_id=meta.topic_id,
                 is_internal=meta.internal,
                 partitions=parts,
-                topic_authorized_operations=topic_ops,
+                topic_authorized_operations=_acl.authorized_operations(
+                    g, req, "include_topic_authorized_operations", ResourceType.TOPIC, meta.name),
             )
         )
     return m.MetadataResponse(
@@ -94,7 +114,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         cluster_id=broker.cluster_id,
         controller_id=_cluster.controller_id(broker),
         topics=tuple(topics),
-        cluster_authorized_operations=_acl.operations(req, "include_cluster_authorized_operations", _acl.CLUSTER),
+        cluster_authorized_operations=_acl.cluster_operations(g, req),
     )
 
 

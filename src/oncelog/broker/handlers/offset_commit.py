@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers._group import ms, requested_offsets
+from oncelog.broker.handlers import _acl
+from oncelog.broker.handlers._group import authorize_offsets, ms, requested_offsets
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
@@ -27,6 +28,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     codes, offsets = requested_offsets(broker, req.topics)
+    g = _acl.gate(broker, client, API_KEY)
+    if g is not None:  # ACLs (issue 18): READ on the group, READ on each topic
+        authorize_offsets(g, req.group_id, codes, offsets)
     retention = getattr(req, "retention_time", None)
     try:
         groups = broker.groups

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -26,10 +27,18 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     codes: dict[TopicPartition, ErrorCode] = {}
     known: list[TopicPartition] = []
+    g = _acl.gate(broker, client, API_KEY)
+    if g is not None:  # ACLs (issue 18): DELETE on the group (whole request), READ on each topic
+        code = g.denied("group", req.group_id)
+        if code is not None:
+            return m.OffsetDeleteResponse(error_code=code, topics=())
     for t in req.topics:
+        topic_denied = _acl.denied(g, "topic", t.name)
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
-            if t.name in broker.replicas.topics:
+            if topic_denied is not None:
+                codes[tp] = topic_denied
+            elif t.name in broker.replicas.topics:
                 known.append(tp)
             else:
                 codes[tp] = ErrorCode.unknown_topic_or_partition

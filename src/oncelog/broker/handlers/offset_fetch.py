@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -23,16 +24,30 @@ from oncelog.protocol.framing import Request
 API_KEY = apis.OFFSET_FETCH
 
 
-def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bool) -> tuple[list[Any], ErrorCode]:
-    """[(tp, committed or None, error code)] in request order (or all committed), group error."""
+def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bool,
+           g: _acl.Gate | None) -> tuple[list[Any], ErrorCode]:
+    """[(tp, committed or None, error code)] in request order (or all committed), group error.
+    ACLs (issue 18): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on each
+    topic, else TOPIC_AUTHORIZATION_FAILED for a named partition, and left out of "all"."""
     wanted = None if topics is None else [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
     try:
         groups = broker.groups
         validate_group_id(group_id, allow_empty=True)
+        _acl.check(g, "group", group_id)
         rows = groups.fetch_offsets(group_id, wanted, require_stable)
     except KafkaError as exc:
         return [(tp, None, exc.code) for tp in wanted or ()], exc.code
-    return [(tp, o, ErrorCode.none if e is None else e.code) for tp, o, e in rows], ErrorCode.none
+    out = [(tp, o, ErrorCode.none if e is None else e.code) for tp, o, e in rows]
+    if g is not None:
+        seen: dict[str, bool] = {}
+        for i, (tp, o, code) in enumerate(out):
+            if tp.topic not in seen:
+                seen[tp.topic] = g.allowed("topic", tp.topic)
+            if not seen[tp.topic]:
+                out[i] = (tp, None, ErrorCode.topic_authorization_failed)
+        if wanted is None:
+            out = [row for row in out if seen[row[0].topic]]
+    return out, ErrorCode.none
 
 
 def _topics(m: Builder, rows: list[Any], topic_cls: str, part_cls: str) -> tuple[Any, ...]:
@@ -55,10 +70,11 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     v = request.api_version
     m = Builder(API_KEY, v)
     require_stable = bool(getattr(req, "require_stable", False))
+    gate = _acl.gate(broker, client, API_KEY)
     if v >= 8:
         out = []
         for g in req.groups:
-            rows, code = _fetch(broker, g.group_id, g.topics, require_stable)
+            rows, code = _fetch(broker, g.group_id, g.topics, require_stable, gate)
             if code != ErrorCode.none:
                 rows = []  # a group-level error carries no partitions (as Kafka)
             out.append(
@@ -68,7 +84,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 )
             )
         return m.OffsetFetchResponse(groups=tuple(out))
-    rows, code = _fetch(broker, req.group_id, req.topics, require_stable)
+    rows, code = _fetch(broker, req.group_id, req.topics, require_stable, gate)
     if code != ErrorCode.none and v >= 2:
         rows = []
     return m.OffsetFetchResponse(

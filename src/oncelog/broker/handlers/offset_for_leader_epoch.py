@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
@@ -36,10 +37,16 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     topics = []
+    g = _acl.gate(broker, client, API_KEY)
+    if g is not None and g.allowed("follower"):
+        g = None  # ACLs (issue 18), as Kafka: CLUSTER_ACTION on the cluster covers every topic, else DESCRIBE each
     for t in req.topics:
         results = []
+        denied = _acl.denied(g, "topic", t.topic)  # ACLs (issue 18): DESCRIBE on the topic
         for p in t.partitions:
             try:
+                if denied is not None:
+                    _acl.refuse(denied, client.principal, f"DESCRIBE topic {t.topic}")
                 part = broker.replicas.partition(t.topic, p.partition)
                 plog = part.log
                 current = plog.leader_epoch

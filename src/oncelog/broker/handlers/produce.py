@@ -34,8 +34,11 @@ import asyncio
 from typing import Any, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
-from oncelog.protocol.errors import CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError
+from oncelog.protocol.errors import (
+    CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError, error_for,
+)
 from oncelog.protocol.framing import EncodedBody, Request
 from oncelog.protocol.produce_response import PartitionResult, encode_body
 from oncelog.types import TopicPartition
@@ -54,11 +57,19 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     topics: list[tuple[str, list[PartitionResult]]] = []
     waiting: list[tuple[list[PartitionResult], int, str, int, Any]] = []  # cluster mode only
     known = broker.replicas.topics
+    # ACLs (issue 18, acl/rules.py): WRITE on the transactional id for the whole request, WRITE on
+    # each topic for its partitions; checked once per topic, never per batch or record.
+    g = _acl.gate(broker, client, API_KEY)
+    request_denied = g.denied("transactional_id", txn_id) if g is not None and txn_id is not None else None
     for t in req.topic_data:
         results: list[PartitionResult] = []
         meta = known.get(t.name)
+        denied = request_denied or (g.denied("topic", t.name) if g is not None else None)
         for p in t.partition_data:
             try:
+                if denied is not None:
+                    raise error_for(denied, f"{client.principal} may not write to {t.name}"
+                                    + (f" with transactional id {txn_id}" if request_denied else ""))
                 if acks not in (-1, 0, 1):
                     raise InvalidRequiredAcks(f"acks={acks} (must be -1, 0 or 1)")
                 if meta is not None and meta.internal:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers._group import requested_offsets
+from oncelog.broker.handlers import _acl
+from oncelog.broker.handlers._group import authorize_offsets, requested_offsets
 from oncelog.broker.handlers._txn import error_code
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -33,6 +34,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     codes, offsets = requested_offsets(broker, req.topics)
+    g = _acl.gate(broker, client, API_KEY)
+    if g is not None:  # ACLs (issue 18): WRITE on the transactional id, READ on the group and each topic
+        authorize_offsets(g, req.group_id, codes, offsets, g.denied("transactional_id", req.transactional_id))
     try:
         groups = broker.groups
         validate_group_id(req.group_id)

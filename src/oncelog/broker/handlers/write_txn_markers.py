@@ -16,6 +16,7 @@ from typing import Any
 
 from oncelog.broker import markers
 from oncelog.broker.context import BrokerContext, Client
+from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
@@ -29,12 +30,16 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     now = broker.clock.now_ms()
     results = []
+    # ACLs (issue 18): CLUSTER_ACTION on the cluster, else every partition is refused, nothing written
+    refused = _acl.denied(_acl.gate(broker, client, API_KEY), "cluster")
     for marker in request.body.markers:
         topics = []
         for topic in marker.topics:
             parts = []
             for index in topic.partition_indexes:
                 try:
+                    if refused is not None:
+                        _acl.refuse(refused, client.principal, "CLUSTER_ACTION (WriteTxnMarkers)")
                     await markers.write_local(broker.replicas, broker.groups, marker.producer_id,
                                               marker.producer_epoch, bool(marker.transaction_result),
                                               marker.coordinator_epoch, TopicPartition(topic.name, index), now)
