@@ -67,10 +67,13 @@ class Builder:
 
     def __getattr__(self, name: str) -> Any:
         cls = self._classes[name]
-        known = _names_in_any_version(self._api_key, self._response, name)
+        api_key, response = self._api_key, self._response
 
         def build(**kw: Any) -> Any:
-            unknown = set(kw) - known
+            dropped = set(kw) - field_names(cls)
+            # Every version's module is imported only when a field is dropped: a broker's first
+            # requests (at the newest versions) stay free of that start-up cost.
+            unknown = dropped - _names_in_any_version(api_key, response, name) if dropped else dropped
             if unknown:
                 raise TypeError(f"{name} has no field {', '.join(sorted(unknown))} in any version")
             return make(cls, **kw)

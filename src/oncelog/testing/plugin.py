@@ -1,0 +1,112 @@
+"""The pytest plugin ``oncelog`` (entry point ``pytest11``): the fixture ``oncelog_broker``.
+
+``oncelog_broker`` is an ``oncelog.testing.Broker`` already started: a real broker process on a
+free loopback port, its data in a directory from ``tmp_path_factory``. Its scope is the ini
+option ``oncelog_broker_scope`` (``function`` by default; ``class``, ``module``, ``package`` or
+``session`` share one broker between the tests of that scope).
+
+Broker properties, later ones winning: ``oncelog.testing.TEST_DEFAULTS``; the ini option
+``oncelog_broker_config`` (lines of ``key=value``); the marker
+``@pytest.mark.oncelog_broker(config={...})`` nearest to the fixture's scope (on the test for
+function scope, on the class or module (``pytestmark``) for those scopes). A marker on a single
+test while the scope is wider is a usage error, not silently ignored.
+
+When a test that used the fixture fails, the tail of the broker log is added to its report as
+the section "oncelog broker log". After each test, a shared (wider than function) broker that
+the test paused or killed is resumed or started again, so a fault stays in its test.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from oncelog.testing.broker import Broker
+
+SCOPES = ("function", "class", "module", "package", "session")
+LOG_SECTION = "oncelog broker log"
+_LOG_LINES = 200
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("oncelog_broker_scope", f"scope of the oncelog_broker fixture: {', '.join(SCOPES)}",
+                  default="function")
+    parser.addini("oncelog_broker_config", "broker properties for oncelog_broker, one key=value a line",
+                  type="linelist", default=[])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "oncelog_broker(config=None): broker properties (Kafka names) for the oncelog_broker fixture")
+
+
+def _scope(fixture_name: str, config: pytest.Config) -> str:
+    scope = str(config.getini("oncelog_broker_scope")).strip() or "function"
+    if scope not in SCOPES:
+        raise pytest.UsageError(f"oncelog_broker_scope = {scope!r}: expected one of {', '.join(SCOPES)}")
+    return scope
+
+
+def _ini_config(config: pytest.Config) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in config.getini("oncelog_broker_config"):
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"oncelog_broker_config: expected key=value, got {line!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _marker_config(node: pytest.Item | pytest.Collector | None) -> dict[str, str]:
+    marker = node.get_closest_marker("oncelog_broker") if node is not None else None
+    if marker is None:
+        return {}
+    cfg = marker.kwargs.get("config", marker.args[0] if marker.args else None) or {}
+    if not isinstance(cfg, dict):
+        raise pytest.UsageError(f"@pytest.mark.oncelog_broker(config=...) takes a dict, got {cfg!r}")
+    return {str(k): str(v) for k, v in cfg.items()}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scope = _scope("oncelog_broker", config)
+    if scope == "function":
+        return
+    for item in items:
+        if any(m.name == "oncelog_broker" for m in getattr(item, "own_markers", ())):
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.oncelog_broker on a test needs oncelog_broker_scope = function "
+                f"(it is {scope}); mark the {scope} instead")
+
+
+@pytest.fixture(scope=_scope)
+def oncelog_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A running oncelog broker (``oncelog.testing.Broker``): ``bootstrap_servers``,
+    ``create_topic()``, ``kill()``, ``restart()``, ``pause()``/``resume()``, ``log``/``log_tail()``."""
+    node = getattr(request, "node", None)
+    config = {**_ini_config(request.config), **_marker_config(node)}
+    base = tmp_path_factory.mktemp("oncelog")
+    broker = Broker(config, data_dir=base / "data")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    broker = getattr(item, "funcargs", {}).get("oncelog_broker")
+    if isinstance(broker, Broker) and _scope("oncelog_broker", item.config) != "function":
+        broker.ensure_running()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed:
+        broker = getattr(item, "funcargs", {}).get("oncelog_broker")
+        if isinstance(broker, Broker):
+            report.sections.append(
+                (LOG_SECTION, f"{broker.log_path} (last {_LOG_LINES} lines)\n{broker.log_tail(_LOG_LINES)}"))
+    return report
