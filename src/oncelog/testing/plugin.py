@@ -37,15 +37,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    scope = _configured_scope(config)
+    if scope not in SCOPES:
+        raise pytest.UsageError(f"oncelog_broker_scope = {scope!r}: expected one of {', '.join(SCOPES)}")
     config.addinivalue_line(
         "markers", "oncelog_broker(config=None): broker properties (Kafka names) for the oncelog_broker fixture")
 
 
-def _scope(fixture_name: str, config: pytest.Config) -> str:
-    scope = str(config.getini("oncelog_broker_scope")).strip() or "function"
-    if scope not in SCOPES:
-        raise pytest.UsageError(f"oncelog_broker_scope = {scope!r}: expected one of {', '.join(SCOPES)}")
-    return scope
+def _configured_scope(config: pytest.Config) -> str:
+    return str(config.getini("oncelog_broker_scope")).strip() or "function"
+
+
+def _scope(*, fixture_name: str, config: pytest.Config) -> str:
+    """The fixture's scope (pytest calls this once; pytest_configure has refused a bad value)."""
+    scope = _configured_scope(config)
+    return scope if scope in SCOPES else "function"
 
 
 def _ini_config(config: pytest.Config) -> dict[str, str]:
@@ -69,7 +75,7 @@ def _marker_config(node: pytest.Item | pytest.Collector | None) -> dict[str, str
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    scope = _scope("oncelog_broker", config)
+    scope = _configured_scope(config)
     if scope == "function":
         return
     for item in items:
@@ -97,7 +103,7 @@ def oncelog_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     broker = getattr(item, "funcargs", {}).get("oncelog_broker")
-    if isinstance(broker, Broker) and _scope("oncelog_broker", item.config) != "function":
+    if isinstance(broker, Broker) and _configured_scope(item.config) != "function":
         broker.ensure_running()
 
 
