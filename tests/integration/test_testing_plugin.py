@@ -176,10 +176,47 @@ def test_marker_sets_broker_properties_and_is_refused_on_a_test_under_wider_scop
             produce(oncelog_broker.bootstrap_servers, "auto", [b"x"])
             assert partitions_of(oncelog_broker.bootstrap_servers, "auto") == 4
     """)
-    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    pytester.runpytest(*PLUGIN, "-o", "oncelog_broker_prestart=false").assert_outcomes(passed=1)
     # the same marker on a single test while brokers are shared per module: a usage error
     result = pytester.runpytest(*PLUGIN, "-o", "oncelog_broker_scope=module")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*oncelog_broker on a test needs oncelog_broker_scope = function*"])
     result = pytester.runpytest(*PLUGIN, "-o", "oncelog_broker_scope=forever")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+PRESTART_TESTS = """
+    import time
+    import pytest
+
+    @pytest.fixture(autouse=True)
+    def asked_at():
+        return time.monotonic()  # autouse: set up before oncelog_broker
+
+    READY = []
+
+    @pytest.mark.parametrize("i", range(3))
+    def test_broker(i, asked_at, oncelog_broker):
+        assert oncelog_broker.running
+        READY.append(oncelog_broker.started_at < asked_at)
+        time.sleep(0.5)  # a test's work, during which the next broker starts
+
+    @pytest.mark.oncelog_broker(config={"num.partitions": 2})
+    def test_other_properties(asked_at, oncelog_broker):
+        assert oncelog_broker.config["num.partitions"] == "2"
+        READY.append(oncelog_broker.started_at < asked_at)
+
+    def test_which_were_started_before_asked():
+        assert READY == EXPECTED
+"""
+
+
+@pytest.mark.parametrize("prestart", [True, False])
+def test_prestart_hands_the_next_test_a_running_broker(pytester: pytest.Pytester, prestart: bool) -> None:
+    """With prestart (the default), the second and third test get a broker whose start began
+    before they asked (while the previous test ran); a test with other properties gets one
+    started for it. Without prestart, every broker is started when asked for."""
+    expected = [False, True, True, False] if prestart else [False] * 4
+    pytester.makepyfile(test_prestart=textwrap.dedent(PRESTART_TESTS) + f"\nEXPECTED = {expected!r}\n")
+    result = pytester.runpytest(*PLUGIN, "-o", f"oncelog_broker_prestart={str(prestart).lower()}")
+    result.assert_outcomes(passed=5)

@@ -28,3 +28,19 @@ def test_a_field_no_version_has_is_a_typo(version: int) -> None:
     with pytest.raises(TypeError, match="leader_epcoh"):
         m.MetadataResponsePartition(error_code=ErrorCode.none, partition_index=0, leader_id=1, leader_epcoh=3,
                                     replica_nodes=(1,), isr_nodes=(1,), offline_replicas=())
+
+
+@pytest.mark.parametrize("api_key", [apis.METADATA, apis.PRODUCE, apis.FETCH, apis.CREATE_TOPICS])
+def test_field_names_read_from_source_match_the_imported_classes(api_key: int) -> None:
+    """The typo check reads kio's generated modules instead of importing every version (broker
+    start-up, issue 19); what it reads must be what importing gives."""
+    from kio.schema.index import api_key_map, schema_name_map
+
+    from oncelog.protocol.messages import EntityType, _declared_fields, field_names
+
+    for response in (False, True):
+        entity = EntityType.response if response else EntityType.request
+        for version, paths in schema_name_map[api_key_map[api_key]].items():
+            read = _declared_fields(paths[entity].partition(":")[0])
+            imported = {n: field_names(c) for n, c in apis.message_module_classes(api_key, version, response).items()}
+            assert read == imported, (api_key, version, response)

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -64,6 +65,9 @@ class Broker:
                                    env=dict(env) if env else None)
         self._paused = False
         self._down_expected = True  # False while it runs and nobody asked it to stop
+        #: ``time.monotonic()`` when the last start began and when the broker became ready
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
 
     # -- addresses and state -----------------------------------------------------------------
 
@@ -119,12 +123,14 @@ class Broker:
         it exits or is not ready within ``startup_timeout`` (with the log tail)."""
         if self.running:
             raise BrokerError(f"broker {self.bootstrap_servers} is already running")
+        self.started_at = time.monotonic()
         try:
             self._proc.start(timeout=self.startup_timeout)
         except (RuntimeError, TimeoutError) as exc:
             raise BrokerError(str(exc)) from None
         self._paused = False
         self._down_expected = False
+        self.ready_at = time.monotonic()
         return self
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -11,6 +11,10 @@ Broker properties, later ones winning: ``oncelog.testing.TEST_DEFAULTS``; the in
 function scope, on the class or module (``pytestmark``) for those scopes). A marker on a single
 test while the scope is wider is a usage error, not silently ignored.
 
+With function scope the next test's broker is started while a test runs (``Spare``, spare.py),
+so a test that asks for one finds it ready; the ini option ``oncelog_broker_prestart = false``
+turns that off.
+
 When a test that used the fixture fails, the tail of the broker log is added to its report as
 the section "oncelog broker log". After each test, a shared (wider than function) broker that
 the test paused or killed is resumed or started again, so a fault stays in its test.
@@ -23,9 +27,11 @@ from typing import Iterator
 import pytest
 
 from oncelog.testing.broker import Broker
+from oncelog.testing.spare import Spare
 
 SCOPES = ("function", "class", "module", "package", "session")
 LOG_SECTION = "oncelog broker log"
+_SPARE = pytest.StashKey[Spare]()
 _LOG_LINES = 200
 
 
@@ -34,12 +40,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default="function")
     parser.addini("oncelog_broker_config", "broker properties for oncelog_broker, one key=value a line",
                   type="linelist", default=[])
+    parser.addini("oncelog_broker_prestart", "with function scope, start the next test's broker while a test runs "
+                  "(default true)", type="bool", default=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     scope = _configured_scope(config)
     if scope not in SCOPES:
         raise pytest.UsageError(f"oncelog_broker_scope = {scope!r}: expected one of {', '.join(SCOPES)}")
+    config.stash[_SPARE] = Spare()
     config.addinivalue_line(
         "markers", "oncelog_broker(config=None): broker properties (Kafka names) for the oncelog_broker fixture")
 
@@ -91,13 +100,25 @@ def oncelog_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     ``create_topic()``, ``kill()``, ``restart()``, ``pause()``/``resume()``, ``log``/``log_tail()``."""
     node = getattr(request, "node", None)
     config = {**_ini_config(request.config), **_marker_config(node)}
-    base = tmp_path_factory.mktemp("oncelog")
-    broker = Broker(config, data_dir=base / "data")
-    broker.start()
+    spare = request.config.stash.get(_SPARE, None)
+    if request.scope != "function" or not request.config.getini("oncelog_broker_prestart"):
+        spare = None
+    broker = spare.take(config) if spare is not None else None
+    if broker is None:
+        broker = Broker(config, data_dir=tmp_path_factory.mktemp("oncelog") / "data")
+        broker.start()
+    if spare is not None:  # the next test's broker starts while this one runs
+        spare.prepare(config, tmp_path_factory.mktemp("oncelog") / "data")
     try:
         yield broker
     finally:
         broker.close()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    spare = config.stash.get(_SPARE, None)
+    if spare is not None:
+        spare.discard()
 
 
 @pytest.hookimpl(tryfirst=True)
