@@ -22,6 +22,8 @@ the test paused or killed is resumed or started again, so a fault stays in its t
 
 from __future__ import annotations
 
+import importlib
+import threading
 from typing import Iterator
 
 import pytest
@@ -94,12 +96,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"(it is {scope}); mark the {scope} instead")
 
 
+_warmed = False
+
+
+def _warm_admin_client() -> None:
+    """Import the protocol client (kio) in a background thread while the first broker starts, so
+    the first ``create_topic`` does not pay for it (once per session)."""
+    global _warmed
+    if not _warmed:
+        _warmed = True
+        threading.Thread(target=importlib.import_module, args=("oncelog.admin.topics",), daemon=True,
+                         name="oncelog-import-client").start()
+
+
 @pytest.fixture(scope=_scope)
 def oncelog_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A running oncelog broker (``oncelog.testing.Broker``): ``bootstrap_servers``,
     ``create_topic()``, ``kill()``, ``restart()``, ``pause()``/``resume()``, ``log``/``log_tail()``."""
     node = getattr(request, "node", None)
     config = {**_ini_config(request.config), **_marker_config(node)}
+    _warm_admin_client()
     spare = request.config.stash.get(_SPARE, None)
     if request.scope != "function" or not request.config.getini("oncelog_broker_prestart"):
         spare = None
