@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from oncelog.cli_output import Table, console
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -43,7 +42,6 @@ app.add_typer(groups_app, name="groups")
 from oncelog.cli_transactions import app as transactions_app  # noqa: E402  (issue 17)
 
 app.add_typer(transactions_app, name="transactions")
-console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
 
