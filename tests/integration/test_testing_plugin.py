@@ -220,3 +220,28 @@ def test_prestart_hands_the_next_test_a_running_broker(pytester: pytest.Pytester
     pytester.makepyfile(test_prestart=textwrap.dedent(PRESTART_TESTS) + f"\nEXPECTED = {expected!r}\n")
     result = pytester.runpytest(*PLUGIN, "-o", f"oncelog_broker_prestart={str(prestart).lower()}")
     result.assert_outcomes(passed=5)
+
+
+def test_cluster_fixture_survives_a_broker_kill(pytester: pytest.Pytester) -> None:
+    """``oncelog_cluster``: three brokers on a real PostgreSQL; with one broker killed, records
+    are still acknowledged (its partitions move to the others) and every acknowledged record is
+    read back; the killed broker rejoins."""
+    _write(pytester, test_cluster="""
+        import pytest
+        from helpers import produce, read_all
+
+        @pytest.mark.oncelog_cluster(brokers=3)
+        def test_kill_one(oncelog_cluster):
+            assert len(oncelog_cluster.brokers) == 3
+            bootstrap = oncelog_cluster.bootstrap_servers
+            oncelog_cluster.brokers[0].create_topic("t", partitions=3)
+            produce(bootstrap, "t", [b"a%d" % i for i in range(30)])
+            oncelog_cluster.brokers[1].kill()
+            produce(bootstrap, "t", [b"b%d" % i for i in range(30)])
+            got = sorted(v for p in range(3) for v in read_all(bootstrap, "t", partition=p, timeout=60))
+            assert got == sorted([b"a%d" % i for i in range(30)] + [b"b%d" % i for i in range(30)])
+            oncelog_cluster.restart_broker(1)
+            assert all(b.running for b in oncelog_cluster.brokers)
+    """)
+    result = pytester.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1)

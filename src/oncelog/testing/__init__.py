@@ -7,5 +7,6 @@ fixture ``oncelog_broker``. docs/TESTING-WITH-ONCELOG.md has a worked example.
 """
 
 from oncelog.testing.broker import TEST_DEFAULTS, Broker, BrokerError
+from oncelog.testing.cluster import CLUSTER_DEFAULTS, Cluster
 
-__all__ = ["Broker", "BrokerError", "TEST_DEFAULTS"]
+__all__ = ["Broker", "BrokerError", "CLUSTER_DEFAULTS", "Cluster", "TEST_DEFAULTS"]

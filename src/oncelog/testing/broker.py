@@ -49,11 +49,12 @@ class Broker:
     ``data_dir``: where the broker keeps its logs (default: a new temporary directory, removed
     by ``close()``); the log of the process itself is written next to it (``log_path``).
     ``port``: fixed at construction (a free one by default), kept across restarts.
+    ``node_id`` and ``store`` (a PostgreSQL URL) make it a cluster member (cluster.py).
     """
 
     def __init__(self, config: Mapping[str, object] | None = None, *, data_dir: str | os.PathLike[str] | None = None,
                  host: str = "127.0.0.1", port: int | None = None, startup_timeout: float = 30.0,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, node_id: int | None = None, store: str | None = None) -> None:
         self.config: dict[str, str] = {**TEST_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
         self._tmp: Path | None = None
         if data_dir is None:
@@ -62,7 +63,8 @@ class Broker:
         self.data_dir = Path(data_dir)
         self.startup_timeout = startup_timeout
         self._proc = BrokerProcess(self.data_dir, host=host, port=port, overrides=self.config,
-                                   env=dict(env) if env else None)
+                                   env=dict(env) if env else None, node_id=node_id, store=store)
+        self.node_id = node_id
         self._paused = False
         self._down_expected = True  # False while it runs and nobody asked it to stop
         #: ``time.monotonic()`` when the last start began and when the broker became ready

@@ -15,6 +15,10 @@ With function scope the next test's broker is started while a test runs (``Spare
 so a test that asks for one finds it ready; the ini option ``oncelog_broker_prestart = false``
 turns that off.
 
+``oncelog_cluster`` (cluster.py) is N brokers on one PostgreSQL, with the marker
+``@pytest.mark.oncelog_cluster(brokers=3, config={...})`` and the ini option
+``oncelog_cluster_scope``; a shared cluster is not healed between tests.
+
 When a test that used the fixture fails, the tail of the broker log is added to its report as
 the section "oncelog broker log". After each test, a shared (wider than function) broker that
 the test paused or killed is resumed or started again, so a fault stays in its test.
@@ -29,6 +33,7 @@ from typing import Iterator
 import pytest
 
 from oncelog.testing.broker import Broker
+from oncelog.testing.cluster import Cluster
 from oncelog.testing.spare import Spare
 
 SCOPES = ("function", "class", "module", "package", "session")
@@ -42,17 +47,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default="function")
     parser.addini("oncelog_broker_config", "broker properties for oncelog_broker, one key=value a line",
                   type="linelist", default=[])
+    parser.addini("oncelog_cluster_scope", f"scope of the oncelog_cluster fixture: {', '.join(SCOPES)}",
+                  default="function")
     parser.addini("oncelog_broker_prestart", "with function scope, start the next test's broker while a test runs "
                   "(default true)", type="bool", default=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    scope = _configured_scope(config)
-    if scope not in SCOPES:
-        raise pytest.UsageError(f"oncelog_broker_scope = {scope!r}: expected one of {', '.join(SCOPES)}")
+    for option in ("oncelog_broker_scope", "oncelog_cluster_scope"):
+        scope = str(config.getini(option)).strip() or "function"
+        if scope not in SCOPES:
+            raise pytest.UsageError(f"{option} = {scope!r}: expected one of {', '.join(SCOPES)}")
     config.stash[_SPARE] = Spare()
     config.addinivalue_line(
         "markers", "oncelog_broker(config=None): broker properties (Kafka names) for the oncelog_broker fixture")
+    config.addinivalue_line(
+        "markers", "oncelog_cluster(brokers=3, config=None): size and broker properties for the oncelog_cluster fixture")
 
 
 def _configured_scope(config: pytest.Config) -> str:
@@ -131,6 +141,29 @@ def oncelog_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         broker.close()
 
 
+def _cluster_scope(*, fixture_name: str, config: pytest.Config) -> str:
+    scope = str(config.getini("oncelog_cluster_scope")).strip() or "function"
+    return scope if scope in SCOPES else "function"
+
+
+@pytest.fixture(scope=_cluster_scope)
+def oncelog_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A running ``oncelog.testing.Cluster``: ``brokers`` (each an ``oncelog.testing.Broker``
+    with its faults), ``bootstrap_servers``, ``restart_broker(i)``, ``store`` (the PostgreSQL
+    server). Size and properties: ``@pytest.mark.oncelog_cluster(brokers=3, config={...})``
+    nearest to the fixture's scope (ini ``oncelog_cluster_scope``, function by default)."""
+    node = getattr(request, "node", None)
+    marker = node.get_closest_marker("oncelog_cluster") if node is not None else None
+    size = int(marker.kwargs.get("brokers", 3)) if marker is not None else 3
+    config = dict(marker.kwargs.get("config") or {}) if marker is not None else {}
+    cluster = Cluster(size, config, base_dir=tmp_path_factory.mktemp("oncelog-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     spare = config.stash.get(_SPARE, None)
     if spare is not None:
@@ -152,4 +185,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if isinstance(broker, Broker):
             report.sections.append(
                 (LOG_SECTION, f"{broker.log_path} (last {_LOG_LINES} lines)\n{broker.log_tail(_LOG_LINES)}"))
+        cluster = getattr(item, "funcargs", {}).get("oncelog_cluster")
+        if isinstance(cluster, Cluster):
+            report.sections.append(("oncelog cluster logs", cluster.log_tail(_LOG_LINES // 2)))
     return report
