@@ -38,6 +38,8 @@ def test_context_manager_starts_serves_and_cleans_up() -> None:
 
 
 def test_invalid_property_fails_start_with_the_reason() -> None:
+    b = Broker(config={"no.such.property": "1"})
     with pytest.raises(BrokerError, match="no.such.property"):
-        with Broker(config={"no.such.property": "1"}):
+        with b:
             pass  # pragma: no cover - never reached
+    assert not b.data_dir.parent.exists(), "a failed start left its temporary directory behind"

@@ -202,7 +202,11 @@ class Broker:
                 shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> "Broker":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # `with` calls no __exit__ when __enter__ raises: the temporary directory goes here
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()
