@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from oncelog.cli_output import Table, console
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -51,7 +50,6 @@ app.add_typer(users_app, name="users")
 from oncelog.cli_acls import app as acls_app  # noqa: E402  (issue 18)
 
 app.add_typer(acls_app, name="acls")
-console = Console()
 
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
 

@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from oncelog.cli_output import Table, console
 
 from oncelog.acl.model import AclBinding, PatternType, PermissionType
 from oncelog.admin.acls import AclOptions, AclsError, FileAcls, WireAcls, binding_json
 
 app = typer.Typer(no_args_is_help=True, help="Add, remove and list ACLs (kafka-acls.sh's options).")
-console = Console()
 
 BOOTSTRAP = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a broker (default 127.0.0.1:9092)")
 DATA_DIR = typer.Option(None, "--data-dir", help="edit this embedded broker's acls.json instead (no broker running)")

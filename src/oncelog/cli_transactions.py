@@ -13,14 +13,12 @@ import time
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, TransactionsAdmin, parse_partition
+from oncelog.cli_output import Table, console
 from oncelog.protocol.errors import KafkaError
 
 app = typer.Typer(no_args_is_help=True, help="List, describe and abort transactions; find hanging ones (KIP-664).")
-console = Console()
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
 JSON = typer.Option(False, "--json", help="print JSON (for scripts) instead of a table")
 

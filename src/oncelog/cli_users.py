@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from oncelog.cli_output import Table, console
 
 from oncelog.broker.auth.credentials import (
     MECHANISM_IDS, MECHANISMS, MIN_ITERATIONS, CredentialFile, salted_password,
@@ -37,7 +36,6 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
 
 app = typer.Typer(no_args_is_help=True, help="Add, remove and list SCRAM users (kafka-configs --entity-type users).")
-console = Console()
 JSON = typer.Option(False, "--json", help="print JSON (for scripts) instead of a table")
 DATA_DIR = typer.Option(None, "--data-dir", help="write the credential file of this broker data dir (broker stopped)")
 BOOTSTRAP = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a running broker")

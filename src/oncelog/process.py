@@ -93,11 +93,14 @@ class BrokerProcess:
                 if READY.match(line):
                     ready.set()
 
-        threading.Thread(target=watch, daemon=True).start()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         deadline = time.monotonic() + timeout
         while not ready.wait(0.05):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}; log: {self.log_tail()}")
+                watcher.join(timeout=5)  # its standard output says why (an invalid property, ...)
+                output = "\n".join(lines[-20:])
+                raise RuntimeError(f"broker exited with {self.proc.returncode}; output: {output}; log: {self.log_tail()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise TimeoutError(f"broker not ready after {timeout}s; log: {self.log_tail()}")

@@ -35,6 +35,7 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
+from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
 from oncelog.storage import cleaner
 from oncelog.storage.atomic import write_atomically
@@ -205,6 +206,7 @@ class Broker:
     async def start(self) -> tuple[str, int]:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        apis.preload()  # the first requests' message classes, before we say we are ready
         if self.store:
             return await self._start_cluster_member()
         self.cluster_id = _load_or_create_cluster_id(data_dir)

@@ -181,6 +181,21 @@ def message_module_classes(api_key: int, version: int, response: bool) -> dict[s
     return {n: c for n, c in vars(module).items() if isinstance(c, type) and c.__module__ == module.__name__}
 
 
+#: What clients ask for first (versions, metadata, produce, fetch, offsets, coordinators, a
+#: producer id): their classes are built before the broker says it is ready (``preload``), so a
+#: test's first produce does not wait for kio to build them (issue 19, start-up time).
+FIRST_REQUESTS = (API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, FIND_COORDINATOR, INIT_PRODUCER_ID)
+
+
+def preload(api_keys: tuple[int, ...] = FIRST_REQUESTS) -> None:
+    """Import the request and response classes of ``api_keys`` at the newest version we
+    advertise (the one current clients use)."""
+    for key in api_keys:
+        newest = SUPPORTED_VERSIONS[key][1]
+        message_module_classes(key, newest, False)
+        message_module_classes(key, newest, True)
+
+
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether this request version uses the flexible (tagged-field, compact) encoding."""
     return bool(message_class(api_key, version, False).__flexible__)

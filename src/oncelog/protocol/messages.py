@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
 
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
@@ -44,13 +45,47 @@ def make(cls: type, **kw: Any) -> Any:
 
 @cache
 def _names_in_any_version(api_key: int, response: bool, cls_name: str) -> frozenset[str]:
-    """Every field name the class ``cls_name`` has in some version of the API."""
+    """Every field name the class ``cls_name`` has in some version of the API.
+
+    Read from the source of kio's generated modules (``_declared_fields``) rather than by
+    importing every version: importing is what costs (a dataclass built per class), and a broker
+    pays it at its first request of each API (issue 19, start-up time)."""
     names: set[str] = set()
-    for version in schema_name_map[api_key_map[api_key]]:
-        classes = apis.message_module_classes(api_key, version, response)
-        if cls_name in classes:
-            names |= field_names(classes[cls_name])
+    entity = EntityType.response if response else EntityType.request
+    for version, paths in schema_name_map[api_key_map[api_key]].items():
+        module_name = paths[entity].partition(":")[0]
+        declared = _declared_fields(module_name)
+        if declared is None:  # no source to read: import it
+            classes = apis.message_module_classes(api_key, version, response)
+            declared = {n: field_names(c) for n, c in classes.items()}
+        names |= declared.get(cls_name, frozenset())
     return frozenset(names)
+
+
+def _declared_fields(module_name: str) -> dict[str, frozenset[str]] | None:
+    """Class name -> its annotated field names (``ClassVar`` dunders excluded), from the module's
+    source without importing it; None when the source is not available."""
+    import ast
+    import pathlib
+
+    import kio.schema
+
+    # not importlib.util.find_spec: it imports the parent package, whose __init__ imports the module
+    package, _, rest = module_name.partition("kio.schema.")
+    if package or not rest:
+        return None
+    path = pathlib.Path(kio.schema.__file__).parent.joinpath(*rest.split(".")).with_suffix(".py")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError):
+        return None
+    return {
+        node.name: frozenset(
+            st.target.id for st in node.body
+            if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and not st.target.id.startswith("__")
+        )
+        for node in tree.body if isinstance(node, ast.ClassDef)
+    }
 
 
 class Builder:
@@ -67,10 +102,13 @@ class Builder:
 
     def __getattr__(self, name: str) -> Any:
         cls = self._classes[name]
-        known = _names_in_any_version(self._api_key, self._response, name)
+        api_key, response = self._api_key, self._response
 
         def build(**kw: Any) -> Any:
-            unknown = set(kw) - known
+            dropped = set(kw) - field_names(cls)
+            # Every version's module is imported only when a field is dropped: a broker's first
+            # requests (at the newest versions) stay free of that start-up cost.
+            unknown = dropped - _names_in_any_version(api_key, response, name) if dropped else dropped
             if unknown:
                 raise TypeError(f"{name} has no field {', '.join(sorted(unknown))} in any version")
             return make(cls, **kw)

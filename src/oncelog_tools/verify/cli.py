@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from oncelog.cli_output import Table, console
 from oncelog_tools.verify.checker import Anomaly
 
 verify_app = typer.Typer(no_args_is_help=True, help="Fault-injection scenarios that check exactly-once.")
-console = Console()
 
 
 def _seed(seed: Optional[int]) -> int:
