@@ -35,17 +35,17 @@ class ProtocolClient:
     Produce, EndTxn and TxnOffsetCommit on its own (``TV1_MAX_VERSIONS``); 2 does, when the
     broker advertises them. An explicit ``version=`` is always sent as asked. ``security``: the
     client properties of a TLS / SASL listener (``security.protocol``, ``ssl.*``, ``sasl.*``).
-    ``source_host``: the local address to connect from (host-based ACLs, issue 18)."""
+    ``source_host``: the local address to connect from (host-based ACLs, issue 18).
+    ``bootstrap`` is ``host:port`` or a comma-separated list of them, as Kafka's tools take: the
+    first one that accepts the connection is used."""
 
     def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_id: str = "oncelog-cli",
                  transaction_version: int = 1, security: dict[str, str] | None = None,
                  source_host: str | None = None) -> None:
         self.transaction_version = transaction_version
-        host, port = parse_host_port(bootstrap)
         sec = dict(security or {})
         protocol = sec.get("security.protocol", "PLAINTEXT").upper()
-        self.sock = socket.create_connection((host, port), timeout=timeout,
-                                             source_address=(source_host, 0) if source_host else None)
+        host, self.sock = _connect(bootstrap, timeout, source_host)
         if protocol in ("SSL", "SASL_SSL"):
             self.sock = _tls_context(sec).wrap_socket(self.sock, server_hostname=host)
         self.client_id = client_id
@@ -138,6 +138,23 @@ class ProtocolClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _connect(bootstrap: str, timeout: float, source_host: str | None) -> tuple[str, socket.socket]:
+    """(host, connected socket) of the first address of ``bootstrap`` that accepts; raises the
+    last OSError when none does, ValueError for a malformed address."""
+    addresses = [parse_host_port(a.strip()) for a in bootstrap.split(",") if a.strip()]
+    if not addresses:
+        raise ValueError(f"expected HOST:PORT[,HOST:PORT...], got {bootstrap!r}")
+    last: OSError | None = None
+    for host, port in addresses:
+        try:
+            return host, socket.create_connection((host, port), timeout=timeout,
+                                                  source_address=(source_host, 0) if source_host else None)
+        except OSError as exc:
+            last = exc
+    assert last is not None
+    raise last
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
