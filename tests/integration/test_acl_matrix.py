@@ -291,6 +291,15 @@ def whole(api: int, v: int, cls_name: str, **kw: Any) -> Callable[[ProtocolClien
     return call
 
 
+def alter_scram(c: ProtocolClient) -> E:
+    """Deleting a credential nobody has: refused (CLUSTER_AUTHORIZATION_FAILED) or, allowed,
+    RESOURCE_NOT_FOUND."""
+    m = cls(c, apis.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    r = c.request(apis.ALTER_USER_SCRAM_CREDENTIALS, m["AlterUserScramCredentialsRequest"](
+        deletions=(m["ScramCredentialDeletion"](name="nobody", mechanism=1),), upsertions=()), version=0)
+    return E(r.results[0].error_code)
+
+
 def describe_topic_partitions(c: ProtocolClient) -> E:
     m = cls(c, apis.DESCRIBE_TOPIC_PARTITIONS, 0)
     r = c.request(apis.DESCRIBE_TOPIC_PARTITIONS, m["DescribeTopicPartitionsRequest"](
@@ -404,6 +413,9 @@ CASES = [
     Case("DescribeConfigs broker", describe_configs(4, "1"), CA, [(_C, C, Op.ALTER_CONFIGS)]),
     Case("AlterConfigs", alter_configs(False), TG, [(_T, TOPIC, Op.ALTER_CONFIGS)]),
     Case("IncrementalAlterConfigs", alter_configs(True), TG, [(_T, TOPIC, Op.ALTER_CONFIGS)]),
+    Case("DescribeUserScramCredentials", whole(apis.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
+                                               "DescribeUserScramCredentialsRequest", users=None), CA, [(_C, C, Op.DESCRIBE)]),
+    Case("AlterUserScramCredentials", alter_scram, CA, [(_C, C, Op.ALTER)], allowed=E.resource_not_found),
     Case("DescribeLogDirs", whole(apis.DESCRIBE_LOG_DIRS, 4, "DescribeLogDirsRequest", topics=None), CA,
          [(_C, C, Op.DESCRIBE)]),
     Case("ElectLeaders", whole(apis.ELECT_LEADERS, 2, "ElectLeadersRequest", election_type=0, topic_partitions=None,
@@ -464,6 +476,7 @@ def test_every_routed_api_is_in_the_matrix() -> None:
     import re
 
     names = {re.sub(r"(?<!^)(?=[A-Z])", "_", c.api.split(" ")[0]).lower() for c in CASES} | {
-        "api_versions", "produce", "list_transactions", "describe_cluster"}
+        "api_versions", "produce", "list_transactions", "describe_cluster",
+        "sasl_handshake", "sasl_authenticate"}  # the SASL APIs need nothing (served before authentication)
     missing = {apis.api_name(k) for k in ROUTES} - names
     assert not missing, missing  # Produce, ListTransactions, DescribeCluster: test_acl_clients.py

@@ -22,9 +22,14 @@ API_KEY = apis.ALTER_USER_SCRAM_CREDENTIALS
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
-    _acl.check(_acl.gate(broker, client, API_KEY), "cluster")  # issue 18: ALTER on the cluster
     m = Builder(API_KEY, request.api_version)
     req = request.body
+    g = _acl.gate(broker, client, API_KEY)
+    denied = None if g is None else g.denied("cluster")  # issue 18: ALTER on the cluster
+    if denied is not None:  # as Kafka: every user of the request answers the refusal
+        users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+        return m.AlterUserScramCredentialsResponse(results=tuple(
+            m.AlterUserScramCredentialsResult(user=user, error_code=denied, error_message=None) for user in users))
     results = await broker.users.apply(
         [(d.name, int(d.mechanism)) for d in req.deletions],
         [(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password)) for u in req.upsertions],
