@@ -149,8 +149,10 @@ def test_transactional_copy_under_cluster_faults(tmp_path: Path) -> None:
     """Copiers (confluent-kafka, sendOffsetsToTransaction, a third aborted) and a read_committed
     reader while the cluster suffers 5 faults (seeded: broker SIGKILLs, a SIGSTOP past the
     session, PostgreSQL restarts) and the copiers 2 SIGKILLs."""
+    # paced (40 transactions per copier, 0.6 s apart: 24 s at least) so that every planned fault
+    # lands while copying, however fast the copiers run between faults
     result = copy.run(tmp_path, records=6_000, partitions=3, broker_kills=5, copier_kills=2, seed=3, time_limit=300,
-                      txn_records=100, txn_pause_ms=100, cluster=3)
+                      txn_records=50, txn_pause_ms=600, cluster=3)
     assert result.broker_kills == 5 and result.copier_kills == 2
     assert result.copied == 6_000
     assert result.anomalies == []
