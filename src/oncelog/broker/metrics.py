@@ -60,6 +60,11 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def request_label(api_key: int) -> str:
+    """Kafka's ``request`` tag for an API: ``Produce``, ``ApiVersions``, ``InitProducerId``."""
+    return "".join(w.capitalize() for w in apis.api_name(api_key).split("_"))
+
+
 def lag(end: int, position: int) -> int:
     """How far ``position`` (an LSO, a committed offset) is behind ``end``; never negative
     (a committed offset past the log end after a truncation counts as caught up)."""
@@ -174,7 +179,7 @@ class BrokerMetrics:
         """One request handled in ``seconds``; ``error`` its whole-request error code (0: none)."""
         children = self._per_api.get(api_key)
         if children is None:
-            name = apis.api_name(api_key)
+            name = request_label(api_key)
             children = self._per_api[api_key] = (self._requests.labels(name), self._latency.labels(name))
         children[0].inc()
         children[1].observe(seconds)
@@ -189,7 +194,7 @@ class BrokerMetrics:
                 name = ErrorCode(code).name.upper()
             except ValueError:
                 name = str(code)
-            child = self._per_error[(api_key, code)] = self._errors.labels(apis.api_name(api_key), name)
+            child = self._per_error[(api_key, code)] = self._errors.labels(request_label(api_key), name)
         child.inc()
 
     def produced(self, topic: str, nbytes: int, nrecords: int) -> None:
