@@ -4,8 +4,9 @@ Theory of operation. Two kinds of metric, chosen by cost:
 
 * counted on the request path, once per request (``Dispatcher.handle``: count, latency, error
   code) or once per partition batch of a request (Produce: bytes and records in, the record
-  count taken from the batch header; Fetch: bytes out). Never per record. Label children are
-  cached in plain dicts, so a hot-path update is a dict lookup and an ``inc``/``observe``.
+  count taken from the batch header; Fetch: bytes out). Never per record. These are plain ints
+  in plain dicts (``RequestStats``), so a hot-path update is a dict lookup and a few additions;
+  they become Prometheus counters and histograms only at scrape time.
 * read at scrape time (``BrokerCollector``): log end offset, LSO, LSO lag, size and segment
   count per partition; open transactions and the age of the oldest; transactions committed /
   aborted / timed out (plain ``int`` counters the transaction coordinator keeps anyway);
@@ -16,9 +17,9 @@ Threads. The HTTP server is ``prometheus_client``'s, on a daemon thread. The eve
 every piece of broker state, so a scrape does not read it from the HTTP thread: it schedules
 ``snapshot()`` on the loop (``run_coroutine_threadsafe``) and waits at most
 ``SNAPSHOT_TIMEOUT_S``; the snapshot is plain tuples, turned into metric families on the HTTP
-thread. A snapshot that fails or times out is logged and the scrape answers the request-path
-metrics alone (and ``oncelog_metrics_scrape_errors_total`` counts it): a collector never takes
-the broker down.
+thread. The request-path counters are copied in the same snapshot. A snapshot that fails or times out
+is logged and the scrape answers ``oncelog_metrics_scrape_errors_total`` alone (which counts
+it): a collector never takes the broker down.
 
 When ``metrics.listen`` is unset the broker holds ``metrics = None``: the request path makes a
 ``None`` check and nothing else, and ``prometheus_client`` is not even imported.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -97,6 +99,8 @@ class Snapshot:
     txn_timed_out: int = 0
     connections: dict[str, int] = field(default_factory=dict)
     now_ms: int = 0
+    #: the request-path counters at that instant (None: not collected)
+    requests: "RequestStats | None" = None
 
 
 def take_snapshot(broker: "Broker") -> Snapshot:
@@ -138,79 +142,78 @@ def _open_states() -> frozenset[int]:
 _OPEN_STATES = _open_states()
 
 
-class BrokerMetrics:
-    """The broker's metrics: the request-path counters (``request``, ``produced``, ``fetched``,
-    ``error``) and, once ``serve()`` is called, the HTTP endpoint with the scrape-time
-    collector. Every method is called on the event loop except what the HTTP thread runs."""
+class RequestStats:
+    """The request-path counters, as plain ints in plain dicts: updated on the event loop only
+    (a dict lookup and a few additions: about a microsecond), copied by ``take_snapshot`` on
+    the loop, and exported at scrape time. ``prometheus_client``'s own metric objects take a
+    lock per update (several microseconds a request), so they are kept off the hot path."""
 
-    def __init__(self, broker: "Broker", host: str, port: int) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+    __slots__ = ("per_api", "errors", "topic_in", "topic_out")
 
-        self.broker = broker
-        self.host, self.port = host, port
-        self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
-        self._requests = Counter("kafka_network_requestmetrics_requests", "Requests handled, by API",
-                                 ["request"], registry=r)
-        self._latency = Histogram("kafka_network_requestmetrics_totaltime_seconds",
-                                  "Time from a request's arrival to its encoded response, by API",
-                                  ["request"], buckets=LATENCY_BUCKETS, registry=r)
-        self._errors = Counter("kafka_network_requestmetrics_errors", "Error codes answered, by API and error",
-                               ["request", "error"], registry=r)
-        self._bytes_in = Counter("kafka_server_brokertopicmetrics_bytesin", "Produced bytes (whole batches), by topic",
-                                 ["topic"], registry=r)
-        self._records_in = Counter("kafka_server_brokertopicmetrics_messagesin",
-                                   "Produced records (from the batch headers), by topic", ["topic"], registry=r)
-        self._bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Fetched bytes (whole batches), by topic",
-                                  ["topic"], registry=r)
-        self._scrape_errors = Counter("oncelog_metrics_scrape_errors", "Scrapes whose broker snapshot failed",
-                                      registry=r)
-        self._per_api: dict[int, tuple[Any, Any]] = {}
-        self._per_error: dict[tuple[int, int], Any] = {}
-        self._per_topic_in: dict[str, tuple[Any, Any]] = {}
-        self._per_topic_out: dict[str, Any] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    # -- the request path (event loop) -----------------------------------------------------------
+    def __init__(self) -> None:
+        #: api key -> [count, sum of seconds, one count per LATENCY_BUCKETS bucket, then +Inf]
+        self.per_api: dict[int, list[Any]] = {}
+        self.errors: dict[tuple[int, int], int] = {}  # (api key, error code) -> count
+        self.topic_in: dict[str, list[int]] = {}  # topic -> [bytes, records]
+        self.topic_out: dict[str, int] = {}  # topic -> bytes
 
     def request(self, api_key: int, seconds: float, error: int) -> None:
         """One request handled in ``seconds``; ``error`` its whole-request error code (0: none)."""
-        children = self._per_api.get(api_key)
-        if children is None:
-            name = request_label(api_key)
-            children = self._per_api[api_key] = (self._requests.labels(name), self._latency.labels(name))
-        children[0].inc()
-        children[1].observe(seconds)
+        s = self.per_api.get(api_key)
+        if s is None:
+            s = self.per_api[api_key] = [0, 0.0] + [0] * (len(LATENCY_BUCKETS) + 1)
+        s[0] += 1
+        s[1] += seconds
+        s[2 + bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds
         if error:
             self.error(api_key, error)
 
     def error(self, api_key: int, code: int) -> None:
         """One error code answered (a whole request's, or one partition's)."""
-        child = self._per_error.get((api_key, code))
-        if child is None:
-            try:
-                name = ErrorCode(code).name.upper()
-            except ValueError:
-                name = str(code)
-            child = self._per_error[(api_key, code)] = self._errors.labels(request_label(api_key), name)
-        child.inc()
+        key = (api_key, code)
+        self.errors[key] = self.errors.get(key, 0) + 1
 
     def produced(self, topic: str, nbytes: int, nrecords: int) -> None:
         """One batch of ``nrecords`` records, ``nbytes`` long, accepted for ``topic``."""
-        children = self._per_topic_in.get(topic)
-        if children is None:
-            children = self._per_topic_in[topic] = (self._bytes_in.labels(topic), self._records_in.labels(topic))
-        children[0].inc(nbytes)
-        children[1].inc(nrecords)
+        c = self.topic_in.get(topic)
+        if c is None:
+            c = self.topic_in[topic] = [0, 0]
+        c[0] += nbytes
+        c[1] += nrecords
 
     def fetched(self, topic: str, nbytes: int) -> None:
         """``nbytes`` of whole batches of ``topic`` put into a Fetch answer."""
-        child = self._per_topic_out.get(topic)
-        if child is None:
-            child = self._per_topic_out[topic] = self._bytes_out.labels(topic)
-        child.inc(nbytes)
+        self.topic_out[topic] = self.topic_out.get(topic, 0) + nbytes
+
+    def copy(self) -> "RequestStats":
+        """A copy for a snapshot (on the event loop)."""
+        c = RequestStats()
+        c.per_api = {k: list(v) for k, v in self.per_api.items()}
+        c.errors = dict(self.errors)
+        c.topic_in = {k: list(v) for k, v in self.topic_in.items()}
+        c.topic_out = dict(self.topic_out)
+        return c
+
+
+class BrokerMetrics(RequestStats):
+    """The broker's metrics: the request-path counters (``RequestStats``: ``request``,
+    ``produced``, ``fetched``, ``error``, called on the event loop) and, once ``serve()`` is
+    called, the HTTP endpoint with the scrape-time collector."""
+
+    __slots__ = ("broker", "host", "port", "registry", "_scrape_errors", "_loop", "_server", "_thread")
+
+    def __init__(self, broker: "Broker", host: str, port: int) -> None:
+        from prometheus_client import CollectorRegistry, Counter
+
+        super().__init__()
+        self.broker = broker
+        self.host, self.port = host, port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._scrape_errors = Counter("oncelog_metrics_scrape_errors", "Scrapes whose broker snapshot failed",
+                                      registry=self.registry)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
 
     # -- the endpoint ----------------------------------------------------------------------------
 
@@ -244,7 +247,9 @@ class BrokerMetrics:
             return None
 
         async def take() -> Snapshot:
-            return take_snapshot(self.broker)
+            snap = take_snapshot(self.broker)
+            snap.requests = self.copy()
+            return snap
 
         try:
             return asyncio.run_coroutine_threadsafe(take(), loop).result(SNAPSHOT_TIMEOUT_S)
@@ -270,9 +275,56 @@ class BrokerCollector:
         yield from families(snap, snap.now_ms)
 
 
+def request_families(stats: RequestStats) -> Iterator[Any]:
+    """The request-path metric families (pure)."""
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+    count = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests handled, by API",
+                                labels=["request"])
+    latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltime_seconds",
+                                    "Time from a request's arrival to its encoded response, by API",
+                                    labels=["request"])
+    for api_key, s in sorted(stats.per_api.items()):
+        name = request_label(api_key)
+        count.add_metric([name], s[0])
+        buckets, running = [], 0
+        for bound, n in zip((*LATENCY_BUCKETS, float("inf")), s[2:]):
+            running += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        latency.add_metric([name], buckets, s[1])
+    yield count
+    yield latency
+    errors = CounterMetricFamily("kafka_network_requestmetrics_errors", "Error codes answered, by API and error",
+                                 labels=["request", "error"])
+    for (api_key, code), n in sorted(stats.errors.items()):
+        try:
+            ename = ErrorCode(code).name.upper()
+        except ValueError:
+            ename = str(code)
+        errors.add_metric([request_label(api_key), ename], n)
+    yield errors
+    bytes_in = CounterMetricFamily("kafka_server_brokertopicmetrics_bytesin", "Produced bytes (whole batches), by topic",
+                                   labels=["topic"])
+    records_in = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin",
+                                     "Produced records (from the batch headers), by topic", labels=["topic"])
+    for topic, (nbytes, nrecords) in sorted(stats.topic_in.items()):
+        bytes_in.add_metric([topic], nbytes)
+        records_in.add_metric([topic], nrecords)
+    yield bytes_in
+    yield records_in
+    bytes_out = CounterMetricFamily("kafka_server_brokertopicmetrics_bytesout", "Fetched bytes (whole batches), by topic",
+                                    labels=["topic"])
+    for topic, nbytes in sorted(stats.topic_out.items()):
+        bytes_out.add_metric([topic], nbytes)
+    yield bytes_out
+
+
 def families(snap: Snapshot, now_ms: int) -> Iterator[Any]:
     """The metric families of one snapshot (pure: no broker access)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    if snap.requests is not None:
+        yield from request_families(snap.requests)
 
     tp_labels = ["topic", "partition"]
 

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.metrics import PartitionRow, Snapshot, families, lag, parse_listen, request_label
+from oncelog.broker.metrics import PartitionRow, RequestStats, Snapshot, families, lag, parse_listen, request_label
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
 
@@ -46,7 +46,17 @@ class _Families:
 
 
 def test_families_from_a_snapshot() -> None:
+    stats = RequestStats()
+    for seconds in (0.0002, 0.003, 0.003, 7.0, 60.0):
+        stats.request(apis.PRODUCE, seconds, 0)
+    stats.request(apis.FETCH, 0.001, 0)  # on a bucket bound: counted in that bucket (le)
+    stats.error(apis.PRODUCE, 6)
+    stats.request(apis.METADATA, 0.001, 3)
+    stats.produced("t", 1000, 10)
+    stats.produced("t", 500, 5)
+    stats.fetched("t", 700)
     snap = Snapshot(
+        requests=stats.copy(),
         partitions=[PartitionRow("t", 0, 0, 120, 100, 4096, 2, 3), PartitionRow("t", 1, 5, 5, 5, 0, 1, 0)],
         committed=[("g", "t", 0, 90), ("g", "gone", 0, 7)],
         open_txn_starts=[1_000, 4_000], txn_committed=5, txn_aborted=2, txn_timed_out=1,
@@ -57,6 +67,22 @@ def test_families_from_a_snapshot() -> None:
     text = generate_latest(registry).decode()
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for f in text_string_to_metric_families(text) for s in f.samples}
+    produce = (("request", "Produce"),)
+    assert got[("kafka_network_requestmetrics_requests_total", produce)] == 5
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_count", produce)] == 5
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_sum", produce)] == pytest.approx(67.0062)
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "0.0005"), *produce))] == 1
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "0.005"), *produce))] == 3
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "10.0"), *produce))] == 4
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "+Inf"), *produce))] == 5
+    fetch_le = (("le", "0.001"), ("request", "Fetch"))
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", fetch_le)] == 1
+    assert got[("kafka_network_requestmetrics_errors_total", (("error", "NOT_LEADER_OR_FOLLOWER"), *produce))] == 1
+    assert got[("kafka_network_requestmetrics_errors_total",
+                (("error", "UNKNOWN_TOPIC_OR_PARTITION"), ("request", "Metadata")))] == 1
+    assert got[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == 1500
+    assert got[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 15
+    assert got[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "t"),))] == 700
     tp0 = (("partition", "0"), ("topic", "t"))
     assert got[("kafka_log_log_logendoffset", tp0)] == 120
     assert got[("kafka_log_log_laststableoffsetlag", tp0)] == 20
