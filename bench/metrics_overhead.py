@@ -1,4 +1,4 @@
-"""``python bench/metrics_overhead.py [-n RUNS] [--records N] [--size BYTES] [--linger MS] [--batch N]``
+"""``python bench/metrics_overhead.py [-n RUNS] [--records N] [--size BYTES] [--linger MS] [--batch N] [--aa]``
 
 What the metrics cost the produce path (issue 19, docs/METRICS.md): two brokers, one with
 ``metrics.listen`` set and one without, each sent N small records by a confluent-kafka producer
@@ -8,7 +8,8 @@ shows more; ``--batch N`` caps a batch at N records, librdkafka's batch.num.mess
 Printed per variant: median and spread of the producer's wall time and of the broker process's
 CPU time (user + system, psutil) for the run; CPU time is the figure less disturbed by other
 load. The metrics broker is scraped once after each of its runs (the values must be there).
-Last, the request-path update alone (``RequestStats.request`` + ``produced``, what a one-batch
+``--aa`` starts both brokers without metrics (an A/A run: the difference it shows is the
+noise floor of the comparison). Last, the request-path update alone (``RequestStats.request`` + ``produced``, what a one-batch
 Produce adds) is timed in this process, which a loaded machine disturbs far less.
 """
 
@@ -74,12 +75,13 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--linger", type=int, default=5)
     ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--aa", action="store_true", help="both brokers without metrics (the noise floor)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         metrics_addr = f"127.0.0.1:{free_port()}"
         brokers = {
             "off": BrokerProcess(Path(tmp) / "off"),
-            "on": BrokerProcess(Path(tmp) / "on", overrides={"metrics.listen": metrics_addr}),
+            "on": BrokerProcess(Path(tmp) / "on", overrides={} if args.aa else {"metrics.listen": metrics_addr}),
         }
         for b in brokers.values():
             b.start()
@@ -95,7 +97,7 @@ def main() -> None:
                     before = cpu(procs[k])
                     wall[k].append(run(brokers[k].bootstrap, "bench", args.records, args.size, args.linger, args.batch))
                     used[k].append(cpu(procs[k]) - before)
-                    if k == "on":
+                    if k == "on" and not args.aa:
                         with urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=10) as r:
                             assert b"kafka_server_brokertopicmetrics_messagesin_total" in r.read()
             load_after = os.getloadavg()
@@ -103,7 +105,7 @@ def main() -> None:
             for b in brokers.values():
                 b.stop()
     print(f"{args.runs} runs x {args.records} records of {args.size} bytes, linger.ms={args.linger}, "
-          f"batch.num.messages={args.batch}, alternating; "
+          f"batch.num.messages={args.batch}, alternating{' (A/A: metrics off in both)' if args.aa else ''}; "
           f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
     print("| metrics | wall median (s) | wall min-max (s) | records/s (median) | broker CPU median (s) | CPU min-max (s) |")
     print("|---|---|---|---|---|---|")
