@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from oncelog.broker import listeners as listeners_mod
+from oncelog.broker import metrics as metrics_mod
 from oncelog.broker import periodic
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
@@ -84,6 +85,8 @@ class Broker:
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
         #: SCRAM credentials: the data dir's file; in cluster mode the store's (set by start())
         self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
+        #: issue 19: Prometheus metrics (broker/metrics.py); None unless metrics.listen is set
+        self.metrics = metrics_mod.metrics_for(self)
         routes = CLUSTER_ROUTES if store else ROUTES
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
@@ -207,6 +210,8 @@ class Broker:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         apis.preload()  # the first requests' message classes, before we say we are ready
+        if self.metrics is not None:
+            self.metrics.serve()  # first: an address that refuses stops the start before anything opens
         if self.store:
             return await self._start_cluster_member()
         self.cluster_id = _load_or_create_cluster_id(data_dir)
@@ -379,6 +384,8 @@ class Broker:
             close_users()
         if self._store_acls is not None:
             self._store_acls.close()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
         self.replicas.close()
 
     def _expire_producers(self) -> None:

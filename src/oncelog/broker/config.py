@@ -45,6 +45,16 @@ def _authorizer(v: str) -> str:
     return v
 
 
+def _listen(v: str) -> str | None:
+    """``HOST:PORT`` (checked here, so a bad address is a config error at start), or empty for none."""
+    from oncelog.broker.metrics import parse_listen
+
+    if v.strip() in ("", "none", "null"):
+        return None
+    parse_listen(v)
+    return v.strip()
+
+
 def _opt_int(v: str) -> int | None:
     return None if v.strip() in ("", "none", "null") else int(v)
 
@@ -181,6 +191,8 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = field(
         default=False, metadata={"kafka": "allow.everyone.if.no.acl.found", "parse": _bool}
     )
+    #: oncelog's own (issue 19, docs/METRICS.md): serve Prometheus metrics on ``HOST:PORT``; None: off
+    metrics_listen: str | None = field(default=None, metadata={"kafka": "metrics.listen", "parse": _listen})
 
     @property
     def advertised(self) -> str:

@@ -8,12 +8,17 @@ UNKNOWN_SERVER_ERROR, and the broker goes on. ``CloseConnection`` (a handler's v
 protocol violation found here) propagates to the server, which closes that one connection.
 
 Routing is the ``routes.ROUTES`` table; the versions checked are the advertised ones.
+
+Metrics (issue 19): with ``metrics.listen`` set, each request is counted here, its time from
+arrival to encoded response observed, and its whole-request error code counted
+(``broker/metrics.py``); without, ``metrics`` is None and that is the only check made.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection, Handler
@@ -34,10 +39,13 @@ class Dispatcher:
         self.broker = broker
         self.routes = routes
         self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in routes}
+        self.metrics = getattr(broker, "metrics", None)
 
     async def handle(self, frame: bytes, client: Client) -> list[Any] | None:
         """Handle one request frame. Returns the response parts, or None when no response is
         due (acks=0 produce). Raises CloseConnection when the peer broke the protocol."""
+        metrics = self.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         head = framing.peek_head(frame)
         handler = self.routes.get(head.api_key)
         if handler is None:
@@ -59,6 +67,7 @@ class Dispatcher:
             request = await asyncio.to_thread(framing.decode_request, frame) if offload else framing.decode_request(frame)
         except (framing.FrameError, KafkaError) as exc:
             raise CloseConnection(f"{exc} (from {client.peer})") from None
+        error = 0
         try:
             body = await handler(self.broker, request, client)
         except CloseConnection:
@@ -66,11 +75,17 @@ class Dispatcher:
         except KafkaError as exc:
             log.debug("%s v%d failed: %r", apis.api_name(head.api_key), head.api_version, exc)
             body = messages.error_response(head.api_key, head.api_version, exc.code)
+            error = exc.code
         except Exception:
             log.exception("bug: %s v%d from %s raised", apis.api_name(head.api_key), head.api_version, client.peer)
             body = messages.error_response(head.api_key, head.api_version, ErrorCode.unknown_server_error)
+            error = ErrorCode.unknown_server_error
         if body is None:
-            return None
-        if offload:
-            return await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version, head.correlation_id, body)
-        return framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+            out = None
+        elif offload:
+            out = await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version, head.correlation_id, body)
+        else:
+            out = framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+        if metrics is not None:
+            metrics.request(head.api_key, time.perf_counter() - started, int(error))
+        return out

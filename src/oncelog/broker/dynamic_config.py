@@ -40,7 +40,7 @@ BROKER_SYNONYMS: dict[str, topic_config.TopicConfigDef] = {
 }
 
 _OWN = {  # oncelog's own broker configs (no Kafka counterpart)
-    "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms",
+    "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms", "metrics.listen",
 }
 _LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes"}
 _NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port", "listener.name.*",

@@ -83,6 +83,8 @@ class TransactionCoordinator:
         self.markers = markers
         self.remote = remote
         self.coordinator_epoch = coordinator_epoch
+        #: transactions ended since start (issue 19's metrics read them): by EndTxn, by the timeout
+        self.committed = self.aborted = self.timed_out = 0
         self.crash = crash or CrashPoints("")
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
         self._marker_retries: dict[str, int] = {}  # transactional id -> failed marker rounds in a row
@@ -256,6 +258,11 @@ class TransactionCoordinator:
         if result.records:
             self.crash.reached("end_txn.before_prepare")
         await self._execute(shard, result, now, end_txn=True)
+        if result.records:  # a transaction ended now (not the retry of a finished one)
+            if commit:
+                self.committed += 1
+            else:
+                self.aborted += 1
         return shard.txns[transactional_id].client_ids()
 
     # -- the coordinator's own work --------------------------------------------------------------
@@ -267,6 +274,7 @@ class TransactionCoordinator:
             for tid, why in result.response:  # type: ignore[union-attr]
                 log.info("aborting transaction %r: %s", tid, why)
                 aborted.append(tid)
+        self.timed_out += len(aborted)
         return aborted
 
     async def retry_unfinished(self) -> int:

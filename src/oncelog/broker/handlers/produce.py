@@ -57,6 +57,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     topics: list[tuple[str, list[PartitionResult]]] = []
     waiting: list[tuple[list[PartitionResult], int, str, int, Any]] = []  # cluster mode only
     known = broker.replicas.topics
+    metrics = getattr(broker, "metrics", None)  # issue 19: None unless metrics.listen is set
     # ACLs (issue 18, acl/rules.py): WRITE on the transactional id for the whole request, WRITE on
     # each topic for its partitions; checked once per topic, never per batch or record.
     g = _acl.gate(broker, client, API_KEY)
@@ -81,6 +82,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                                         part.config.max_uncompressed_bytes,
                                                         compacted="compact" in part.config.cleanup_policy)
                 tp = TopicPartition(t.name, p.index)
+                if metrics is not None:  # per batch, from its header: never per record
+                    metrics.produced(t.name, len(p.records), header.records_count)
                 if header.is_transactional and request.api_version >= TV2_PRODUCE_VERSION and txn_id is not None:
                     # Transactions version 2: the leader adds the partition to the transaction (on
                     # another broker's coordinator: only for the transaction's first batch here)
@@ -99,10 +102,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                                log_append_time=res.log_append_time))
             except records.RecordErrors as exc:
                 failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
+                if metrics is not None:
+                    metrics.error(API_KEY, int(exc.code))
                 errs = tuple((i, f"{m} in topic partition {t.name}-{p.index}.") for i, m in exc.record_errors)
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc), record_errors=errs))
             except KafkaError as exc:
                 failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
+                if metrics is not None:
+                    metrics.error(API_KEY, int(exc.code))
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc)))
         topics.append((t.name, results))
     if waiting:

@@ -1,0 +1,399 @@
+"""Prometheus metrics for operators (issue 19, docs/METRICS.md): off unless ``metrics.listen``.
+
+Theory of operation. Two kinds of metric, chosen by cost:
+
+* counted on the request path, once per request (``Dispatcher.handle``: count, latency, error
+  code) or once per partition batch of a request (Produce: bytes and records in, the record
+  count taken from the batch header; Fetch: bytes out). Never per record. These are plain ints
+  in plain dicts (``RequestStats``), so a hot-path update is a dict lookup and a few additions;
+  they become Prometheus counters and histograms only at scrape time.
+* read at scrape time (``BrokerCollector``): log end offset, LSO, LSO lag, size and segment
+  count per partition; open transactions and the age of the oldest; transactions committed /
+  aborted / timed out (plain ``int`` counters the transaction coordinator keeps anyway);
+  producer ids in memory; consumer group lag; connections. Nothing is updated for these on the
+  hot path.
+
+Threads. The HTTP server is ``prometheus_client``'s, on a daemon thread. The event loop owns
+every piece of broker state, so a scrape does not read it from the HTTP thread: it schedules
+``snapshot()`` on the loop (``run_coroutine_threadsafe``) and waits at most
+``SNAPSHOT_TIMEOUT_S``; the snapshot is plain tuples, turned into metric families on the HTTP
+thread. The request-path counters are copied in the same snapshot. A snapshot that fails or times out
+is logged and the scrape answers ``oncelog_metrics_scrape_errors_total`` alone (which counts
+it): a collector never takes the broker down.
+
+When ``metrics.listen`` is unset the broker holds ``metrics = None``: the request path makes a
+``None`` check and nothing else, and ``prometheus_client`` is not even imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode, InvalidConfig
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: how long a scrape waits for the event loop to take the snapshot
+SNAPSHOT_TIMEOUT_S = 5.0
+#: request latency buckets (seconds): Kafka's request times are graphed from 1 ms to the 500 ms
+#: long-poll cap and beyond
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; port 0 picks a free one) -> (host, port).
+    Raises ValueError with the reason (the config layer turns it into InvalidConfig)."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError("expected HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"port {port!r} is not a number in 0..65535")
+    return host, int(port)
+
+
+def request_label(api_key: int) -> str:
+    """Kafka's ``request`` tag for an API: ``Produce``, ``ApiVersions``, ``InitProducerId``."""
+    return "".join(w.capitalize() for w in apis.api_name(api_key).split("_"))
+
+
+def lag(end: int, position: int) -> int:
+    """How far ``position`` (an LSO, a committed offset) is behind ``end``; never negative
+    (a committed offset past the log end after a truncation counts as caught up)."""
+    return max(end - position, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    topic: str
+    partition: int
+    log_start: int
+    log_end: int
+    lso: int
+    size_bytes: int
+    segments: int
+    producers: int
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Broker state at one instant, as plain values (taken on the event loop)."""
+
+    partitions: list[PartitionRow] = field(default_factory=list)
+    #: (group, topic, partition, committed offset)
+    committed: list[tuple[str, str, int, int]] = field(default_factory=list)
+    #: start time (ms) of each open transaction (Ongoing or being ended)
+    open_txn_starts: list[int] = field(default_factory=list)
+    txn_committed: int = 0
+    txn_aborted: int = 0
+    txn_timed_out: int = 0
+    connections: dict[str, int] = field(default_factory=dict)
+    now_ms: int = 0
+    #: the request-path counters at that instant (None: not collected)
+    requests: "RequestStats | None" = None
+
+
+def take_snapshot(broker: "Broker") -> Snapshot:
+    """Read the broker's state. Runs on the event loop (no other code runs meanwhile); a part
+    not started yet (the transaction coordinator during start-up) is left out."""
+    from oncelog.storage.log import PartitionLog
+
+    snap = Snapshot(now_ms=broker.clock.now_ms())
+    for tp, part in list(broker.replicas.partitions.items()):
+        plog = part.log
+        if isinstance(plog, PartitionLog):
+            size, segments = plog.size_bytes, len(plog.segments)
+        else:
+            size, segments = -1, -1  # the database engine has no files to measure
+        snap.partitions.append(PartitionRow(tp.topic, tp.partition, plog.log_start_offset, plog.log_end_offset,
+                                            part.last_stable_offset, size, segments, len(part.producers.entries)))
+    for shard in list(broker.groups.shards.values()):
+        for group, offsets in list(shard.offsets.committed.items()):
+            for tp, off in list(offsets.items()):
+                snap.committed.append((group, tp.topic, tp.partition, off.offset))
+    txns = getattr(broker, "transactions", None)
+    if txns is not None:
+        snap.txn_committed, snap.txn_aborted, snap.txn_timed_out = txns.committed, txns.aborted, txns.timed_out
+        for meta in txns.txns.values():
+            if meta.state.value in _OPEN_STATES and meta.start_ms >= 0:
+                snap.open_txn_starts.append(meta.start_ms)
+    for srv in broker.servers:
+        snap.connections[srv.name] = snap.connections.get(srv.name, 0) + srv.connection_count
+    return snap
+
+
+def _open_states() -> frozenset[int]:
+    from oncelog.coordinator.transaction.state import TxnState
+
+    return frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                      TxnState.PREPARE_EPOCH_FENCE})
+
+
+_OPEN_STATES = _open_states()
+
+
+class RequestStats:
+    """The request-path counters, as plain ints in plain dicts: updated on the event loop only
+    (a dict lookup and a few additions: about a microsecond), copied by ``take_snapshot`` on
+    the loop, and exported at scrape time. ``prometheus_client``'s own metric objects take a
+    lock per update (several microseconds a request), so they are kept off the hot path."""
+
+    __slots__ = ("per_api", "errors", "topic_in", "topic_out")
+
+    def __init__(self) -> None:
+        #: api key -> [count, sum of seconds, one count per LATENCY_BUCKETS bucket, then +Inf]
+        self.per_api: dict[int, list[Any]] = {}
+        self.errors: dict[tuple[int, int], int] = {}  # (api key, error code) -> count
+        self.topic_in: dict[str, list[int]] = {}  # topic -> [bytes, records]
+        self.topic_out: dict[str, int] = {}  # topic -> bytes
+
+    def request(self, api_key: int, seconds: float, error: int) -> None:
+        """One request handled in ``seconds``; ``error`` its whole-request error code (0: none)."""
+        s = self.per_api.get(api_key)
+        if s is None:
+            s = self.per_api[api_key] = [0, 0.0] + [0] * (len(LATENCY_BUCKETS) + 1)
+        s[0] += 1
+        s[1] += seconds
+        s[2 + bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds
+        if error:
+            self.error(api_key, error)
+
+    def error(self, api_key: int, code: int) -> None:
+        """One error code answered (a whole request's, or one partition's)."""
+        key = (api_key, code)
+        self.errors[key] = self.errors.get(key, 0) + 1
+
+    def produced(self, topic: str, nbytes: int, nrecords: int) -> None:
+        """One batch of ``nrecords`` records, ``nbytes`` long, accepted for ``topic``."""
+        c = self.topic_in.get(topic)
+        if c is None:
+            c = self.topic_in[topic] = [0, 0]
+        c[0] += nbytes
+        c[1] += nrecords
+
+    def fetched(self, topic: str, nbytes: int) -> None:
+        """``nbytes`` of whole batches of ``topic`` put into a Fetch answer."""
+        self.topic_out[topic] = self.topic_out.get(topic, 0) + nbytes
+
+    def copy(self) -> "RequestStats":
+        """A copy for a snapshot (on the event loop)."""
+        c = RequestStats()
+        c.per_api = {k: list(v) for k, v in self.per_api.items()}
+        c.errors = dict(self.errors)
+        c.topic_in = {k: list(v) for k, v in self.topic_in.items()}
+        c.topic_out = dict(self.topic_out)
+        return c
+
+
+class BrokerMetrics(RequestStats):
+    """The broker's metrics: the request-path counters (``RequestStats``: ``request``,
+    ``produced``, ``fetched``, ``error``, called on the event loop) and, once ``serve()`` is
+    called, the HTTP endpoint with the scrape-time collector."""
+
+    __slots__ = ("broker", "host", "port", "registry", "_scrape_errors", "_loop", "_server", "_thread")
+
+    def __init__(self, broker: "Broker", host: str, port: int) -> None:
+        from prometheus_client import CollectorRegistry, Counter
+
+        super().__init__()
+        self.broker = broker
+        self.host, self.port = host, port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._scrape_errors = Counter("oncelog_metrics_scrape_errors", "Scrapes whose broker snapshot failed",
+                                      registry=self.registry)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- the endpoint ----------------------------------------------------------------------------
+
+    def serve(self) -> tuple[str, int]:
+        """Listen on (host, port) and serve /metrics on a daemon thread; returns the bound
+        address. Must be called on the event loop. Raises OSError when the address refuses."""
+        from prometheus_client import start_http_server
+
+        self._loop = asyncio.get_running_loop()
+        self.registry.register(BrokerCollector(self))
+        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        self.host, self.port = self._server.server_address[:2]
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+        return self.host, self.port
+
+    def close(self) -> None:
+        """Stop serving (waits for a scrape in progress); idempotent."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def snapshot(self) -> Snapshot | None:
+        """Called on the HTTP thread: the broker's state, taken on the event loop; None (logged)
+        when that fails or takes longer than SNAPSHOT_TIMEOUT_S."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+
+        async def take() -> Snapshot:
+            snap = take_snapshot(self.broker)
+            snap.requests = self.copy()
+            return snap
+
+        try:
+            return asyncio.run_coroutine_threadsafe(take(), loop).result(SNAPSHOT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a scrape must never take the broker down
+            log.warning("metrics: the broker snapshot failed: %r", exc)
+            self._scrape_errors.inc()
+            return None
+
+
+class BrokerCollector:
+    """The scrape-time metrics, from one ``Snapshot`` per scrape."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []  # nothing at registration: collect() would run on the loop that registers
+
+    def collect(self) -> Iterator[Any]:
+        snap = self.metrics.snapshot()
+        if snap is None:
+            return
+        yield from families(snap, snap.now_ms)
+
+
+def request_families(stats: RequestStats) -> Iterator[Any]:
+    """The request-path metric families (pure)."""
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+    count = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests handled, by API",
+                                labels=["request"])
+    latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltime_seconds",
+                                    "Time from a request's arrival to its encoded response, by API",
+                                    labels=["request"])
+    for api_key, s in sorted(stats.per_api.items()):
+        name = request_label(api_key)
+        count.add_metric([name], s[0])
+        buckets, running = [], 0
+        for bound, n in zip((*LATENCY_BUCKETS, float("inf")), s[2:]):
+            running += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        latency.add_metric([name], buckets, s[1])
+    yield count
+    yield latency
+    errors = CounterMetricFamily("kafka_network_requestmetrics_errors", "Error codes answered, by API and error",
+                                 labels=["request", "error"])
+    for (api_key, code), n in sorted(stats.errors.items()):
+        try:
+            ename = ErrorCode(code).name.upper()
+        except ValueError:
+            ename = str(code)
+        errors.add_metric([request_label(api_key), ename], n)
+    yield errors
+    bytes_in = CounterMetricFamily("kafka_server_brokertopicmetrics_bytesin", "Produced bytes (whole batches), by topic",
+                                   labels=["topic"])
+    records_in = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin",
+                                     "Produced records (from the batch headers), by topic", labels=["topic"])
+    for topic, (nbytes, nrecords) in sorted(stats.topic_in.items()):
+        bytes_in.add_metric([topic], nbytes)
+        records_in.add_metric([topic], nrecords)
+    yield bytes_in
+    yield records_in
+    bytes_out = CounterMetricFamily("kafka_server_brokertopicmetrics_bytesout", "Fetched bytes (whole batches), by topic",
+                                    labels=["topic"])
+    for topic, nbytes in sorted(stats.topic_out.items()):
+        bytes_out.add_metric([topic], nbytes)
+    yield bytes_out
+
+
+def families(snap: Snapshot, now_ms: int) -> Iterator[Any]:
+    """The metric families of one snapshot (pure: no broker access)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    if snap.requests is not None:
+        yield from request_families(snap.requests)
+
+    tp_labels = ["topic", "partition"]
+
+    def gauge(name: str, doc: str, labels: list[str] | None = None) -> Any:
+        return GaugeMetricFamily(name, doc, labels=labels if labels is not None else tp_labels)
+
+    start = gauge("kafka_log_log_logstartoffset", "First offset of the partition's log")
+    end = gauge("kafka_log_log_logendoffset", "Log end offset (the high watermark of a single replica)")
+    lso = gauge("kafka_log_log_laststableoffset", "Last stable offset: the first offset of the oldest open transaction")
+    lso_lag = gauge("kafka_log_log_laststableoffsetlag", "Log end offset minus last stable offset")
+    size = gauge("kafka_log_log_size", "Bytes in the partition's segments (-1: not on local files)")
+    segs = gauge("kafka_log_log_numlogsegments", "Segments of the partition's log (-1: not on local files)")
+    pids = gauge("kafka_log_log_produceridcount", "Producer ids the partition keeps state for")
+    total_pids = 0
+    for row in snap.partitions:
+        lv = [row.topic, str(row.partition)]
+        start.add_metric(lv, row.log_start)
+        end.add_metric(lv, row.log_end)
+        lso.add_metric(lv, row.lso)
+        lso_lag.add_metric(lv, lag(row.log_end, row.lso))
+        size.add_metric(lv, row.size_bytes)
+        segs.add_metric(lv, row.segments)
+        pids.add_metric(lv, row.producers)
+        total_pids += row.producers
+    yield from (start, end, lso, lso_lag, size, segs, pids)
+    yield GaugeMetricFamily("kafka_server_replicamanager_produceridcount",
+                            "Producer ids kept in memory across all partitions", value=total_pids)
+
+    ends = {(r.topic, r.partition): r.log_end for r in snap.partitions}
+    group_lag = gauge("kafka_consumergroup_lag", "Log end offset minus the group's committed offset",
+                      ["consumergroup", "topic", "partition"])
+    group_offset = gauge("kafka_consumergroup_current_offset", "The group's committed offset",
+                         ["consumergroup", "topic", "partition"])
+    for group, topic, partition, offset in snap.committed:
+        lv = [group, topic, str(partition)]
+        group_offset.add_metric(lv, offset)
+        e = ends.get((topic, partition))
+        if e is not None:
+            group_lag.add_metric(lv, lag(e, offset))
+    yield group_offset
+    yield group_lag
+
+    yield GaugeMetricFamily("kafka_coordinator_transaction_open", "Open transactions (Ongoing or being ended)",
+                            value=len(snap.open_txn_starts))
+    oldest = (now_ms - min(snap.open_txn_starts)) / 1000 if snap.open_txn_starts else 0.0
+    yield GaugeMetricFamily("kafka_coordinator_transaction_oldest_open_age_seconds",
+                            "Age of the oldest open transaction (0: none open)", value=max(oldest, 0.0))
+    outcomes = CounterMetricFamily("kafka_coordinator_transaction_completed",
+                                   "Transactions ended since start, by outcome", labels=["outcome"])
+    outcomes.add_metric(["committed"], snap.txn_committed)
+    outcomes.add_metric(["aborted"], snap.txn_aborted)
+    outcomes.add_metric(["timed_out"], snap.txn_timed_out)
+    yield outcomes
+    conns = gauge("kafka_server_socketservermetrics_connection_count", "Open client connections, by listener",
+                  ["listener"])
+    for name, count in snap.connections.items():
+        conns.add_metric([name], count)
+    yield conns
+
+
+def metrics_for(broker: "Broker") -> BrokerMetrics | None:
+    """The broker's metrics per its configuration: None when ``metrics.listen`` is unset.
+    Raises InvalidConfig when prometheus_client is missing."""
+    listen = broker.config.metrics_listen
+    if listen is None:
+        return None
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise InvalidConfig("metrics.listen is set but prometheus_client is not installed") from None
+    host, port = parse_listen(listen)
+    return BrokerMetrics(broker, host, port)

@@ -1,0 +1,98 @@
+"""The pure parts of the metrics module (issue 19): the address, the lag, Kafka's request tag,
+and the metric families built from a snapshot, rendered by prometheus_client and parsed back."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.metrics import PartitionRow, RequestStats, Snapshot, families, lag, parse_listen, request_label
+from oncelog.protocol import apis
+from oncelog.protocol.errors import InvalidConfig
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("127.0.0.1:9308") == ("127.0.0.1", 9308)
+    assert parse_listen("0.0.0.0:0") == ("0.0.0.0", 0)
+    assert parse_listen("[::1]:9308") == ("::1", 9308)
+    for bad in ("nonsense", ":9308", "host:", "host:70000", "host:x"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+
+
+def test_config_key() -> None:
+    assert BrokerConfig().metrics_listen is None  # off by default
+    assert BrokerConfig().with_overrides({"metrics.listen": "127.0.0.1:9308"}).metrics_listen == "127.0.0.1:9308"
+    assert BrokerConfig().with_overrides({"metrics.listen": ""}).metrics_listen is None
+    with pytest.raises(InvalidConfig, match="metrics.listen"):
+        BrokerConfig().with_overrides({"metrics.listen": "9308"})
+
+
+def test_lag_and_request_label() -> None:
+    assert lag(10, 4) == 6
+    assert lag(10, 12) == 0  # a position past the end (after a truncation) is caught up
+    assert request_label(apis.PRODUCE) == "Produce"
+    assert request_label(apis.API_VERSIONS) == "ApiVersions"
+
+
+class _Families:
+    def __init__(self, snap: Snapshot, now_ms: int) -> None:
+        self.snap, self.now_ms = snap, now_ms
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        return families(self.snap, self.now_ms)
+
+
+def test_families_from_a_snapshot() -> None:
+    stats = RequestStats()
+    for seconds in (0.0002, 0.003, 0.003, 7.0, 60.0):
+        stats.request(apis.PRODUCE, seconds, 0)
+    stats.request(apis.FETCH, 0.001, 0)  # on a bucket bound: counted in that bucket (le)
+    stats.error(apis.PRODUCE, 6)
+    stats.request(apis.METADATA, 0.001, 3)
+    stats.produced("t", 1000, 10)
+    stats.produced("t", 500, 5)
+    stats.fetched("t", 700)
+    snap = Snapshot(
+        requests=stats.copy(),
+        partitions=[PartitionRow("t", 0, 0, 120, 100, 4096, 2, 3), PartitionRow("t", 1, 5, 5, 5, 0, 1, 0)],
+        committed=[("g", "t", 0, 90), ("g", "gone", 0, 7)],
+        open_txn_starts=[1_000, 4_000], txn_committed=5, txn_aborted=2, txn_timed_out=1,
+        connections={"PLAINTEXT": 3}, now_ms=11_000,
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(snap, snap.now_ms))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(text) for s in f.samples}
+    produce = (("request", "Produce"),)
+    assert got[("kafka_network_requestmetrics_requests_total", produce)] == 5
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_count", produce)] == 5
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_sum", produce)] == pytest.approx(67.0062)
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "0.0005"), *produce))] == 1
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "0.005"), *produce))] == 3
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "10.0"), *produce))] == 4
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", (("le", "+Inf"), *produce))] == 5
+    fetch_le = (("le", "0.001"), ("request", "Fetch"))
+    assert got[("kafka_network_requestmetrics_totaltime_seconds_bucket", fetch_le)] == 1
+    assert got[("kafka_network_requestmetrics_errors_total", (("error", "NOT_LEADER_OR_FOLLOWER"), *produce))] == 1
+    assert got[("kafka_network_requestmetrics_errors_total",
+                (("error", "UNKNOWN_TOPIC_OR_PARTITION"), ("request", "Metadata")))] == 1
+    assert got[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == 1500
+    assert got[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 15
+    assert got[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "t"),))] == 700
+    tp0 = (("partition", "0"), ("topic", "t"))
+    assert got[("kafka_log_log_logendoffset", tp0)] == 120
+    assert got[("kafka_log_log_laststableoffsetlag", tp0)] == 20
+    assert got[("kafka_log_log_size", tp0)] == 4096
+    assert got[("kafka_log_log_numlogsegments", tp0)] == 2
+    assert got[("kafka_server_replicamanager_produceridcount", ())] == 3
+    g = (("consumergroup", "g"), ("partition", "0"), ("topic", "t"))
+    assert got[("kafka_consumergroup_lag", g)] == 30
+    assert not any(k[0] == "kafka_consumergroup_lag" and ("topic", "gone") in k[1] for k in got)  # no log end: no lag
+    assert got[("kafka_coordinator_transaction_open", ())] == 2
+    assert got[("kafka_coordinator_transaction_oldest_open_age_seconds", ())] == 10.0
+    assert got[("kafka_coordinator_transaction_completed_total", (("outcome", "timed_out"),))] == 1
+    assert got[("kafka_server_socketservermetrics_connection_count", (("listener", "PLAINTEXT"),))] == 3
