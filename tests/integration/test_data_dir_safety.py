@@ -93,7 +93,7 @@ def test_metadata_auto_creating_3000_topics_keeps_the_broker_responsive(broker) 
         elapsed = time.monotonic() - t0
     assert {t.name for t in md.topics if t.error_code == 0} == set(names)
     assert elapsed < 60, elapsed
-    assert bystander.worst < 1.0, f"bystander waited {bystander.worst:.2f} s"
+    assert bystander.worst < 2.0, f"bystander waited {bystander.worst:.2f} s"
 
 
 def test_metadata_for_100k_unknown_topics_keeps_the_broker_responsive(broker_factory) -> None:
@@ -107,4 +107,4 @@ def test_metadata_for_100k_unknown_topics_keeps_the_broker_responsive(broker_fac
                 make(m["MetadataRequestTopic"], name=f"nope-{i}", topic_id=None) for i in range(100_000)),
                 allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     assert len(md.topics) == 100_000 and {t.error_code for t in md.topics} == {3}
-    assert bystander.worst < 1.0, f"bystander waited {bystander.worst:.2f} s"
+    assert bystander.worst < 2.0, f"bystander waited {bystander.worst:.2f} s"
