@@ -64,6 +64,11 @@ class Connection(asyncio.Protocol):
     def is_closed(self) -> bool:
         return self.closed.done()
 
+    @property
+    def reading_paused(self) -> bool:
+        """The broker stopped reading (too much queued): no receive timeout runs meanwhile."""
+        return self._reading_paused
+
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,7 +100,13 @@ class Connection(asyncio.Protocol):
             pos += 4 + size
         if pos:
             del buf[:pos]
-        self.partial_since = (self.partial_since or self.last_active) if buf else None
+        # The receive timeout measures the request being received now: it starts when a frame
+        # begins to arrive, so a chunk that completes a frame and begins the next restarts it (a
+        # client pipelining a long stream is never taken for a slowloris).
+        if not buf:
+            self.partial_since = None
+        elif pos or self.partial_since is None:
+            self.partial_since = self.last_active
         if not self._reading_paused and (self.queued > MAX_QUEUED_BYTES or len(self.frames) > MAX_QUEUED_FRAMES):
             self._reading_paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
@@ -151,6 +162,8 @@ class Connection(asyncio.Protocol):
         self.queued -= len(frame)
         if self._reading_paused and self.queued <= MAX_QUEUED_BYTES // 2 and len(self.frames) <= MAX_QUEUED_FRAMES // 2:
             self._reading_paused = False
+            if self.buf:  # the client could not send while we did not read: its time starts again
+                self.partial_since = self._loop.time()
             self.transport.resume_reading()  # type: ignore[union-attr]
         return frame
 

@@ -286,7 +286,8 @@ class Server:
             await asyncio.sleep(interval)
             now = loop.time()
             for conn in list(self._conns):
-                if conn.partial_since is not None and now - conn.partial_since > self.receive_timeout_s:
+                if (conn.partial_since is not None and not conn.reading_paused
+                        and now - conn.partial_since > self.receive_timeout_s):
                     log.warning(
                         "closing connection from %s: a request of %d bytes so far took longer than "
                         "socket.request.receive.timeout.ms=%d", conn.peer, len(conn.buf), int(self.receive_timeout_s * 1000))
