@@ -203,7 +203,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
         for proc in copiers.values():
             proc.kill()
         reader.stop_at = time.monotonic()
-        broker.stop()
+        broker.stop(keep_data=bool(result.anomalies))
     result.seconds = time.monotonic() - start
     return result
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Protocol
@@ -42,7 +43,9 @@ class Target(Protocol):
 
     def fault(self, rng: random.Random) -> str: ...
 
-    def stop(self) -> None: ...
+    def stop(self, keep_data: bool = False) -> None:
+        """Stop everything; ``keep_data`` (a failed run): leave the store's files for a post-mortem."""
+        ...
 
 
 class SingleBroker:
@@ -57,8 +60,8 @@ class SingleBroker:
         self.broker.start(timeout=60)
         return "broker SIGKILL"
 
-    def stop(self) -> None:
-        self.broker.stop()
+    def stop(self, keep_data: bool = False) -> None:
+        self.broker.stop()  # the data dir is the work dir's: always kept
 
 
 class Cluster:
@@ -112,10 +115,15 @@ class Cluster:
                     raise
                 time.sleep(CLUSTER_SESSION_MS / 1000 / 2)
 
-    def stop(self) -> None:
+    def stop(self, keep_data: bool = False) -> None:
         for b in self.brokers:
             try:
                 b.stop(timeout=30)
             except Exception:  # noqa: BLE001 - stopping what is left
                 b.kill()
-        self.pg.close()
+        if keep_data:  # a failed run: the store is the evidence (run 6 of 2026-11-24 lost it)
+            self.pg.stop("fast")
+            print(f"PostgreSQL data of this run kept in {self.pg.data} (pg_ctl start -D it as user "
+                  f"{getattr(self.pg.user, 'name', self.pg.user)} to inspect)", file=sys.stderr)
+        else:
+            self.pg.close()
