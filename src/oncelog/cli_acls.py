@@ -12,12 +12,11 @@ anyone can authenticate as a super user.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from oncelog.cli_output import Table, console
+from oncelog.cli_output import Table, console, emit_json, fail
 
 from oncelog.acl.model import AclBinding, PatternType, PermissionType
 from oncelog.admin.acls import AclOptions, AclsError, FileAcls, WireAcls, binding_json
@@ -41,16 +40,8 @@ CLUSTER = typer.Option(False, "--cluster", help="the cluster resource")
 PATTERN = typer.Option(None, "--resource-pattern-type", help="literal (default), prefixed; list/remove also any, match")
 
 
-def _emit(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, sort_keys=True))
-
-
-def _fail(message: str, as_json: bool, code: int = 1) -> None:
-    if as_json:
-        _emit({"error": message})
-    else:
-        console.print(f"[red]{message}[/red]", highlight=False)
-    raise typer.Exit(code)
+_emit = emit_json
+_fail = fail
 
 
 def _target(bootstrap: Optional[str], data_dir: Optional[Path], store: Optional[str] = None) -> WireAcls | FileAcls:

@@ -30,3 +30,23 @@ def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands for the clas
     from rich.table import Table as RichTable
 
     return RichTable(*args, **kwargs)
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as indented, key-sorted JSON (the ``--json`` output of every verb)."""
+    import json
+
+    import typer
+
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def fail(message: str, as_json: bool = False, code: int = 1) -> None:
+    """Report ``message`` (as ``{"error": …}`` with ``--json``, else in red) and exit ``code``."""
+    import typer
+
+    if as_json:
+        emit_json({"error": message})
+    else:
+        console.print(f"[red]{message}[/red]", highlight=False)
+    raise typer.Exit(code)

@@ -8,14 +8,13 @@ module parses options and prints (rich tables, or ``--json`` for scripts).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Optional
 
 import typer
 
 from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, TransactionsAdmin, parse_partition
-from oncelog.cli_output import Table, console
+from oncelog.cli_output import Table, console, emit_json, fail
 from oncelog.protocol.errors import KafkaError
 
 app = typer.Typer(no_args_is_help=True, help="List, describe and abort transactions; find hanging ones (KIP-664).")
@@ -23,16 +22,8 @@ BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOS
 JSON = typer.Option(False, "--json", help="print JSON (for scripts) instead of a table")
 
 
-def _emit(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, sort_keys=True))
-
-
-def _fail(message: str, as_json: bool, code: int = 1) -> None:
-    if as_json:
-        _emit({"error": message})
-    else:
-        console.print(f"[red]{message}[/red]", highlight=False)
-    raise typer.Exit(code)
+_emit = emit_json
+_fail = fail
 
 
 def _table(title: str | None, cols: list[str], rows: list[list[Any]]) -> None:

@@ -20,13 +20,12 @@ Two places to write to:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from oncelog.cli_output import Table, console
+from oncelog.cli_output import Table, console, emit_json, fail
 
 from oncelog.broker.auth.credentials import (
     MECHANISM_IDS, MECHANISMS, MIN_ITERATIONS, CredentialFile, salted_password,
@@ -44,16 +43,8 @@ COMMAND_CONFIG = typer.Option(None, "--command-config", help="client properties 
 STORE = typer.Option(None, "--store", help="cluster mode: postgresql://USER@HOST:PORT/DB of the cluster store")
 
 
-def _emit(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, sort_keys=True))
-
-
-def _fail(message: str, as_json: bool = False, code: int = 1) -> None:
-    if as_json:
-        _emit({"error": message})
-    else:
-        console.print(f"[red]{message}[/red]", highlight=False)
-    raise typer.Exit(code)
+_emit = emit_json
+_fail = fail
 
 
 def _target(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[str], as_json: bool) -> None:
