@@ -109,3 +109,90 @@ def test_log_append_time_stamps_batches_on_both_engines(engine, pg_dsn, tmp_path
     finally:
         if store is not None:
             store.close()
+
+
+def _hold_after_commit(part: Partition) -> dict:
+    """Make ``part``'s engine hand back a future that completes only when the test says, so the
+    test can look at the partition between the store's COMMIT and the event loop taking it in."""
+    from concurrent.futures import Future
+
+    from oncelog.cluster.pg_log import PendingAppend
+
+    real_submit = part.log.submit
+    gate: dict = {}
+
+    def submit(batch, header):  # type: ignore[no-untyped-def]
+        pending = real_submit(batch, header)
+        gate["committed"], gate["release"] = pending.future, Future()
+        return PendingAppend(pending.base_offset, pending.last_offset, gate["release"])
+
+    part.log.submit = submit  # type: ignore[method-assign]
+    return gate
+
+
+def test_a_committed_transactional_batch_is_not_stable_before_its_transaction_is_known(pg_dsn, tmp_path) -> None:
+    """R15 in cluster mode (the cause of long run 7's anomalies): the store's COMMIT moves the
+    engine's log end on the committer's thread; until the event loop has registered the batch's
+    open transaction, a read_committed fetch must not take the batch as stable. Before the fix the
+    LSO jumped to the new log end in that window, so a reader kept records of a transaction that
+    was aborted afterwards."""
+    store = Store(pg_dsn)
+    try:
+        part = Partition.recover(TP, store.lead("orders"), tmp_path, CONFIG)
+        txn = R.build_batch([(None, b"t%d" % i, ()) for i in range(3)], timestamp_ms=1_000, producer_id=PID,
+                            producer_epoch=0, base_sequence=0, transactional=True)
+
+        async def go() -> None:
+            gate = _hold_after_commit(part)
+            task = asyncio.ensure_future(part.append_validated_async(txn, R.parse_header(txn), 1_000))
+            for _ in range(1000):
+                if "committed" in gate:
+                    break
+                await asyncio.sleep(0.001)
+            await asyncio.wrap_future(gate["committed"])
+            assert part.log.log_end_offset == 3, "the batch is in the store"
+            assert (part.high_watermark, part.last_stable_offset) == (0, 0)
+            assert part.read(0, 1 << 20, read_committed=True).slices == []
+            gate["release"].set_result(None)
+            await task
+            assert (part.high_watermark, part.last_stable_offset) == (3, 0), "open transaction holds the LSO"
+
+        asyncio.run(go())
+    finally:
+        store.close()
+
+
+def test_a_cancelled_caller_does_not_leave_the_producer_state_behind_the_store(pg_dsn, tmp_path) -> None:
+    """The Produce handler may be cancelled (connection closed, broker stopping) while its batch
+    waits for COMMIT; the batch may still commit, and the producer state must take it in, or a
+    retry would be written twice and an open transaction would not hold the LSO."""
+    store = Store(pg_dsn)
+    try:
+        part = Partition.recover(TP, store.lead("orders"), tmp_path, CONFIG)
+        txn = R.build_batch([(None, b"t%d" % i, ()) for i in range(3)], timestamp_ms=1_000, producer_id=PID,
+                            producer_epoch=0, base_sequence=0, transactional=True)
+
+        async def go() -> None:
+            gate = _hold_after_commit(part)
+            task = asyncio.ensure_future(part.append_validated_async(txn, R.parse_header(txn), 1_000))
+            for _ in range(1000):
+                if "committed" in gate:
+                    break
+                await asyncio.sleep(0.001)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.wrap_future(gate["committed"])
+            gate["release"].set_result(None)
+            for _ in range(1000):
+                if part.producers.entries.get(PID) is not None:
+                    break
+                await asyncio.sleep(0.001)
+            assert part.producers.entries[PID].last_seq == 2
+            assert (part.high_watermark, part.last_stable_offset) == (3, 0)
+            retry = await part.append_validated_async(txn, R.parse_header(txn), 1_001)
+            assert retry.duplicate and retry.base_offset == 0
+
+        asyncio.run(go())
+    finally:
+        store.close()

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Coroutine, TypeVar
 
 import logging
 
@@ -40,6 +40,8 @@ from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,12 @@ class Partition:
         self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
         self._inflight_pids: dict[int, asyncio.Future[None]] = {}  # append_validated_async only
+        #: base offsets of batches handed to a background engine whose producer state is not
+        #: applied yet, oldest first (an insertion-ordered dict used as an ordered set). The high
+        #: watermark never passes the oldest: the engine's committed end moves on the committer's
+        #: thread at COMMIT, before the event loop has registered the batch's transaction, and a
+        #: read_committed fetch in between would take an open transaction's records as stable.
+        self._unapplied: dict[int, None] = {}
         #: True when the engine commits in the background (PostgreSQL: ``submit`` + a future); the
         #: Produce handler then uses ``append_validated_async``. Decided once: Produce asks per batch.
         self.commits_asynchronously: bool = hasattr(log, "submit")
@@ -128,17 +136,22 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        """The end of what readers may see: the log end, except on a background engine, where
+        it stops at the oldest committed batch the producer state has not taken in yet."""
+        end = self.log.log_end_offset
+        if self._unapplied:
+            end = min(end, next(iter(self._unapplied)))
+        return end
 
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, or the high watermark (R15)."""
         first = self.producers.first_unstable_offset()
         if first is None:
-            return self.log.log_end_offset
+            return self.high_watermark
         # An open transaction whose first records were deleted (retention, DeleteRecords) holds
         # the LSO at the log start, never below it (as Kafka clamps it).
-        return max(first, self.log.log_start_offset)
+        return min(max(first, self.log.log_start_offset), self.high_watermark)
 
     @property
     def log_start_offset(self) -> int:
@@ -173,7 +186,13 @@ class Partition:
         appends until the leader is rebuilt from the store, broker/leader_tracker.py). Batches
         of one producer id are appended one after the other here, so each is checked against a
         state that includes the previous one. Raises the append's KafkaError
-        (NOT_LEADER_OR_FOLLOWER when fenced, KAFKA_STORAGE_ERROR when the store failed)."""
+        (NOT_LEADER_OR_FOLLOWER when fenced, KAFKA_STORAGE_ERROR when the store failed).
+
+        Cancelling the caller does not cancel the append: once submitted, a batch may commit,
+        and the producer state must then take it in (``_shielded``)."""
+        return await _shielded(self._append_validated_async(batch, header, now_ms))
+
+    async def _append_validated_async(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
         async with self._producer_turn(header.producer_id):
             dup = self.producers.check(header)
             if dup is not None:
@@ -203,11 +222,18 @@ class Partition:
 
     async def _append_committed(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                                 *, coordinator_epoch: int | None = None) -> tuple[int, int]:
-        """Submit to the background engine, wait for COMMIT, then apply to the producer state."""
+        """Submit to the background engine, wait for COMMIT, then apply to the producer state.
+        Until applied, the batch holds the high watermark below it (``_unapplied``); callers
+        that derive more state from the append (a marker's aborted-index entry) do so before
+        their next ``await``, so no reader sees the batch without it."""
         pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
-        await asyncio.wrap_future(pending.future)
-        self.producers.update(header, pending.base_offset, now_ms, coordinator_epoch=coordinator_epoch)
-        self._wake()
+        self._unapplied[pending.base_offset] = None
+        try:
+            await asyncio.wrap_future(pending.future)
+            self.producers.update(header, pending.base_offset, now_ms, coordinator_epoch=coordinator_epoch)
+        finally:
+            del self._unapplied[pending.base_offset]
+            self._wake()
         return pending.base_offset, pending.last_offset
 
     def append_internal(self, batch: bytes, now_ms: int) -> AppendResult:
@@ -225,6 +251,9 @@ class Partition:
         background (the coordinators of cluster mode), plain ``append_internal`` otherwise."""
         if not self.commits_asynchronously:
             return self.append_internal(batch, now_ms)
+        return await _shielded(self._append_internal_async(batch, now_ms))
+
+    async def _append_internal_async(self, batch: bytes, now_ms: int) -> AppendResult:
         header = records.parse_header(batch)
         async with self._producer_turn(header.producer_id):
             self.producers.check_epoch(header)
@@ -279,6 +308,12 @@ class Partition:
         """``append_marker`` on any engine (awaits COMMIT on one that commits in the background)."""
         if not self.commits_asynchronously:
             return self.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        return await _shielded(self._append_marker_async(producer_id, producer_epoch, commit, coordinator_epoch,
+                                                         now_ms))
+
+    async def _append_marker_async(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int | None:
         async with self._producer_turn(producer_id):
             plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
             if plan is None:
@@ -381,3 +416,20 @@ def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborte
         lso_before = producers.first_unstable_offset()
         aborted.append(AbortedTxn(h.producer_id, first, h.base_offset, first if lso_before is None else lso_before))
     return marker.coordinator_epoch
+
+
+async def _shielded(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` as its own task and wait for it; cancelling the caller leaves the task
+    running (a batch handed to a background engine may still commit, and the partition's
+    state must take it in). An outcome nobody waits for any more is retrieved and dropped."""
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_drop_outcome)
+        raise
+
+
+def _drop_outcome(task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled():
+        task.exception()
