@@ -209,3 +209,28 @@ def test_tv1_the_late_end_txn_commits_part_of_the_next_transaction(broker) -> No
     # ... but "n+1 first" stays committed: N+1 is torn
     assert committed(broker.bootstrap, topic, expected=3, timeout=5) == [b"n", b"n+1 first"]
     w.close()
+
+
+def test_tv1_a_retried_batch_of_an_ended_transaction_is_answered_as_written(broker) -> None:  # type: ignore[no-untyped-def]
+    """R6 before R12 (long run 7's lost transaction): a producer's batch is written, its answer is
+    lost, the transaction is aborted, and the batch's retry arrives. The batch is in the log, so
+    the retry gets its original offset, as any duplicate does. Before the fix the retry was refused
+    INVALID_TXN_STATE (its transaction was over), which tells the client the batch was not written;
+    librdkafka then reuses its sequence numbers in the next transaction, whose batch was taken for
+    a duplicate of the aborted one and dropped while its transaction committed."""
+    topic = "tv1-retry-after-abort"
+    create_topic("confluent", broker.bootstrap, topic, 1)
+    w = TxnWire(broker.bootstrap, "tv1-retry", tv=1)
+    w.init()
+    assert w.add(topic, 0) == NONE
+    assert w.produce(topic, 0, b"aborted") == NONE  # sequence 0, at offset 0
+    assert w.end_txn(commit=False) == NONE
+    w.seq[(w.epoch, topic, 0)] = 0  # the retry of that batch, after the abort
+    assert w.produce(topic, 0, b"aborted") == NONE
+    assert w.seq[(w.epoch, topic, 0)] == 1
+
+    assert w.add(topic, 0) == NONE  # the next transaction goes on at sequence 1
+    assert w.produce(topic, 0, b"committed") == NONE
+    assert w.end_txn(commit=True) == NONE
+    assert committed(broker.bootstrap, topic, expected=1) == [b"committed"]
+    w.close()

@@ -171,6 +171,14 @@ class ProducerStateManager:
             f"{expected} expected"
         )
 
+    def duplicate_of(self, h: BatchHeader) -> BatchMetadata | None:
+        """The remembered batch ``h`` repeats (same producer, epoch and sequence range), or None.
+        Never raises: the Produce handler asks it before anything else about a retried batch."""
+        entry = self.entries.get(h.producer_id) if h.producer_id >= 0 else None
+        if entry is None or h.producer_epoch != entry.epoch or h.base_sequence < 0:
+            return None
+        return entry.find_duplicate(h.base_sequence, h.last_sequence)
+
     def check_epoch(self, h: BatchHeader) -> None:
         """The epoch rule alone, for batches the broker's coordinators write on a producer's
         behalf (transactional offset commits): no sequence numbers, but a fenced epoch is still

@@ -84,6 +84,16 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 tp = TopicPartition(t.name, p.index)
                 if metrics is not None:  # per batch, from its header: never per record
                     metrics.produced(t.name, len(p.records), header.records_count)
+                dup = part.producers.duplicate_of(header)
+                if dup is not None:
+                    # A retry of a batch that is in the log already is answered with its offsets
+                    # before any transaction check: the batch IS written. Refusing it (its
+                    # transaction may have ended since, so verification fails) tells the client
+                    # it was not, and librdkafka then gives its sequence numbers to the next
+                    # transaction's batch, which this check would take for the old one's retry
+                    # and drop (long run 7: 100 records lost). R6.
+                    results.append(PartitionResult(p.index, 0, dup.first_offset, part.log_start_offset))
+                    continue
                 if header.is_transactional and request.api_version >= TV2_PRODUCE_VERSION and txn_id is not None:
                     # Transactions version 2: the leader adds the partition to the transaction (on
                     # another broker's coordinator: only for the transaction's first batch here)
