@@ -444,7 +444,18 @@ def groups_reset_offsets(
 
 
 def main() -> None:
-    app()
+    """The ``oncelog`` command. A broker that cannot be reached (refused, timed out, TLS
+    refused) is one line and exit code 1 for every admin verb, never a traceback."""
+    try:
+        app()
+    except OSError as exc:
+        import sys
+
+        if sys.argv[1:2] == ["broker"]:
+            raise
+        where = " ".join(a for a in sys.argv[1:3] if not a.startswith("-"))
+        print(f"oncelog {where}: cannot reach the broker: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

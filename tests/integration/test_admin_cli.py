@@ -83,6 +83,25 @@ def test_cli_errors_exit_non_zero(broker: BrokerProcess) -> None:
     assert oncelog("list", bootstrap=bs).stdout.split() == ["once"]
 
 
+@pytest.mark.parametrize("verb", [("topics", "list"), ("groups", "list"), ("transactions", "list"),
+                                  ("transactions", "find-hanging"), ("acls", "list"), ("users", "list")])
+def test_cli_unreachable_broker_is_one_line_and_exit_1(verb: tuple[str, str]) -> None:
+    """No broker at the address (a bound socket that does not listen refuses): every admin verb
+    says so in one line and exits 1, without a traceback."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = "127.0.0.1:%d" % s.getsockname()[1]
+        env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+        res = subprocess.run([sys.executable, "-m", "oncelog", *verb, "--bootstrap-server", address],
+                             capture_output=True, text=True, timeout=60, env=env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert "Traceback" not in out and "─" not in out, out
+    assert "refused" in out.lower(), out
+
+
 # -- DescribeConfigs ---------------------------------------------------------------------------
 
 
