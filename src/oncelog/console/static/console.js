@@ -192,7 +192,7 @@ function renderTransactions(d) {
   badge.textContent = h.items.length;
   const note = $("#hanging-note");
   note.className = h.error ? "note error" : "note";
-  note.textContent = (h.checked_ms ? "checked " + duration(d.now_ms - h.checked_ms) + " ago with the code of " +
+  note.textContent = (h.checked_ms ? "checked " + duration(Math.max(0, d.now_ms - h.checked_ms)) + " ago with the code of " +
     "`oncelog transactions find-hanging`" : "not checked yet") + (h.error ? " — " + h.error : "") +
     (d.abort.enabled ? "" : " — " + d.abort.why_not);
   fill("hanging", items.map((x) => ({key: x.topic + "-" + x.partition + "@" + x.current_txn_start_offset,
