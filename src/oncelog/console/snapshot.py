@@ -17,6 +17,7 @@ another broker has no lag here (``None``), rather than a guess.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ class Raw:
     #: (transactional id, state, producer id, epoch, timeout ms, start ms, [(topic, partition)])
     txns: list[tuple[str, str, int, int, int, int, list[tuple[str, int]]]] = field(default_factory=list)
     loading: bool = False
+    #: how long ``take`` held the event loop (milliseconds)
+    took_ms: float = 0.0
 
 
 def take(broker: "Broker") -> Raw:
@@ -59,6 +62,7 @@ def take(broker: "Broker") -> Raw:
     started yet (the transaction coordinator during start-up) is left out."""
     from oncelog.storage.log import PartitionLog
 
+    started = time.perf_counter()
     raw = Raw(now_ms=broker.clock.now_ms(), node_id=broker.node_id, cluster_id=broker.cluster_id)
     for lst, host, port in broker.bound_listeners():
         raw.listeners.append((lst.name, lst.protocol, host, port))
@@ -94,6 +98,7 @@ def take(broker: "Broker") -> Raw:
         for tid, meta in list(txns.txns.items()):
             raw.txns.append((tid, meta.state.kafka_name, meta.producer_id, meta.producer_epoch, meta.timeout_ms,
                              meta.start_ms, sorted((tp.topic, tp.partition) for tp in meta.partitions)))
+    raw.took_ms = (time.perf_counter() - started) * 1000
     return raw
 
 
@@ -159,7 +164,7 @@ def state(raw: Raw, hanging: dict[str, Any], now_ms: int) -> dict[str, Any]:
         "now_ms": now_ms,
         "broker": {"node_id": raw.node_id, "cluster_id": raw.cluster_id, "mode": raw.mode,
                    "listeners": [{"name": n, "protocol": pr, "host": h, "port": po} for n, pr, h, po in raw.listeners],
-                   "groups_loading": raw.loading},
+                   "groups_loading": raw.loading, "snapshot_ms": round(raw.took_ms, 3)},
         "brokers": [{"node_id": n, "host": h, "port": p, "rack": r, "this": n == raw.node_id}
                     for n, h, p, r in sorted(raw.brokers)],
         "topics": sorted(topics.values(), key=lambda t: (t["internal"], t["name"])),
