@@ -111,6 +111,7 @@ def test_console_in_chromium_shows_the_broker_and_aborts_a_hanging_transaction(b
     assert cells("#partitions", "orders-1")[2:5] == ["0", "5", "5"]
     assert cells("#partitions", "payments-0")[2:6] == ["0", "0", "1", "1"]  # held back by live-txn
     assert cells("#topics", "orders")[:3] == ["orders", "2", "10"]
+    assert cells("#topics", "orders")[6] == "billing (3)"  # the groups reading it, with their lag
     assert page.locator("#topics tr[data-key='__consumer_offsets']").count() == 0  # internal hidden by default
     page.screenshot(path=str(shots / "2-topics.png"), full_page=True)
     page.fill("#filter", "orde")

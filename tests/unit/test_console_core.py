@@ -40,7 +40,8 @@ def test_state_partitions_topics_and_lag() -> None:
     assert (p1["log_start"], p1["lso"], p1["log_end"], p1["lso_lag"], p1["records"]) == (2, 3, 7, 4, 5)
     orders = next(t for t in doc["topics"] if t["name"] == "orders")
     assert orders == {"name": "orders", "internal": False, "partitions": 2, "records": 10, "size_bytes": 150,
-                      "lso_lag": 4, "open_transactions": 1}
+                      "lso_lag": 4, "open_transactions": 1,
+                      "groups": [{"group_id": "billing", "lag": 3}]}  # who reads the topic, how far behind
     assert doc["topics"][-1]["internal"]  # internal topics last
     (g,) = doc["groups"]
     assert g["members"][0]["assignment"] == ["orders-0", "orders-1"]

@@ -118,7 +118,8 @@ def state(raw: Raw, hanging: dict[str, Any], now_ms: int) -> dict[str, Any]:
                            "lso_lag": _lag(end, lso), "records": _lag(end, start), "size_bytes": size,
                            "segments": segments, "open_transactions": open_txns})
         t = topics.setdefault(topic, {"name": topic, "internal": topic.startswith("__"), "partitions": 0,
-                                      "records": 0, "size_bytes": 0, "lso_lag": 0, "open_transactions": 0})
+                                      "records": 0, "size_bytes": 0, "lso_lag": 0, "open_transactions": 0,
+                                      "groups": {}})
         t["partitions"] += 1
         t["records"] += _lag(end, start)
         t["size_bytes"] = -1 if size < 0 or t["size_bytes"] < 0 else t["size_bytes"] + size
@@ -148,6 +149,11 @@ def state(raw: Raw, hanging: dict[str, Any], now_ms: int) -> dict[str, Any]:
                              "member": owners.get((gid, topic, p))})
         if lag is not None:
             g["lag"] += lag
+        if topic in topics:  # which groups read each topic, and how far behind (AKHQ's topic list has it)
+            per = topics[topic].setdefault("groups", {})
+            per[gid] = per.get(gid, 0) + (lag or 0)
+    for t in topics.values():
+        t["groups"] = [{"group_id": g, "lag": n} for g, n in sorted(t.get("groups", {}).items())]
 
     hanging_items = list(hanging.get("items", ()))
     hanging_ids = {h.get("transactional_id") for h in hanging_items if h.get("transactional_id")}

@@ -93,6 +93,7 @@ function renderBrokers(d) {
     ? "Cluster mode: this page shows the partitions this broker leads, the groups and transactional ids " +
       "its coordinators hold, and the live brokers of its latest view of the cluster."
     : "Embedded single broker: everything is on this broker.";
+  $("#mode-note").textContent += " The last snapshot held the broker's event loop for " + b.snapshot_ms + " ms.";
 }
 
 function renderTopics(d) {
@@ -102,7 +103,9 @@ function renderTopics(d) {
     cell(t.name), cell(num(t.partitions), t.partitions, "n"), cell(num(t.records), t.records, "n"),
     cell(bytes(t.size_bytes), t.size_bytes, "n"),
     cell(num(t.lso_lag), t.lso_lag, "n" + (t.lso_lag > 0 ? " lag-bad" : "")),
-    cell(num(t.open_transactions), t.open_transactions, "n")]})), "no topics");
+    cell(num(t.open_transactions), t.open_transactions, "n"),
+    cell(t.groups.map((g) => g.group_id + " (" + num(g.lag) + ")").join(", ") || "–",
+      t.groups.reduce((a, g) => a + g.lag, 0))]})), "no topics");
   const parts = d.partitions.filter((p) => (internal || !p.topic.startsWith("__")) && matches(p.topic));
   fill("partitions", parts.map((p) => ({key: p.topic + "-" + p.partition, cells: [
     cell(p.topic), cell(p.partition, p.partition, "n"), cell(num(p.log_start), p.log_start, "n"),
@@ -265,8 +268,15 @@ document.addEventListener("DOMContentLoaded", () => {
       render();
     }));
   }
-  $("#filter").addEventListener("input", render);
-  $("#show-internal").addEventListener("change", render);
+  for (const id of ["filter", "show-internal", "paused"]) {  // kept in this browser across reloads
+    const input = document.getElementById(id), key = "oncelog-console-" + id;
+    const saved = localStorage.getItem(key);
+    if (saved !== null) { if (input.type === "checkbox") input.checked = saved === "1"; else input.value = saved; }
+    input.addEventListener(input.type === "checkbox" ? "change" : "input", () => {
+      localStorage.setItem(key, input.type === "checkbox" ? (input.checked ? "1" : "0") : input.value);
+      render();
+    });
+  }
   window.addEventListener("hashchange", showView);
   showView();
   refresh();
