@@ -94,7 +94,7 @@ def poll_pages(address: str, pages: int, stop: threading.Event) -> list[int]:
     return count
 
 
-def produce_cost(runs: int, records: int, size: int, pages: int) -> None:
+def produce_cost(runs: int, records: int, size: int, pages: int, idle_s: float = 30.0) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         address = f"127.0.0.1:{free_port()}"
         brokers = {"off": BrokerProcess(Path(tmp) / "off"),
@@ -107,6 +107,9 @@ def produce_cost(runs: int, records: int, size: int, pages: int) -> None:
             for b in brokers.values():
                 run(b.bootstrap, "warm", 1000, size)
             fetched = poll_pages(address, pages, stop)
+            idle_before = {k: cpu(p) for k, p in procs.items()}
+            time.sleep(idle_s)  # no load: what the open pages alone cost
+            idle = {k: cpu(p) - idle_before[k] for k, p in procs.items()}
             wall: dict[str, list[float]] = {"off": [], "on": []}
             used: dict[str, list[float]] = {"off": [], "on": []}
             load_before = os.getloadavg()
@@ -130,6 +133,8 @@ def produce_cost(runs: int, records: int, size: int, pages: int) -> None:
               f"{records / statistics.median(w):,.0f} | {statistics.median(c):.2f} | {min(c):.2f}-{max(c):.2f} |")
     off, on = statistics.median(used["off"]), statistics.median(used["on"])
     print(f"broker CPU per run, console polled vs none: {100 * (on - off) / off:+.1f}%")
+    print(f"idle for {idle_s:.0f} s: broker CPU {idle['off']:.2f} s without the console, {idle['on']:.2f} s with "
+          f"{pages} pages polling ({100 * idle['on'] / idle_s:.1f}% vs {100 * idle['off'] / idle_s:.1f}% of a core)")
 
 
 def main() -> None:

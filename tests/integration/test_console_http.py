@@ -178,11 +178,17 @@ def test_with_acls_on_the_console_is_no_way_around_them(tmp_path: Path) -> None:
         assert b.stop() == 0
 
 
-def test_a_bad_console_address_is_a_config_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("setting,named", [
+    (["console.listen=nonsense"], "console.listen"),
+    (["console.listen=127.0.0.1:0", "console.client.config=/nonexistent/console.properties"],
+     "console.client.config"),
+])
+def test_a_bad_console_setting_is_a_config_error(tmp_path: Path, setting: list[str], named: str) -> None:
     import subprocess
     import sys
 
+    opts = [x for kv in setting for x in ("-o", kv)]
     out = subprocess.run([sys.executable, "-m", "oncelog", "broker", "--data-dir", str(tmp_path / "d"),
-                          "--listen", f"127.0.0.1:{free_port()}", "-o", "console.listen=nonsense"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "console.listen" in out.stdout + out.stderr
+                          "--listen", f"127.0.0.1:{free_port()}", *opts], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and named in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr

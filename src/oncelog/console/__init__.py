@@ -25,6 +25,7 @@ from oncelog.broker.metrics import parse_listen
 from oncelog.console.server import ConsoleHTTPServer, StateSource, static_files
 from oncelog.console.snapshot import take
 from oncelog.console.transactions import TxnLink
+from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -48,7 +49,10 @@ class Console:
         self.broker = broker
         self.host, self.port = host, port
         cfg = broker.config
-        security = read_command_config(cfg.console_client_config)
+        try:
+            security = read_command_config(cfg.console_client_config)
+        except OSError as exc:
+            raise InvalidConfig(f"console.client.config: cannot read {cfg.console_client_config}: {exc}") from None
         disabled = ABORT_NEEDS_PRINCIPAL if cfg.authorizer_class_name and security is None else None
         self.txns = TxnLink(self._bootstrap, security=security, max_timeout_ms=cfg.transaction_max_timeout_ms,
                             abort_disabled=disabled)
@@ -90,7 +94,8 @@ class Console:
 
 
 def console_for(broker: "Broker") -> Console | None:
-    """The broker's console per its configuration: None when ``console.listen`` is unset."""
+    """The broker's console per its configuration: None when ``console.listen`` is unset.
+    Raises InvalidConfig when ``console.client.config`` cannot be read."""
     listen = broker.config.console_listen
     if listen is None:
         return None

@@ -112,7 +112,20 @@ class ConsoleHTTPServer(ThreadingHTTPServer):
         self.files = files
         self.active = 0
         self._active_lock = threading.Lock()
+        self._doc: tuple[snapshot.Raw, dict[str, Any], bytes] | None = None
         super().__init__(address, Handler)
+
+    def document(self, raw: snapshot.Raw, hanging: dict[str, Any]) -> bytes:
+        """The encoded ``/api/state`` of this snapshot and hanging result: built once and
+        reused while both are the same objects (several open pages cost one encoding)."""
+        cached = self._doc
+        if cached is not None and cached[0] is raw and cached[1] is hanging:
+            return cached[2]
+        doc = snapshot.state(raw, hanging, raw.now_ms)
+        doc["abort"] = {"enabled": self.txns.abort_disabled is None, "why_not": self.txns.abort_disabled}
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        self._doc = (raw, hanging, body)
+        return body
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._active_lock:
@@ -178,10 +191,7 @@ class Handler(BaseHTTPRequestHandler):
                 log.warning("console: the broker snapshot failed: %r", exc)
                 self._json(503, {"error": f"the broker did not answer: {exc!r}"}, head=head)
                 return
-            doc = snapshot.state(raw, self.server.txns.hanging(), raw.now_ms)
-            doc["abort"] = {"enabled": self.server.txns.abort_disabled is None,
-                            "why_not": self.server.txns.abort_disabled}
-            self._json(200, doc, head=head)
+            self._send(200, self.server.document(raw, self.server.txns.hanging()), "application/json", head=head)
         else:
             self._json(404, {"error": "not found"}, head=head)
 

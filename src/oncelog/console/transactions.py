@@ -91,7 +91,10 @@ class TxnLink:
             return {"checked_ms": now, "error": f"{exc.code.name.upper()}: {exc}", "items": []}
         except (OSError, ConnectionError, LookupError, ValueError) as exc:
             return {"checked_ms": now, "error": f"cannot ask the broker: {exc}", "items": []}
-        err = "; ".join(f"{tp}: {e}" for tp, e in sorted(errors.items())) or None
+        shown = [f"{tp}: {e}" for tp, e in sorted(errors.items())[:5]]
+        if len(errors) > 5:
+            shown.append(f"and {len(errors) - 5} more partitions")
+        err = "; ".join(shown) or None
         return {"checked_ms": now, "error": err, "items": [h.to_json() for h in found]}
 
     def invalidate(self) -> None:
