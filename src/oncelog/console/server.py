@@ -13,8 +13,9 @@ Routes (everything else is 404; methods other than GET/HEAD/POST are 501):
 Threads. The event loop owns the broker's state: a request never reads it. ``/api/state``
 schedules ``snapshot.take`` on the loop (``run_coroutine_threadsafe``, at most
 ``SNAPSHOT_TIMEOUT_S``) and builds the document on its own thread; a snapshot younger than
-``STATE_MIN_INTERVAL_S`` is reused, so any number of open consoles cost the loop at most one
-snapshot per interval. find-hanging and abort are Kafka requests to the broker's own listener
+``STATE_MIN_INTERVAL_S`` (or ``LOOP_SHARE`` times what it took) is reused, and so is its encoded
+document, so any number of open consoles cost the loop at most one snapshot per interval and
+at most 2% of its time. find-hanging and abort are Kafka requests to the broker's own listener
 from the worker thread (console/transactions.py).
 
 Hostile clients. Each connection has a ``REQUEST_TIMEOUT_S`` socket timeout (a client that
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_TIMEOUT_S = 5.0
 STATE_MIN_INTERVAL_S = 1.0
+#: a snapshot is reused for at least LOOP_SHARE times as long as it held the event loop (<= 2%)
+LOOP_SHARE = 50
 REQUEST_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
 MAX_BODY = 4096
@@ -78,10 +81,16 @@ class StateSource:
         self._at = float("-inf")
         self.snapshots = 0  # how many were taken (tests, the bench)
 
+    def interval_s(self, last: snapshot.Raw) -> float:
+        """How long ``last`` is reused: ``min_interval_s``, or longer when taking it held the
+        loop long enough that one a second would cost the loop more than 1/LOOP_SHARE of its
+        time (a broker with many thousands of partitions)."""
+        return max(self.min_interval_s, last.took_ms / 1000 * LOOP_SHARE)
+
     def raw(self) -> snapshot.Raw:
         """A snapshot at most ``min_interval_s`` old. Raises TimeoutError or the snapshot's error."""
         with self._lock:
-            if self._raw is None or self._clock() - self._at >= self.min_interval_s:
+            if self._raw is None or self._clock() - self._at >= self.interval_s(self._raw):
                 if self._loop.is_closed():
                     raise RuntimeError("the broker is stopping")
 
