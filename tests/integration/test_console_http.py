@@ -6,7 +6,7 @@ huge or missing bodies, bad JSON, no CSRF header, idle and slow connections, mor
 than the limit) get their error and never hurt the broker: Kafka requests are served meanwhile
 and the broker stops cleanly (exit 0, checked by the fixture). With ACLs on, the console is no
 way around them: abort is disabled without a configured principal, and refused by the broker's
-own authorization with one.
+own authorization with one (and let through when that principal may).
 """
 
 from __future__ import annotations
@@ -174,6 +174,19 @@ def test_with_acls_on_the_console_is_no_way_around_them(tmp_path: Path) -> None:
         assert state(address)["abort"]["enabled"]
         status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
         assert status == 403 and "AUTHORIZATION_FAILED" in body["error"]  # the broker's ACLs said no
+    finally:
+        assert b.stop() == 0
+
+    # the same console principal made a super user: the broker lets it through to the lookup
+    b = h.start_acl_broker(tmp_path / "broker3", {"console.listen": address, "console.client.config": str(props),
+                                                  "super.users": "User:ANONYMOUS"})
+    try:
+        from kafka_clients import create_topic as create
+
+        create("confluent", b.bootstrap, "t", 1)
+        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        assert status == 404 and "no open transaction starts at offset 0" in body["error"]
+        assert state(address)["hanging"]["error"] is None  # find-hanging was authorized too
     finally:
         assert b.stop() == 0
 
