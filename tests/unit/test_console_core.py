@@ -186,3 +186,20 @@ def test_static_files_ship_in_the_package() -> None:
     page = files["/"][0].decode()
     assert "/static/console.js" in page and "http" not in page.replace("http-equiv", "")  # nothing from elsewhere
     assert b"innerHTML" not in files["/static/console.js"][0]  # values go in as text only
+
+
+def test_console_is_off_by_default_and_not_even_imported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.protocol.errors import InvalidConfig
+
+    assert BrokerConfig().console_listen is None and BrokerConfig().console_client_config is None
+    with pytest.raises(InvalidConfig, match="console.listen"):
+        BrokerConfig().with_overrides({"console.listen": "no-port"})
+    code = ("import sys; from oncelog.broker.broker import Broker; from oncelog.broker.config import BrokerConfig; "
+            f"b = Broker(BrokerConfig(data_dir={str(tmp_path)!r})); "
+            "assert b.console is None and 'oncelog.console' not in sys.modules, sorted(sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

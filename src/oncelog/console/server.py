@@ -160,7 +160,9 @@ class Handler(BaseHTTPRequestHandler):
     timeout = REQUEST_TIMEOUT_S
     protocol_version = "HTTP/1.1"
     server_version = "oncelog-console"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server_version  # no Python version in the Server header
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         log.debug("console: %s " + format, self.address_string(), *args)
