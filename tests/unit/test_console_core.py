@@ -203,3 +203,11 @@ def test_console_is_off_by_default_and_not_even_imported(tmp_path) -> None:  # t
             "assert b.console is None and 'oncelog.console' not in sys.modules, sorted(sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_missing_chromium_fails_the_browser_test_never_skips_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import browser
+
+    monkeypatch.setenv("ONCELOG_CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.fail.Exception, match="no Chromium found"):
+        browser.chromium_path()
