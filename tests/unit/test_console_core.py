@@ -171,6 +171,9 @@ def test_state_source_reuses_a_recent_snapshot() -> None:
         now[0] = 1.5
         src.raw()
         assert src.snapshots == 2 and on_loop == [True, True]  # taken on the loop's thread only
+        src.invalidate()  # after an abort: the next answer is a fresh snapshot
+        src.raw()
+        assert src.snapshots == 3
         slow = raw()
         slow.took_ms = 40.0  # a big broker: reused for 50 x 40 ms = 2 s, not 1 s
         assert src.interval_s(slow) == 2.0

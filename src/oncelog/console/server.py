@@ -87,6 +87,11 @@ class StateSource:
         time (a broker with many thousands of partitions)."""
         return max(self.min_interval_s, last.took_ms / 1000 * LOOP_SHARE)
 
+    def invalidate(self) -> None:
+        """The next ``raw()`` takes a fresh snapshot (after an abort changed the broker)."""
+        with self._lock:
+            self._at = float("-inf")
+
     def raw(self) -> snapshot.Raw:
         """A snapshot at most ``min_interval_s`` old. Raises TimeoutError or the snapshot's error."""
         with self._lock:
@@ -236,6 +241,8 @@ class Handler(BaseHTTPRequestHandler):
         except AbortRefused as exc:
             self._error(exc.status, str(exc))
             return
+        finally:
+            self.server.state.invalidate()  # the next page shows the partition after the marker
         log.info("console: aborted the transaction of producer %d on %s-%d at offset %d (from %s)",
                  done["producer_id"], req[0], req[1], req[2], self.address_string())
         self._json(200, done)
