@@ -36,17 +36,21 @@ def test_console_of_a_cluster_member(pg_dsn: str, tmp_path: Path) -> None:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-        deadline = time.monotonic() + 30
-        while True:  # leadership settles as the brokers poll the store: compare until both agree
+        # leadership settles as the brokers poll the store: compare until both agree, and until a
+        # hanging check (reused 10 s) ran after it settled (one during a move says NOT_LEADER)
+        deadline = time.monotonic() + 45
+        while True:
             with urllib.request.urlopen(f"http://{address}/api/state", timeout=10) as resp:
                 doc = json.load(resp)
             shown = sorted(p["partition"] for p in doc["partitions"] if p["topic"] == "spread")
             md = admin.list_topics("spread", timeout=10)
             led_by_1 = sorted(p.id for p in md.topics["spread"].partitions.values() if p.leader == 1)
-            if len(doc["brokers"]) == 2 and shown and shown == led_by_1:
+            settled = doc["hanging"]["checked_ms"] is not None and doc["hanging"]["error"] is None
+            if len(doc["brokers"]) == 2 and shown and shown == led_by_1 and settled:
                 break
             assert time.monotonic() < deadline, \
-                f"broker 1's console: brokers {doc['brokers']}, partitions {shown}; it leads {led_by_1}"
+                f"broker 1's console: brokers {doc['brokers']}, partitions {shown}; it leads {led_by_1}; " \
+                f"hanging check: {doc['hanging']}"
             time.sleep(0.5)
         assert doc["broker"]["mode"] == "cluster"
         assert [(x["node_id"], x["this"]) for x in doc["brokers"]] == [(1, True), (2, False)]
