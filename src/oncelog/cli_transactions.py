@@ -160,15 +160,15 @@ def abort(
         with TransactionsAdmin(bootstrap) as a:
             if start_offset is not None:
                 try:
-                    p = a.producer_at(topic, partition, start_offset)
+                    p = a.abort_at(topic, partition, start_offset)  # the web console's abort calls this too
                 except LookupError as exc:
                     _fail(str(exc), as_json)
                 pid, epoch, ce = p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0)
             elif producer_id is not None and producer_epoch is not None and coordinator_epoch is not None:
                 pid, epoch, ce = producer_id, producer_epoch, coordinator_epoch
+                a.abort(topic, partition, pid, epoch, ce)
             else:
                 _fail("give --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch", as_json, 2)
-            a.abort(topic, partition, pid, epoch, ce)
     except KafkaError as exc:
         _fail(f"abort refused: {exc.code.name.upper()} ({exc})", as_json)
     result = {"aborted": True, "topic": topic, "partition": partition, "producer_id": pid, "producer_epoch": epoch,

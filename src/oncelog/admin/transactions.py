@@ -153,12 +153,17 @@ def parse_partition(text: str) -> tuple[str, int | None]:
 
 
 class TransactionsAdmin:
-    """Connections to the brokers of one cluster, from a bootstrap address. Not thread-safe."""
+    """Connections to the brokers of one cluster, from a bootstrap address. Not thread-safe.
+    ``security``: the client properties of a TLS / SASL listener (as ``ProtocolClient``), used
+    for every connection; ``client_id``: what the brokers' logs and quotas see."""
 
-    def __init__(self, bootstrap: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, *, timeout: float = 10.0, security: dict[str, str] | None = None,
+                 client_id: str = "oncelog-transactions") -> None:
         self.bootstrap = bootstrap
         self.timeout = timeout
-        self._boot = ProtocolClient(bootstrap, timeout=timeout, client_id="oncelog-transactions")
+        self.security = security
+        self.client_id = client_id
+        self._boot = ProtocolClient(bootstrap, timeout=timeout, client_id=client_id, security=security)
         self._clients: dict[int, ProtocolClient] = {}
         self._md: Any = None
 
@@ -198,7 +203,8 @@ class TransactionsAdmin:
             if host is None or port is None:
                 host, port = self.brokers()[node_id]
             addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self._clients[node_id] = ProtocolClient(addr, timeout=self.timeout, client_id="oncelog-transactions")
+            self._clients[node_id] = ProtocolClient(addr, timeout=self.timeout, client_id=self.client_id,
+                                                    security=self.security)
         return self._clients[node_id]
 
     def _request(self, c: ProtocolClient, api_key: int, cls: str, **fields: Any) -> Any:
@@ -372,6 +378,17 @@ class TransactionsAdmin:
             if p.current_txn_start_offset == start_offset:
                 return p
         raise LookupError(f"no open transaction starts at offset {start_offset} on {topic}-{partition}")
+
+    def abort_at(self, topic: str, partition: int, start_offset: int) -> Producer:
+        """Abort the open transaction that starts at ``start_offset`` on ``topic-partition``, as
+        Kafka's ``abort --start-offset`` does: look up its producer (``producer_at``), then write
+        the ABORT marker (``abort``). Returns the producer whose transaction was aborted. Raises
+        LookupError when no open transaction starts there, or the KafkaError the leader answered.
+        ``oncelog transactions abort --start-offset`` and the web console's abort button both
+        call this."""
+        p = self.producer_at(topic, partition, start_offset)
+        self.abort(topic, partition, p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
+        return p
 
     def abort(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:

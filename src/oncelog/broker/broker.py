@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.cluster_parts import ClusterParts
     from oncelog.cluster.acls import StoreAcls
+    from oncelog.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,12 @@ class Broker:
         self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
         #: issue 19: Prometheus metrics (broker/metrics.py); None unless metrics.listen is set
         self.metrics = metrics_mod.metrics_for(self)
+        #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
+        self.console: Console | None = None
+        if config.console_listen is not None:
+            from oncelog.console import console_for
+
+            self.console = console_for(self)
         routes = CLUSTER_ROUTES if store else ROUTES
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
@@ -212,6 +219,8 @@ class Broker:
         apis.preload()  # the first requests' message classes, before we say we are ready
         if self.metrics is not None:
             self.metrics.serve()  # first: an address that refuses stops the start before anything opens
+        if self.console is not None:
+            self.console.serve()  # also before anything opens; it reaches the listener only when asked
         if self.store:
             return await self._start_cluster_member()
         self.cluster_id = _load_or_create_cluster_id(data_dir)
@@ -386,6 +395,8 @@ class Broker:
             self._store_acls.close()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
+        if self.console is not None:
+            await asyncio.to_thread(self.console.close)
         self.replicas.close()
 
     def _expire_producers(self) -> None:

@@ -55,6 +55,10 @@ def _listen(v: str) -> str | None:
     return v.strip()
 
 
+def _opt_str(v: str) -> str | None:
+    return None if v.strip() in ("", "none", "null") else v.strip()
+
+
 def _opt_int(v: str) -> int | None:
     return None if v.strip() in ("", "none", "null") else int(v)
 
@@ -193,6 +197,13 @@ class BrokerConfig:
     )
     #: oncelog's own (issue 19, docs/METRICS.md): serve Prometheus metrics on ``HOST:PORT``; None: off
     metrics_listen: str | None = field(default=None, metadata={"kafka": "metrics.listen", "parse": _listen})
+    #: oncelog's own (issue 19, docs/CONSOLE.md): serve the read-only web console on ``HOST:PORT``; None: off
+    console_listen: str | None = field(default=None, metadata={"kafka": "console.listen", "parse": _listen})
+    #: the client properties file (as ``--command-config``) the console logs in to this broker's
+    #: listener with, for find-hanging and abort; None: PLAINTEXT, no login (abort is then disabled
+    #: when an authorizer is configured)
+    console_client_config: str | None = field(default=None, metadata={"kafka": "console.client.config",
+                                                                      "parse": _opt_str})
 
     @property
     def advertised(self) -> str:

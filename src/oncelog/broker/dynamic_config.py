@@ -41,7 +41,10 @@ BROKER_SYNONYMS: dict[str, topic_config.TopicConfigDef] = {
 
 _OWN = {  # oncelog's own broker configs (no Kafka counterpart)
     "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms", "metrics.listen",
+    "console.listen", "console.client.config",
 }
+#: string configs whose default is None (unset), which the type rules below would call INT
+_STRING = {"metrics.listen", "console.listen", "console.client.config"}
 _LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes"}
 _NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port", "listener.name.*",
               "listeners", "advertised.listeners"}
@@ -170,7 +173,7 @@ def _kafka_type(name: str, value: object) -> ConfigType:
         return ConfigType.PASSWORD
     if name == "sasl.enabled.mechanisms":
         return ConfigType.LIST
-    if name.startswith("ssl.") and not name.endswith(".ms"):
+    if (name.startswith("ssl.") and not name.endswith(".ms")) or name in _STRING:
         return ConfigType.STRING
     if isinstance(value, bool):
         return ConfigType.BOOLEAN

@@ -1,0 +1,266 @@
+"""The console's HTTP endpoint: a stdlib ``ThreadingHTTPServer`` on a daemon thread.
+
+Routes (everything else is 404; methods other than GET/HEAD/POST are 501):
+
+* ``GET /`` the page; ``GET /static/console.{js,css}`` its code and style, read once from the
+  package (``importlib.resources``) at start: no file system path is ever built from a URL.
+* ``GET /api/state`` the ``snapshot.state`` document.
+* ``POST /api/transactions/abort`` ``{"topic", "partition", "start_offset"}`` ->
+  ``TxnLink.abort``. The request must say ``Content-Type: application/json`` and carry the
+  header ``X-Oncelog-Console: abort``: a page of another origin cannot send that header without
+  a CORS preflight, which this server never grants, so a link or form elsewhere cannot abort.
+
+Threads. The event loop owns the broker's state: a request never reads it. ``/api/state``
+schedules ``snapshot.take`` on the loop (``run_coroutine_threadsafe``, at most
+``SNAPSHOT_TIMEOUT_S``) and builds the document on its own thread; a snapshot younger than
+``STATE_MIN_INTERVAL_S`` (or ``LOOP_SHARE`` times what it took) is reused, and so is its encoded
+document, so any number of open consoles cost the loop at most one snapshot per interval and
+at most 2% of its time. find-hanging and abort are Kafka requests to the broker's own listener
+from the worker thread (console/transactions.py).
+
+Hostile clients. Each connection has a ``REQUEST_TIMEOUT_S`` socket timeout (a client that
+sends slowly is dropped), at most ``MAX_CONNECTIONS`` are served at once (more are closed at
+once), a body longer than ``MAX_BODY`` is refused (413) without being read, and header lines
+and counts are bounded by ``http.server``. Nothing a request does raises into the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any, Callable
+
+from oncelog.console import snapshot
+from oncelog.console.transactions import AbortRefused, TxnLink
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_TIMEOUT_S = 5.0
+STATE_MIN_INTERVAL_S = 1.0
+#: a snapshot is reused for at least LOOP_SHARE times as long as it held the event loop (<= 2%)
+LOOP_SHARE = 50
+REQUEST_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32
+MAX_BODY = 4096
+
+_STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/static/console.js": ("console.js", "text/javascript; charset=utf-8"),
+           "/static/console.css": ("console.css", "text/css; charset=utf-8")}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+                               "frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def static_files() -> dict[str, tuple[bytes, str]]:
+    """URL path -> (content, content type), from the package data."""
+    root = resources.files("oncelog.console") / "static"
+    return {path: (root.joinpath(name).read_bytes(), ctype) for path, (name, ctype) in _STATIC.items()}
+
+
+class StateSource:
+    """``/api/state`` documents: snapshots taken on the event loop, reused for
+    ``min_interval_s``. Thread-safe. ``take`` runs on ``loop``; ``clock`` is monotonic seconds."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, take: Callable[[], snapshot.Raw], *,
+                 min_interval_s: float = STATE_MIN_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._loop = loop
+        self._take = take
+        self.min_interval_s = min_interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._raw: snapshot.Raw | None = None
+        self._at = float("-inf")
+        self.snapshots = 0  # how many were taken (tests, the bench)
+
+    def interval_s(self, last: snapshot.Raw) -> float:
+        """How long ``last`` is reused: ``min_interval_s``, or longer when taking it held the
+        loop long enough that one a second would cost the loop more than 1/LOOP_SHARE of its
+        time (a broker with many thousands of partitions)."""
+        return max(self.min_interval_s, last.took_ms / 1000 * LOOP_SHARE)
+
+    def invalidate(self) -> None:
+        """The next ``raw()`` takes a fresh snapshot (after an abort changed the broker)."""
+        with self._lock:
+            self._at = float("-inf")
+
+    def raw(self) -> snapshot.Raw:
+        """A snapshot at most ``min_interval_s`` old. Raises TimeoutError or the snapshot's error."""
+        with self._lock:
+            if self._raw is None or self._clock() - self._at >= self.interval_s(self._raw):
+                if self._loop.is_closed():
+                    raise RuntimeError("the broker is stopping")
+
+                async def take() -> snapshot.Raw:
+                    return self._take()
+
+                self._raw = asyncio.run_coroutine_threadsafe(take(), self._loop).result(SNAPSHOT_TIMEOUT_S)
+                self._at = self._clock()
+                self.snapshots += 1
+            return self._raw
+
+
+class ConsoleHTTPServer(ThreadingHTTPServer):
+    """Threads per connection (daemon), at most ``MAX_CONNECTIONS`` of them."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], state: "StateSource", txns: TxnLink,
+                 files: dict[str, tuple[bytes, str]], *, ipv6: bool = False) -> None:
+        import socket
+
+        if ipv6:
+            self.address_family = socket.AF_INET6
+        self.state = state
+        self.txns = txns
+        self.files = files
+        self.active = 0
+        self._active_lock = threading.Lock()
+        self._doc: tuple[snapshot.Raw, dict[str, Any], bytes] | None = None
+        super().__init__(address, Handler)
+
+    def document(self, raw: snapshot.Raw, hanging: dict[str, Any]) -> bytes:
+        """The encoded ``/api/state`` of this snapshot and hanging result: built once and
+        reused while both are the same objects (several open pages cost one encoding)."""
+        cached = self._doc
+        if cached is not None and cached[0] is raw and cached[1] is hanging:
+            return cached[2]
+        doc = snapshot.state(raw, hanging, raw.now_ms)
+        doc["abort"] = {"enabled": self.txns.abort_disabled is None, "why_not": self.txns.abort_disabled}
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        self._doc = (raw, hanging, body)
+        return body
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._active_lock:
+            if self.active >= MAX_CONNECTIONS:
+                self.shutdown_request(request)  # too many at once: closed, not queued
+                return
+            self.active += 1
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._active_lock:
+                self.active -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("console: request from %s failed", client_address, exc_info=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ConsoleHTTPServer
+    timeout = REQUEST_TIMEOUT_S
+    protocol_version = "HTTP/1.1"
+    server_version = "oncelog-console"
+
+    def version_string(self) -> str:
+        return self.server_version  # no Python version in the Server header
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        log.debug("console: %s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, body: bytes, ctype: str, *, head: bool = False, cache: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "max-age=60" if cache else "no-store")
+        for k, v in _SECURITY_HEADERS.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _json(self, status: int, doc: Any, *, head: bool = False) -> None:
+        self._send(status, json.dumps(doc, separators=(",", ":")).encode(), "application/json", head=head)
+
+    def _error(self, status: int, message: str) -> None:
+        self._json(status, {"error": message})
+
+    def do_HEAD(self) -> None:
+        self._get(head=True)
+
+    def do_GET(self) -> None:
+        self._get(head=False)
+
+    def _get(self, *, head: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in self.server.files:
+            body, ctype = self.server.files[path]
+            self._send(200, body, ctype, head=head, cache=path != "/")
+        elif path == "/api/state":
+            try:
+                raw = self.server.state.raw()
+            except Exception as exc:  # noqa: BLE001 - the broker's trouble is the page's message
+                log.warning("console: the broker snapshot failed: %r", exc)
+                self._json(503, {"error": f"the broker did not answer: {exc!r}"}, head=head)
+                return
+            self._send(200, self.server.document(raw, self.server.txns.hanging()), "application/json", head=head)
+        else:
+            self._json(404, {"error": "not found"}, head=head)
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path != "/api/transactions/abort":
+            self.close_connection = True
+            self._error(404, "not found")
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            self._error(411, "Content-Length required")
+            return
+        if int(length) > MAX_BODY:
+            self.close_connection = True  # the body is never read
+            self._error(413, f"body longer than {MAX_BODY} bytes")
+            return
+        body = self.rfile.read(int(length))
+        if self.headers.get("X-Oncelog-Console") != "abort" or \
+                self.headers.get_content_type() != "application/json":
+            self._error(403, "send Content-Type: application/json and X-Oncelog-Console: abort")
+            return
+        try:
+            req = parse_abort(body)
+        except ValueError as exc:
+            self._error(400, str(exc))
+            return
+        try:
+            done = self.server.txns.abort(*req)
+        except AbortRefused as exc:
+            self._error(exc.status, str(exc))
+            return
+        finally:
+            self.server.state.invalidate()  # the next page shows the partition after the marker
+        log.info("console: aborted the transaction of producer %d on %s-%d at offset %d (from %s)",
+                 done["producer_id"], req[0], req[1], req[2], self.address_string())
+        self._json(200, done)
+
+
+def parse_abort(body: bytes) -> tuple[str, int, int]:
+    """An abort request's body -> (topic, partition, start offset). Raises ValueError saying
+    what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object")
+    topic, partition, start = doc.get("topic"), doc.get("partition"), doc.get("start_offset")
+    if not isinstance(topic, str) or not 0 < len(topic) <= 249:
+        raise ValueError("topic: expected a topic name")
+    for name, v in (("partition", partition), ("start_offset", start)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+            raise ValueError(f"{name}: expected a non-negative integer")
+    return topic, partition, start  # type: ignore[return-value]

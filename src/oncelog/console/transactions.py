@@ -1,0 +1,127 @@
+"""The console's hanging-transaction check and abort: the code of ``oncelog transactions``.
+
+The console does not read or write transaction state behind the broker's back. It is a Kafka
+client of the broker it runs in: ``TransactionsAdmin`` (admin/transactions.py) connected to the
+broker's own listener, with the client properties of ``console.client.config`` when set. So
+
+* "hanging" is exactly what ``oncelog transactions find-hanging`` says (``find_hanging``, with
+  the broker's ``transaction.max.timeout.ms``), and
+* the abort button is exactly ``oncelog transactions abort --start-offset`` (``abort_at``): a
+  WriteTxnMarkers request that the broker authorizes like any other (ClusterAction on the
+  Cluster when ACLs are on), as the principal the console logs in as.
+
+With an authorizer configured and no ``console.client.config``, abort is disabled outright:
+then whoever reaches the console's HTTP port would act as the anonymous principal, and the
+broker's operator has not said who that should be (docs/CONSOLE.md, "Security").
+
+Blocking: every call here does socket I/O and runs on an HTTP worker thread, never on the event
+loop. The find-hanging result is kept for ``ttl_s`` (it asks every partition's producers), one
+check at a time; other requests meanwhile get the last result. An abort clears it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, TransactionsAdmin
+from oncelog.protocol.errors import KafkaError
+
+#: how long a find-hanging result is shown before it is checked again (seconds)
+HANGING_TTL_S = 10.0
+#: the console's Kafka client's socket timeout (seconds)
+CLIENT_TIMEOUT_S = 5.0
+
+
+class AbortRefused(Exception):
+    """An abort the console did not send or the broker refused; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TxnLink:
+    """find-hanging (cached) and abort over the broker's own Kafka listener. Thread-safe.
+
+    ``bootstrap``: returns the ``HOST:PORT`` to connect to (the broker's listener, known once it
+    listens). ``abort_disabled``: why abort is off, or None. ``now_ms``: the wall clock
+    (find-hanging compares it with producers' timestamps). ``admin``: builds the client (tests
+    pass a fake)."""
+
+    def __init__(self, bootstrap: Callable[[], str], *, security: dict[str, str] | None = None,
+                 max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, abort_disabled: str | None = None,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000), ttl_s: float = HANGING_TTL_S,
+                 admin: Callable[..., Any] = TransactionsAdmin) -> None:
+        self._bootstrap = bootstrap
+        self._security = security
+        self.max_timeout_ms = max_timeout_ms
+        self.abort_disabled = abort_disabled
+        self._now_ms = now_ms
+        self.ttl_s = ttl_s
+        self._admin = admin
+        self._checking = threading.Lock()  # one find-hanging at a time
+        self._aborting = threading.Lock()  # one abort at a time
+        self._last: dict[str, Any] = {"checked_ms": None, "error": None, "items": []}
+        self._last_at = float("-inf")
+
+    def _connect(self) -> Any:
+        return self._admin(self._bootstrap(), timeout=CLIENT_TIMEOUT_S, security=self._security,
+                           client_id="oncelog-console")
+
+    def hanging(self) -> dict[str, Any]:
+        """The last find-hanging result, checked again first if older than ``ttl_s`` and no
+        other thread is checking: ``{"checked_ms", "error", "items": [Hanging.to_json()…]}``.
+        Never raises: a failure is the result's ``error`` (the items are then empty)."""
+        if time.monotonic() - self._last_at >= self.ttl_s and self._checking.acquire(blocking=False):
+            try:
+                self._last = self._check()
+                self._last_at = time.monotonic()
+            finally:
+                self._checking.release()
+        return self._last
+
+    def _check(self) -> dict[str, Any]:
+        now = self._now_ms()
+        try:
+            with self._connect() as a:
+                found, errors = a.find_hanging(now, max_timeout_ms=self.max_timeout_ms)
+        except KafkaError as exc:
+            return {"checked_ms": now, "error": f"{exc.code.name.upper()}: {exc}", "items": []}
+        except (OSError, ConnectionError, LookupError, ValueError) as exc:
+            return {"checked_ms": now, "error": f"cannot ask the broker: {exc}", "items": []}
+        shown = [f"{tp}: {e}" for tp, e in sorted(errors.items())[:5]]
+        if len(errors) > 5:
+            shown.append(f"and {len(errors) - 5} more partitions")
+        err = "; ".join(shown) or None
+        return {"checked_ms": now, "error": err, "items": [h.to_json() for h in found]}
+
+    def invalidate(self) -> None:
+        """The next ``hanging()`` checks again."""
+        self._last_at = float("-inf")
+
+    def abort(self, topic: str, partition: int, start_offset: int) -> dict[str, Any]:
+        """``oncelog transactions abort --topic T --partition P --start-offset O``: the same
+        ``TransactionsAdmin.abort_at``. Returns what was aborted. Raises AbortRefused: 403 when
+        abort is disabled or the broker denied it (an authorization error), 404 when no open
+        transaction starts there, 409 for other broker errors, 503 when the broker cannot be
+        reached."""
+        if self.abort_disabled is not None:
+            raise AbortRefused(403, self.abort_disabled)
+        with self._aborting:
+            try:
+                with self._connect() as a:
+                    p = a.abort_at(topic, partition, start_offset)
+            except LookupError as exc:
+                raise AbortRefused(404, str(exc)) from None
+            except KafkaError as exc:
+                status = 403 if "authorization" in exc.code.name else 409
+                raise AbortRefused(status, f"abort refused: {exc.code.name.upper()} ({exc})") from None
+            except (OSError, ConnectionError) as exc:
+                raise AbortRefused(503, f"cannot reach the broker: {exc}") from None
+            finally:
+                self.invalidate()
+        return {"aborted": True, "topic": topic, "partition": partition, "start_offset": start_offset,
+                "producer_id": p.producer_id, "producer_epoch": p.producer_epoch,
+                "coordinator_epoch": max(p.coordinator_epoch, 0)}

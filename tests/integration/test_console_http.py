@@ -1,0 +1,207 @@
+"""The web console's HTTP endpoint on a real broker, without a browser (issue 19 section 3).
+
+``/api/state`` shows what a topic, a produce and a consumer group's commit did; the page and its
+files are served with their security headers; hostile requests (unknown paths, traversal,
+huge or missing bodies, bad JSON, no CSRF header, idle and slow connections, more connections
+than the limit) get their error and never hurt the broker: Kafka requests are served meanwhile
+and the broker stops cleanly (exit 0, checked by the fixture). With ACLs on, the console is no
+way around them: abort is disabled without a configured principal, and refused by the broker's
+own authorization with one (and let through when that principal may).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+import acl_harness as h
+from kafka_clients import create_topic
+from oncelog.console.server import MAX_BODY, MAX_CONNECTIONS
+from oncelog.process import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+def get(address: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    c = http.client.HTTPConnection(*address.split(":"), timeout=10)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def state(address: str) -> dict:
+    with urllib.request.urlopen(f"http://{address}/api/state", timeout=10) as resp:
+        return json.load(resp)
+
+
+def post(address: str, body: bytes, headers: dict[str, str] | None = None, path: str = "/api/transactions/abort"
+         ) -> tuple[int, dict]:
+    c = http.client.HTTPConnection(*address.split(":"), timeout=20)
+    try:
+        hdrs = {"Content-Type": "application/json", "X-Oncelog-Console": "abort", **(headers or {})}
+        c.request("POST", path, body=body, headers=hdrs)
+        r = c.getresponse()
+        raw = r.read()
+        return r.status, json.loads(raw) if raw else {}
+    finally:
+        c.close()
+
+
+def produce_ok(bootstrap: str, topic: str) -> float:
+    """Seconds one acks=all produce takes (the broker is alive and serving)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    t = time.monotonic()
+    p.produce(topic, b"alive", partition=0)
+    assert p.flush(20) == 0
+    return time.monotonic() - t
+
+
+def test_api_state_shows_topics_partitions_and_group_lag(broker_factory) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    b = broker_factory(overrides={"console.listen": address})
+    create_topic("confluent", b.bootstrap, "orders", 2)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(10):
+        p.produce("orders", b"v%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "billing", "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition("orders", 0, 2), TopicPartition("orders", 1, 5)], asynchronous=False)
+    c.close()
+
+    doc = state(address)
+    parts = {(x["topic"], x["partition"]): x for x in doc["partitions"]}
+    assert {k: (v["log_start"], v["lso"], v["log_end"]) for k, v in parts.items() if k[0] == "orders"} == \
+        {("orders", 0): (0, 5, 5), ("orders", 1): (0, 5, 5)}
+    (orders,) = [t for t in doc["topics"] if t["name"] == "orders"]
+    assert orders["partitions"] == 2 and orders["records"] == 10 and orders["size_bytes"] > 0
+    (g,) = [g for g in doc["groups"] if g["group_id"] == "billing"]
+    assert g["lag"] == 3 and g["members"] == []
+    assert doc["brokers"] == [{"node_id": 1, "host": "127.0.0.1", "port": b.port, "rack": None, "this": True}]
+    assert doc["hanging"]["items"] == [] and doc["hanging"]["error"] is None
+    assert doc["abort"] == {"enabled": True, "why_not": None}
+
+    status, headers, page = get(address, "/")
+    assert status == 200 and b"<title>oncelog console</title>" in page
+    assert "default-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+    assert get(address, "/static/console.js")[1]["content-type"].startswith("text/javascript")
+
+
+def test_hostile_requests_get_their_error_and_never_hurt_the_broker(broker_factory) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    b = broker_factory(overrides={"console.listen": address})
+    create_topic("confluent", b.bootstrap, "t", 1)
+    host, port = address.split(":")
+
+    for path in ("/nope", "/../../etc/passwd", "/static/../../../../etc/passwd", "/static/", "/api",
+                 "/api/state/../state/x", "/%2e%2e/%2e%2e/etc/passwd", "/" + "a" * 10_000):
+        assert get(address, path)[0] == 404, path
+    assert post(address, b"{}", path="/api/state")[0] == 404
+    # abort: bad bodies, missing header, wrong type, too long, no length, unknown transaction
+    assert post(address, b"not json")[0] == 400
+    assert post(address, b'{"topic": "t", "partition": "0", "start_offset": 0}')[0] == 400
+    assert post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}', {"X-Oncelog-Console": ""})[0] == 403
+    assert post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}', {"Content-Type": "text/plain"})[0] == 403
+    status, doc = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+    assert status == 404 and "no open transaction starts at offset 0" in doc["error"]
+    status, doc = post(address, b'{"topic": "nope", "partition": 0, "start_offset": 0}')
+    assert status == 409 and "UNKNOWN_TOPIC_OR_PARTITION" in doc["error"]
+    with socket.create_connection((host, int(port)), timeout=10) as s:  # says 1 GB is coming, sends nothing
+        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n"
+                  b"Content-Type: application/json\r\nX-Oncelog-Console: abort\r\n\r\n")
+        assert s.recv(200).startswith(b"HTTP/1.1 413")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(200).startswith(b"HTTP/1.1 411")
+    with socket.create_connection((host, int(port)), timeout=10) as s:  # a real body just over the limit
+        body = b"{" + b" " * MAX_BODY + b"}"
+        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert s.recv(200).startswith(b"HTTP/1.1 413")
+    with socket.create_connection((host, int(port)), timeout=10) as s:  # garbage instead of HTTP
+        s.sendall(b"\x00\xff" * 5000 + b"\r\n\r\n")
+        assert b"400" in s.recv(400)  # http.server's error page (no status line: not HTTP/1.x): not a crash
+    with socket.create_connection((host, int(port)), timeout=10) as s:  # too many header lines
+        s.sendall(b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n")
+        assert s.recv(200).startswith(b"HTTP/1.1 431")
+
+    # idle and slow connections: more than the limit at once, one sending a byte at a time
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(MAX_CONNECTIONS + 8)]
+    try:
+        slow = idle[0]
+        for ch in b"GET /api/st":
+            slow.sendall(bytes([ch]))
+            time.sleep(0.05)
+        assert produce_ok(b.bootstrap, "t") < 5  # Kafka is served while the console's slots are taken
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 15
+    while True:  # the console serves again once those are gone (each is dropped after its timeout at most)
+        try:
+            if get(address, "/api/state")[0] == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the console did not recover from the idle connections"
+        time.sleep(0.2)
+    assert produce_ok(b.bootstrap, "t") < 5
+
+
+def test_with_acls_on_the_console_is_no_way_around_them(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    b = h.start_acl_broker(tmp_path / "broker", {"console.listen": address})
+    try:
+        doc = state(address)
+        assert not doc["abort"]["enabled"] and "authorizer" in doc["abort"]["why_not"]
+        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        assert status == 403 and "abort is disabled" in body["error"]
+    finally:
+        assert b.stop() == 0
+
+    props = tmp_path / "console.properties"
+    props.write_text("security.protocol=PLAINTEXT\n")  # a principal named: anonymous, with no ACLs
+    b = h.start_acl_broker(tmp_path / "broker2", {"console.listen": address, "console.client.config": str(props)})
+    try:
+        assert state(address)["abort"]["enabled"]
+        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        assert status == 403 and "AUTHORIZATION_FAILED" in body["error"]  # the broker's ACLs said no
+    finally:
+        assert b.stop() == 0
+
+    # the same console principal made a super user: the broker lets it through to the lookup
+    b = h.start_acl_broker(tmp_path / "broker3", {"console.listen": address, "console.client.config": str(props),
+                                                  "super.users": "User:ANONYMOUS"})
+    try:
+        from kafka_clients import create_topic as create
+
+        create("confluent", b.bootstrap, "t", 1)
+        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        assert status == 404 and "no open transaction starts at offset 0" in body["error"]
+        assert state(address)["hanging"]["error"] is None  # find-hanging was authorized too
+    finally:
+        assert b.stop() == 0
+
+
+@pytest.mark.parametrize("setting,named", [
+    (["console.listen=nonsense"], "console.listen"),
+    (["console.listen=127.0.0.1:0", "console.client.config=/nonexistent/console.properties"],
+     "console.client.config"),
+])
+def test_a_bad_console_setting_is_a_config_error(tmp_path: Path, setting: list[str], named: str) -> None:
+    import subprocess
+    import sys
+
+    opts = [x for kv in setting for x in ("-o", kv)]
+    out = subprocess.run([sys.executable, "-m", "oncelog", "broker", "--data-dir", str(tmp_path / "d"),
+                          "--listen", f"127.0.0.1:{free_port()}", *opts], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and named in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr

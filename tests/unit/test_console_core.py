@@ -1,0 +1,216 @@
+"""The web console's pure parts (issue 19 section 3): the state document from a snapshot, the
+abort request's parsing, the hanging check's cache and the abort's error mapping (with a fake
+TransactionsAdmin), and the snapshot reuse of ``StateSource``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from oncelog.admin.transactions import Hanging, Producer
+from oncelog.console import snapshot
+from oncelog.console.server import StateSource, parse_abort, static_files
+from oncelog.console.transactions import AbortRefused, TxnLink
+from oncelog.coordinator.group.consumer_protocol import encode_assignment
+from oncelog.protocol.errors import ErrorCode, error_for
+
+NOW = 1_000_000
+
+
+def raw() -> snapshot.Raw:
+    r = snapshot.Raw(now_ms=NOW, node_id=1, cluster_id="c")
+    r.brokers = [(1, "127.0.0.1", 9092, None)]
+    r.listeners = [("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092)]
+    r.partitions = [("orders", 0, 0, 5, 5, 100, 1, 0), ("orders", 1, 2, 3, 7, 50, 1, 1),
+                    ("__consumer_offsets", 0, 0, 1, 1, 10, 1, 0)]
+    r.groups = {"billing": ("Stable", "consumer", "range", 3,
+                            [("m-1", None, "cli", "/127.0.0.1", encode_assignment({"orders": [0, 1]}))])}
+    r.committed = [("billing", "orders", 0, 2), ("billing", "orders", 1, 7), ("billing", "elsewhere", 0, 9)]
+    r.txns = [("done", "CompleteCommit", 7, 0, 60_000, -1, []),
+              ("live", "Ongoing", 8, 1, 60_000, NOW - 5_000, [("orders", 1)]),
+              ("old", "Ongoing", 9, 0, 1_000, NOW - 5_000, [("orders", 1)])]
+    return r
+
+
+def test_state_partitions_topics_and_lag() -> None:
+    doc = snapshot.state(raw(), {"items": []}, NOW)
+    p1 = next(p for p in doc["partitions"] if p["topic"] == "orders" and p["partition"] == 1)
+    assert (p1["log_start"], p1["lso"], p1["log_end"], p1["lso_lag"], p1["records"]) == (2, 3, 7, 4, 5)
+    orders = next(t for t in doc["topics"] if t["name"] == "orders")
+    assert orders == {"name": "orders", "internal": False, "partitions": 2, "records": 10, "size_bytes": 150,
+                      "lso_lag": 4, "open_transactions": 1,
+                      "groups": [{"group_id": "billing", "lag": 3}]}  # who reads the topic, how far behind
+    assert doc["topics"][-1]["internal"]  # internal topics last
+    (g,) = doc["groups"]
+    assert g["members"][0]["assignment"] == ["orders-0", "orders-1"]
+    lags = {(o["topic"], o["partition"]): (o["lag"], o["member"]) for o in g["offsets"]}
+    assert lags == {("orders", 0): (3, "m-1"), ("orders", 1): (0, "m-1"), ("elsewhere", 0): (None, None)}
+    assert g["lag"] == 3  # a partition this broker does not hold has no lag, not a guess
+
+
+def test_state_transactions_age_timeout_and_hanging_marks() -> None:
+    hanging = {"checked_ms": NOW, "error": None, "items": [{"transactional_id": "live", "topic": "orders"}]}
+    doc = snapshot.state(raw(), hanging, NOW)
+    by_id = {t["transactional_id"]: t for t in doc["transactions"]}
+    assert by_id["live"]["hanging"] and by_id["live"]["age_ms"] == 5_000 and not by_id["live"]["over_timeout"]
+    assert by_id["old"]["over_timeout"] and not by_id["old"]["hanging"]
+    assert by_id["done"]["age_ms"] is None and not by_id["done"]["open"]
+    assert [t["transactional_id"] for t in doc["transactions"]] == ["live", "old", "done"]  # hanging first
+    assert doc["hanging"]["items"] == hanging["items"]
+
+
+@pytest.mark.parametrize("body,why", [
+    (b"", "not JSON"), (b"\xff\xfe", "not JSON"), (b"[1]", "JSON object"), (b'{"topic": 1}', "topic"),
+    (b'{"topic": "t", "partition": -1, "start_offset": 0}', "partition"),
+    (b'{"topic": "t", "partition": true, "start_offset": 0}', "partition"),
+    (b'{"topic": "t", "partition": 0, "start_offset": "1"}', "start_offset"),
+    (b'{"topic": "' + b"x" * 300 + b'", "partition": 0, "start_offset": 1}', "topic"),
+])
+def test_parse_abort_refuses(body: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_abort(body)
+
+
+def test_parse_abort() -> None:
+    assert parse_abort(b'{"topic": "t", "partition": 2, "start_offset": 17}') == ("t", 2, 17)
+
+
+class FakeAdmin:
+    """Stands for TransactionsAdmin: counts calls, answers what the test says."""
+
+    calls: list[str] = []
+    hanging: list[Hanging] = []
+    abort_error: Exception | None = None
+
+    def __init__(self, bootstrap: str, **kw: object) -> None:
+        self.bootstrap = bootstrap
+
+    def __enter__(self) -> "FakeAdmin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def find_hanging(self, now_ms: int, *, max_timeout_ms: int) -> tuple[list[Hanging], dict[str, str]]:
+        FakeAdmin.calls.append("find_hanging")
+        return list(FakeAdmin.hanging), {}
+
+    def abort_at(self, topic: str, partition: int, start_offset: int) -> Producer:
+        FakeAdmin.calls.append(f"abort_at {topic}-{partition}@{start_offset}")
+        if FakeAdmin.abort_error is not None:
+            raise FakeAdmin.abort_error
+        return Producer(topic, partition, 42, 3, 0, 0, -1, start_offset)
+
+
+@pytest.fixture
+def fake() -> type[FakeAdmin]:
+    FakeAdmin.calls, FakeAdmin.hanging, FakeAdmin.abort_error = [], [], None
+    return FakeAdmin
+
+
+def test_hanging_is_cached_and_an_abort_clears_it(fake: type[FakeAdmin]) -> None:
+    p = Producer("t", 0, 42, 3, 0, 0, -1, 5)
+    fake.hanging = [Hanging(p, "no coordinator", None, ("--topic", "t"))]
+    link = TxnLink(lambda: "h:1", admin=fake, now_ms=lambda: NOW, ttl_s=3600)
+    first = link.hanging()
+    assert first["items"][0]["current_txn_start_offset"] == 5 and first["checked_ms"] == NOW
+    link.hanging()
+    assert fake.calls == ["find_hanging"]  # the second answer is the cached one
+    assert link.abort("t", 0, 5) == {"aborted": True, "topic": "t", "partition": 0, "start_offset": 5,
+                                     "producer_id": 42, "producer_epoch": 3, "coordinator_epoch": 0}
+    link.hanging()
+    assert fake.calls == ["find_hanging", "abort_at t-0@5", "find_hanging"]
+
+
+def test_abort_errors_map_to_http_statuses(fake: type[FakeAdmin]) -> None:
+    link = TxnLink(lambda: "h:1", admin=fake)
+    for exc, status in ((LookupError("no open transaction"), 404),
+                        (error_for(ErrorCode.cluster_authorization_failed, "denied"), 403),
+                        (error_for(ErrorCode.not_leader_or_follower, "moved"), 409),
+                        (ConnectionRefusedError("refused"), 503)):
+        fake.abort_error = exc
+        with pytest.raises(AbortRefused) as caught:
+            link.abort("t", 0, 1)
+        assert caught.value.status == status
+
+
+def test_abort_disabled_sends_nothing(fake: type[FakeAdmin]) -> None:
+    link = TxnLink(lambda: "h:1", admin=fake, abort_disabled="ACLs are on")
+    with pytest.raises(AbortRefused) as caught:
+        link.abort("t", 0, 1)
+    assert caught.value.status == 403 and fake.calls == []
+
+
+def test_hanging_check_failure_is_an_error_not_an_exception(fake: type[FakeAdmin]) -> None:
+    def refuse(*a: object, **kw: object) -> None:
+        raise ConnectionRefusedError("nobody there")
+
+    doc = TxnLink(lambda: "h:1", admin=refuse, now_ms=lambda: NOW).hanging()
+    assert doc["items"] == [] and "nobody there" in doc["error"]
+
+
+def test_state_source_reuses_a_recent_snapshot() -> None:
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        now = [0.0]
+        on_loop: list[bool] = []
+
+        def take() -> snapshot.Raw:
+            on_loop.append(threading.current_thread() is t)
+            return raw()
+
+        src = StateSource(loop, take, min_interval_s=1.0, clock=lambda: now[0])
+        src.raw()
+        now[0] = 0.5
+        src.raw()
+        assert src.snapshots == 1
+        now[0] = 1.5
+        src.raw()
+        assert src.snapshots == 2 and on_loop == [True, True]  # taken on the loop's thread only
+        src.invalidate()  # after an abort: the next answer is a fresh snapshot
+        src.raw()
+        assert src.snapshots == 3
+        slow = raw()
+        slow.took_ms = 40.0  # a big broker: reused for 50 x 40 ms = 2 s, not 1 s
+        assert src.interval_s(slow) == 2.0
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)
+        loop.close()
+
+
+def test_static_files_ship_in_the_package() -> None:
+    files = static_files()
+    assert set(files) == {"/", "/static/console.js", "/static/console.css"}
+    page = files["/"][0].decode()
+    assert "/static/console.js" in page and "http" not in page.replace("http-equiv", "")  # nothing from elsewhere
+    assert b"innerHTML" not in files["/static/console.js"][0]  # values go in as text only
+
+
+def test_console_is_off_by_default_and_not_even_imported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.protocol.errors import InvalidConfig
+
+    assert BrokerConfig().console_listen is None and BrokerConfig().console_client_config is None
+    with pytest.raises(InvalidConfig, match="console.listen"):
+        BrokerConfig().with_overrides({"console.listen": "no-port"})
+    code = ("import sys; from oncelog.broker.broker import Broker; from oncelog.broker.config import BrokerConfig; "
+            f"b = Broker(BrokerConfig(data_dir={str(tmp_path)!r})); "
+            "assert b.console is None and 'oncelog.console' not in sys.modules, sorted(sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_missing_chromium_fails_the_browser_test_never_skips_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import browser
+
+    monkeypatch.setenv("ONCELOG_CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.fail.Exception, match="no Chromium found"):
+        browser.chromium_path()
