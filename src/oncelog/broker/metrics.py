@@ -106,16 +106,10 @@ class Snapshot:
 def take_snapshot(broker: "Broker") -> Snapshot:
     """Read the broker's state. Runs on the event loop (no other code runs meanwhile); a part
     not started yet (the transaction coordinator during start-up) is left out."""
-    from oncelog.storage.log import PartitionLog
-
     snap = Snapshot(now_ms=broker.clock.now_ms())
     for tp, part in list(broker.replicas.partitions.items()):
-        plog = part.log
-        if isinstance(plog, PartitionLog):
-            size, segments = plog.size_bytes, len(plog.segments)
-        else:
-            size, segments = -1, -1  # the database engine has no files to measure
-        snap.partitions.append(PartitionRow(tp.topic, tp.partition, plog.log_start_offset, plog.log_end_offset,
+        size, segments = part.disk_usage()
+        snap.partitions.append(PartitionRow(tp.topic, tp.partition, part.log_start_offset, part.high_watermark,
                                             part.last_stable_offset, size, segments, len(part.producers.entries)))
     for shard in list(broker.groups.shards.values()):
         for group, offsets in list(shard.offsets.committed.items()):

@@ -157,6 +157,13 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes, segments) of a local-files log, for operators (metrics, console); (-1, -1) on
+        an engine with no files to measure (the cluster store)."""
+        if isinstance(self.log, PartitionLog):
+            return self.log.size_bytes, len(self.log.segments)
+        return -1, -1
+
     def append_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
         """Append a producer's batch that ``records.validate_produce_batch`` accepted (``header``
         is its result): checked against the producer state first (R6: a duplicate is answered

@@ -60,8 +60,6 @@ class Raw:
 def take(broker: "Broker") -> Raw:
     """Copy the console's view of ``broker``. Must run on the broker's event loop. A part not
     started yet (the transaction coordinator during start-up) is left out."""
-    from oncelog.storage.log import PartitionLog
-
     started = time.perf_counter()
     raw = Raw(now_ms=broker.clock.now_ms(), node_id=broker.node_id, cluster_id=broker.cluster_id)
     for lst, host, port in broker.bound_listeners():
@@ -75,13 +73,9 @@ def take(broker: "Broker") -> Raw:
     else:
         raw.brokers.append((broker.node_id, broker.advertised_host, broker.advertised_port, None))
     for tp, part in list(broker.replicas.partitions.items()):
-        plog = part.log
-        if isinstance(plog, PartitionLog):
-            size, segments = plog.size_bytes, len(plog.segments)
-        else:
-            size, segments = -1, -1  # the cluster store has no files to measure
-        raw.partitions.append((tp.topic, tp.partition, plog.log_start_offset, part.last_stable_offset,
-                               plog.log_end_offset, size, segments, len(part.producers.ongoing)))
+        size, segments = part.disk_usage()
+        raw.partitions.append((tp.topic, tp.partition, part.log_start_offset, part.last_stable_offset,
+                               part.high_watermark, size, segments, len(part.producers.ongoing)))
     for shard in list(broker.groups.shards.values()):
         for gid, g in list(shard.groups.items()):
             if g.state.value == "Dead":
