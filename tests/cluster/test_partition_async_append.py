@@ -130,6 +130,15 @@ def _hold_after_commit(part: Partition) -> dict:
     return gate
 
 
+async def _submitted(gate: dict) -> None:
+    """Wait (bounded: 1 s) until the held append has been handed to the store."""
+    for _ in range(1000):
+        if "committed" in gate:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the append never reached the engine")
+
+
 def test_a_committed_transactional_batch_is_not_stable_before_its_transaction_is_known(pg_dsn, tmp_path) -> None:
     """R15 in cluster mode (the cause of long run 7's anomalies): the store's COMMIT moves the
     engine's log end on the committer's thread; until the event loop has registered the batch's
@@ -145,10 +154,7 @@ def test_a_committed_transactional_batch_is_not_stable_before_its_transaction_is
         async def go() -> None:
             gate = _hold_after_commit(part)
             task = asyncio.ensure_future(part.append_validated_async(txn, R.parse_header(txn), 1_000))
-            for _ in range(1000):
-                if "committed" in gate:
-                    break
-                await asyncio.sleep(0.001)
+            await _submitted(gate)
             await asyncio.wrap_future(gate["committed"])
             assert part.log.log_end_offset == 3, "the batch is in the store"
             assert (part.high_watermark, part.last_stable_offset) == (0, 0)
@@ -175,10 +181,7 @@ def test_a_cancelled_caller_does_not_leave_the_producer_state_behind_the_store(p
         async def go() -> None:
             gate = _hold_after_commit(part)
             task = asyncio.ensure_future(part.append_validated_async(txn, R.parse_header(txn), 1_000))
-            for _ in range(1000):
-                if "committed" in gate:
-                    break
-                await asyncio.sleep(0.001)
+            await _submitted(gate)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
