@@ -15,9 +15,10 @@ min.compaction.lag.ms:
   until it is delete.retention.ms old (so a read_committed consumer still sees the end of a
   transaction it has read into); a transaction's data never outlives its marker, so the LSO of a
   rebuilt partition is right;
-* every producer's last batch in the range, if need be as an empty batch (its header alone, as
-  Kafka's cleaner does), so the producer state a restart rebuilds from the log (without a
-  snapshot) still knows the producer's epoch and last sequence.
+* every producer's last data batch in the range (not a marker: it carries no sequence), if need
+  be as an empty batch (its header alone, as Kafka's cleaner does), so the producer state a
+  restart rebuilds from the log (without a snapshot) still knows the producer's epoch and last
+  sequence (an aborted one thus keeps its header, and with it its marker);
 
 A rewritten batch keeps its base offset, lastOffsetDelta, producer fields and codec, and each
 record its offset (records.filter_batch). Cleaning is per record in Python: never on the produce

@@ -31,7 +31,10 @@ class Scan:
     latest: dict[bytes, int] = field(default_factory=dict)  # key -> offset of its last decided record
     aborted: set[int] = field(default_factory=set)  # base offsets of aborted transactional batches
     decided: set[int] = field(default_factory=set)  # base offsets of transactional batches with a marker
-    last_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset of its last batch
+    #: producer id -> base offset of its last data batch (not a marker: a marker carries no
+    #: sequence, so keeping it alone would lose the producer's last sequence, as Kafka's cleaner
+    #: keeps the last data batch of each producer)
+    last_batch: dict[int, int] = field(default_factory=dict)
     #: base offsets of batches whose records do not decode (corrupt, or expanding beyond the
     #: bound): kept exactly as they are, their keys unknown, so nothing they might supersede goes
     undecodable: set[int] = field(default_factory=set)
@@ -64,7 +67,7 @@ class KeepRules:
 
     def _scan_batch(self, h: records.BatchHeader, data: bytes) -> None:
         scan, open_txns = self.scan, self._open_txns
-        if h.producer_id >= 0:
+        if h.producer_id >= 0 and not h.is_control:
             scan.last_batch[h.producer_id] = h.base_offset
         if h.is_control:
             marker = records.read_control_marker(data)
@@ -101,7 +104,7 @@ class KeepRules:
 
         if h.is_control:
             had_data = self._retained.pop(h.producer_id, False)
-            if had_data or last_of_producer:
+            if had_data:
                 return data
             if h.max_timestamp + keep_for > now:
                 deadline(h.max_timestamp)
