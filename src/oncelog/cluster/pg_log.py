@@ -488,7 +488,7 @@ class PgPartitionLog:
     # -- compaction (cleanup.policy=compact; storage/keep_rules.py) ----------------------------
 
     def compact(self, store: StoreConnection, upper: int, now_ms: int, *, force: bool = False,
-                page_rows: int = COMPACT_PAGE_ROWS) -> "CompactResult | None":
+                page_rows: int = COMPACT_PAGE_ROWS, stop: threading.Event | None = None) -> "CompactResult | None":
         """One compaction pass, with the keep rules of the local cleaner (``KeepRules``), over the
         cleanable range: the batches ending below ``upper`` (the partition's LSO, read on the
         event loop), below the newest batch of the log (the local engine never cleans its active
@@ -509,7 +509,7 @@ class PgPartitionLog:
         Runs on the caller's thread with ``store``, which must be that thread's own connection
         (not the reader of the event loop). Rows in the range never change but by compaction,
         retention and DeleteRecords (which only delete: an UPDATE or DELETE of a row they took
-        changes nothing)."""
+        changes nothing). ``stop`` set: InterruptedError before the next page (broker stopping)."""
         c = self.config
         if not is_compacted(c.cleanup_policy):
             return None
@@ -538,6 +538,8 @@ class PgPartitionLog:
             rules.observe(h, data)
         result = CompactResult()
         for page in self._range_pages(store, where, p, page_rows, by_page=True, stop=end):
+            if stop is not None and stop.is_set():
+                raise InterruptedError("compaction stopping")
             updates: list[tuple[bytes, int, int, int]] = []
             deletes: list[int] = []
             for h, data in page:
