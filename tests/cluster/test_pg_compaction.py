@@ -75,29 +75,27 @@ def _lso(logs_batches: list[tuple[R.BatchHeader, bytes]], end: int) -> int:
 
 
 def committed_table(log) -> dict[bytes, bytes]:
-    """What a read_committed consumer that applies every record as an upsert ends with (a null
-    value deletes its key)."""
-    table: dict[bytes, bytes] = {}
+    """What a read_committed consumer that applies every record as an upsert, in offset order,
+    ends with (a null value deletes its key)."""
+    committed: list[R.Record] = []
     pending: dict[int, list[R.Record]] = {}
-
-    def apply(recs) -> None:
-        for r in recs:
-            if r.key is None:
-                continue
-            if r.value is None:
-                table.pop(r.key, None)
-            else:
-                table[r.key] = r.value
-
     for h, data in log.iter_batches():
         if h.is_control:
             recs = pending.pop(h.producer_id, [])
             if R.read_control_marker(data).commit:
-                apply(recs)
+                committed.extend(recs)
         elif h.is_transactional:
             pending.setdefault(h.producer_id, []).extend(R.iter_records(data))
         else:
-            apply(R.iter_records(data))
+            committed.extend(R.iter_records(data))
+    table: dict[bytes, bytes] = {}
+    for r in sorted(committed, key=lambda r: r.offset):
+        if r.key is None:
+            continue
+        if r.value is None:
+            table.pop(r.key, None)
+        else:
+            table[r.key] = r.value
     return table
 
 
