@@ -306,3 +306,25 @@ def test_pass_time_figure(store, compactor, n, capsys) -> None:
     with capsys.disabled():
         print(f"\nFIGURE pass over {n} batches: {took:.2f}s; rows {rows0} -> {rows1}, bytes {bytes0} -> {bytes1}, "
               f"{res.pages} transactions")
+
+
+def test_batches_left_above_the_lso_stay_dirty_for_the_next_pass(store, compactor) -> None:
+    """A pass bounded by an open transaction remembers where its range ended, not the log's
+    newest batch: once the transaction ends, the next (unforced) pass cleans what lay above it."""
+    pg = store.lead("dirty", config=COMPACT)
+    sc = Scenario()
+    for i in range(10):
+        sc.data([(b"k", b"v%d" % i)], NOW - 10)  # 0..9
+    sc.data([(b"t", b"x")], NOW - 10, pid=10, txn=True)  # 10: open
+    for i in range(10):
+        sc.data([(b"k", b"w%d" % i)], NOW - 10)  # 11..20
+    sc.data([(b"z", b"newest")], NOW - 10)  # 21
+    _write([pg], sc.batches, pg.leader_epoch)
+    assert pg.compact(compactor, 10, NOW) is not None  # the LSO: 10
+    assert [h.base_offset for h, _d in pg.iter_batches()] == [9, 10] + list(range(11, 22))
+    sc2 = Scenario()
+    sc2.marker(10, True, NOW - 10)  # 22
+    sc2.data([(b"z", b"newer")], NOW - 10)  # 23
+    _write([pg], sc2.batches, pg.leader_epoch)
+    assert pg.compact(compactor, pg.log_end_offset, NOW) is not None
+    assert [h.base_offset for h, _d in pg.iter_batches()] == [10, 20, 21, 22, 23]

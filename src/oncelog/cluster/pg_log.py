@@ -531,11 +531,13 @@ class PgPartitionLog:
         rules = KeepRules(now_ms, c.delete_retention_ms, self.what)
         lag_cut = now_ms - c.min_compaction_lag_ms if c.min_compaction_lag_ms > 0 else None
         end = None  # base offset of the first batch not in the range (None: the range is all of it)
+        cleaned_to = self._clean_end  # the next offset after the range's last batch
         for h, data in self._range_pages(store, where, p, page_rows):
             if lag_cut is not None and h.max_timestamp > lag_cut:
                 end = h.base_offset
                 break
             rules.observe(h, data)
+            cleaned_to = h.next_offset
         result = CompactResult()
         for page in self._range_pages(store, where, p, page_rows, by_page=True, stop=end):
             if stop is not None and stop.is_set():
@@ -556,7 +558,7 @@ class PgPartitionLog:
             if updates or deletes:
                 self._write_page(store, updates, deletes)
                 result.pages += 1
-        self._clean_end = end if end is not None else newest
+        self._clean_end = cleaned_to  # batches from here on (above the LSO, too young) stay dirty
         self._clean_deadline = rules.next_deadline
         return result
 
