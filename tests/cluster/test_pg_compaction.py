@@ -328,3 +328,19 @@ def test_batches_left_above_the_lso_stay_dirty_for_the_next_pass(store, compacto
     _write([pg], sc2.batches, pg.leader_epoch)
     assert pg.compact(compactor, pg.log_end_offset, NOW) is not None
     assert [h.base_offset for h, _d in pg.iter_batches()] == [10, 20, 21, 22, 23]
+
+
+def test_a_page_is_bounded_by_bytes_too(store, compactor, monkeypatch) -> None:
+    from oncelog.cluster import pg_log
+
+    monkeypatch.setattr(pg_log, "COMPACT_PAGE_BYTES", 1_000)
+    pg = store.lead("pagebytes", config=COMPACT)
+    sc = Scenario()
+    for i in range(30):
+        sc.data([(b"k%d" % (i % 2), b"v" * 100 + b"%d" % i), (None, b"keep")], NOW - 10)  # ~190 bytes each
+    sc.data([(b"z", b"newest")], NOW - 10)
+    _write([pg], sc.batches, pg.leader_epoch)
+    res = pg.compact(compactor, pg.log_end_offset, NOW, page_rows=500)
+    assert res is not None and res.batches_before == 30 and res.pages >= 30 * 190 // 1_000
+    keyed = [(r.offset, r.key) for _h, d in pg.iter_batches() for r in R.iter_records(d) if r.key is not None]
+    assert keyed == [(56, b"k0"), (58, b"k1"), (60, b"z")]

@@ -62,8 +62,9 @@ __all__ = ["CompactResult", "PendingAppend", "PgPartitionLog"]
 _PAGE_ROWS = 1000
 #: how long ``append`` waits for its COMMIT before giving up (outcome unknown)
 APPEND_TIMEOUT_S = 30.0
-#: batches read per query, and at most written per transaction, by a compaction pass
+#: batches (and bytes) read per query, and at most written per transaction, by a compaction pass
 COMPACT_PAGE_ROWS = 500
+COMPACT_PAGE_BYTES = 4 << 20
 
 _FLOOR = ("coalesce((SELECT max(base_offset) FROM oncelog_batch WHERE partition_id = %(p)s "
           "AND base_offset <= %(o)s), %(o)s)")
@@ -497,7 +498,8 @@ class PgPartitionLog:
         the range is not dirty enough (``MIN_CLEANABLE_DIRTY_RATIO``, or a kept tombstone or
         marker has become removable).
 
-        Pass 1 reads the range (pages of ``page_rows`` rows, no lock). Pass 2 reads it again,
+        Pass 1 reads the range (pages of ``page_rows`` rows and at most ``COMPACT_PAGE_BYTES``,
+        no lock). Pass 2 reads it again,
         page by page, and writes each page's changes in one transaction that first locks the
         partition's row and checks the leader epoch (LeaderFenced: a deposed leader changes
         nothing): a batch that loses records is rewritten in place (``data`` and ``size``; its
@@ -565,27 +567,37 @@ class PgPartitionLog:
     def _range_pages(self, store: StoreConnection, where: str, p: dict, page_rows: int, *, by_page: bool = False,
                      stop: int | None = None) -> Iterator:
         """The batches of the compaction range in offset order (``(header, data)``), or lists of
-        them a page at a time (``by_page``); below ``stop`` if given."""
+        them a page at a time (``by_page``); below ``stop`` if given. A page is at most
+        ``page_rows`` batches and ``COMPACT_PAGE_BYTES`` (but at least one batch): its sizes are
+        read first, then its data."""
         after = -1
         while True:
-            rows = store.query(
-                f"SELECT data FROM oncelog_batch WHERE {where} AND base_offset > %(a)s "
-                f"ORDER BY base_offset LIMIT {int(page_rows)}", p | {"a": after}, binary=True)
-            page = []
-            for (data,) in rows:
-                data = bytes(data)
-                h = parse_header(data)
-                if stop is not None and h.base_offset >= stop:
-                    rows = []
+            heads = store.query(
+                f"SELECT base_offset, size FROM oncelog_batch WHERE {where} AND base_offset > %(a)s "
+                f"ORDER BY base_offset LIMIT {int(page_rows)}", p | {"a": after})
+            total, last, done = 0, None, len(heads) < page_rows
+            for base, size in heads:
+                if stop is not None and base >= stop:
+                    done = True
                     break
-                page.append((h, data))
-                after = h.base_offset
+                if last is not None and total + size > COMPACT_PAGE_BYTES:
+                    done = False
+                    break
+                total += size
+                last = base
+            if last is None:
+                return
+            rows = store.query(
+                f"SELECT data FROM oncelog_batch WHERE {where} AND base_offset > %(a)s AND base_offset <= %(b)s "
+                f"ORDER BY base_offset", p | {"a": after, "b": last}, binary=True)
+            page = [(parse_header(d), d) for d in (bytes(r[0]) for r in rows)]
             if by_page:
                 if page:
                     yield page
             else:
                 yield from page
-            if len(rows) < page_rows:
+            after = last
+            if done:
                 return
 
     def _write_page(self, store: StoreConnection, updates: list[tuple[bytes, int, int, int]], deletes: list[int]) -> None:
