@@ -99,6 +99,44 @@ def committed_table(log) -> dict[bytes, bytes]:
     return table
 
 
+def fetched_table(part: Partition) -> dict[bytes, bytes]:
+    """The same table as a read_committed consumer builds it through the fetch path: batches up
+    to the LSO, filtered with the aborted transactions the partition answers (its index), as
+    Kafka's consumer does."""
+    import heapq
+
+    records: list[R.Record] = []
+    offset, lso = part.log_start_offset, part.last_stable_offset
+    while offset < lso:
+        res = part.read(offset, 1 << 20, read_committed=True)
+        chunk = b"".join(res.slices)  # type: ignore[arg-type]
+        if not chunk:
+            break
+        aborted = [(a.first_offset, a.producer_id) for a in res.aborted]
+        heapq.heapify(aborted)
+        aborting: set[int] = set()
+        for _pos, h in R.iter_batches(chunk):
+            data = chunk[_pos:_pos + h.size]
+            while aborted and aborted[0][0] <= h.last_offset:
+                aborting.add(heapq.heappop(aborted)[1])
+            offset = h.next_offset
+            if h.is_control:
+                if not R.read_control_marker(data).commit:
+                    aborting.discard(h.producer_id)
+                continue
+            if h.is_transactional and h.producer_id in aborting:
+                continue
+            records.extend(R.iter_records(data))
+    table: dict[bytes, bytes] = {}
+    for r in records:
+        if r.key is not None:
+            if r.value is None:
+                table.pop(r.key, None)
+            else:
+                table[r.key] = r.value
+    return table
+
+
 def _state(part: Partition, full: bool = True) -> tuple:
     producers = {pid: (e.to_json() if full else (e.epoch, e.last_seq, e.coordinator_epoch, e.current_txn_first_offset))
                  for pid, e in part.producers.entries.items()}
@@ -151,7 +189,9 @@ def test_pg_compaction_keeps_what_the_local_cleaner_keeps(store, compactor, ops,
         try:
             _write([local, pg], sc.batches, pg.leader_epoch)
             before = committed_table(pg)
-            state_before = _state(_recover(pg, Path(tmp), "before"), full=False)
+            part_before = _recover(pg, Path(tmp), "before")
+            state_before = _state(part_before, full=False)
+            fetched_before = fetched_table(part_before)
             upper = _lso(list(pg.iter_batches()), pg.log_end_offset)
             Cleaner().clean(local, upper, NOW, force=True)
             pg.compact(compactor, upper, NOW, force=True)
@@ -160,6 +200,7 @@ def test_pg_compaction_keeps_what_the_local_cleaner_keeps(store, compactor, ops,
             after_pg = _recover(pg, Path(tmp), "pg")
             assert _state(after_pg) == _state(_recover(local, Path(tmp), "local"))
             assert _state(after_pg, full=False) == state_before
+            assert fetched_table(after_pg) == fetched_before  # the fetch path, with the rebuilt aborted index
         finally:
             local.close()
 
@@ -228,8 +269,11 @@ def test_aborted_records_go_markers_stay_and_producers_keep_their_last_batch(sto
     sc.data([(b"c", b"tail")], NOW - 10)  # 9: the newest
     _write([pg], sc.batches, pg.leader_epoch)
     with tempfile.TemporaryDirectory() as tmp:
-        before = _state(_recover(pg, Path(tmp), "before"), full=False)
+        part = _recover(pg, Path(tmp), "before")
+        before = _state(part, full=False)
         table = committed_table(pg)
+        assert table == {b"a": b"2", b"b": b"committed", b"c": b"tail"}
+        assert fetched_table(part) == table  # the fetch path drops the aborted records too
         pg.compact(compactor, pg.log_end_offset, NOW, force=True)
         got = {h.base_offset: (h.is_control, [(r.key, r.value) for r in R.iter_records(d)] if not h.is_control else None)
                for h, d in pg.iter_batches()}
@@ -244,7 +288,9 @@ def test_aborted_records_go_markers_stay_and_producers_keep_their_last_batch(sto
             9: (False, [(b"c", b"tail")]),
         }
         assert committed_table(pg) == table
-        assert _state(_recover(pg, Path(tmp), "after"), full=False) == before
+        after = _recover(pg, Path(tmp), "after")
+        assert _state(after, full=False) == before
+        assert fetched_table(after) == table
 
 
 def test_a_deposed_leader_cannot_compact(store, pg_dsn, compactor) -> None:
