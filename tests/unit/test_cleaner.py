@@ -144,7 +144,7 @@ def test_markers_without_data_go_after_delete_retention(tmp_path: Path) -> None:
     C.Cleaner().clean(plog, plog.log_end_offset, NOW + DAY)
     contents = _contents(plog)
     assert [(o, k) for o, k, _ in contents if k == b"<marker>"] == [(3, b"<marker>")], (
-        "the first marker's data is gone, and so is it; the second is its producer's last batch")
+        "the first marker's data is gone, and so is it; the second stays with its producer's last data batch")
     assert [v for _, k, v in contents if k == b"a"] == [b"3"]
     plog.close()
 
@@ -180,6 +180,23 @@ def test_a_producers_last_batch_stays_as_an_empty_header(tmp_path: Path) -> None
     assert (batches[1].producer_id, batches[1].is_transactional, batches[1].records_count) == (6, True, 0)
     assert [r.key for _, data in plog.iter_batches() for r in ([] if _.is_control else R.iter_records(data))][:3] == [
         b"a", b"b", b"c"]
+    plog.close()
+
+
+def test_an_aborted_producers_last_data_batch_keeps_its_sequence(tmp_path: Path) -> None:
+    """A producer's last batch is its last *data* batch: a marker carries no sequence, so were
+    the marker the batch kept, a producer whose last transaction aborted would come back from the
+    log with no last sequence (and its next batch, sequence 2, be refused as out of order)."""
+    plog = _open(tmp_path / "t-0")
+    _append(plog, [(b"a", b"x")], producer_id=8, producer_epoch=0, base_sequence=0, transactional=True)
+    _append(plog, [(b"a", b"y")], producer_id=8, producer_epoch=0, base_sequence=1, transactional=True)
+    _marker(plog, 8, commit=False)
+    _append(plog, [(b"b", b"1")])
+    _roll(plog)
+    C.Cleaner().clean(plog, plog.log_end_offset, NOW + 2 * DAY)
+    hs = [h for h, _ in plog.iter_batches() if h.producer_id == 8]
+    assert [(h.is_control, h.base_offset, h.base_sequence, h.records_count) for h in hs] == [
+        (False, 1, 1, 0), (True, 2, -1, 1)], "the aborted data goes, its last batch's header and marker stay"
     plog.close()
 
 

@@ -361,6 +361,8 @@ class Broker:
         self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
+        if cfg.log_cleaner_enable:
+            self._every(cfg.log_cleaner_backoff_ms, self._compact)
         return bound
 
     def _on_lead(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -411,13 +413,17 @@ class Broker:
 
     async def _compact(self) -> None:
         """One compaction pass over the partitions of compacted topics (R4), one after the
-        other. A partition's new segments are built in a thread; the swap and everything else
-        happen on the event loop (storage/cleaner.py). A partition that fails is retried in the
-        next pass."""
+        other. Local files: a partition's new segments are built in a thread; the swap and
+        everything else happen on the event loop (storage/cleaner.py). Cluster mode: the
+        PostgreSQL engine's pass (``PgPartitionLog.compact``) runs in a thread with the
+        compactor's own store connection (cluster_parts.py), each page conditional on the
+        leader epoch; the LSO bounding it is read here, on the event loop. A partition that
+        fails is retried in the next pass."""
         for tp, part in list(self.replicas.partitions.items()):
-            if not isinstance(part.log, PartitionLog):
-                continue  # compaction is the local-files engine's (storage/engine.py)
             try:
+                if not isinstance(part.log, PartitionLog):
+                    await self._compact_in_store(tp, part)
+                    continue
                 plan = self.cleaner.plan(part.log, part.last_stable_offset, self.clock.now_ms())
                 if plan is None:
                     continue
@@ -435,6 +441,26 @@ class Broker:
                 return  # the cleaner is stopping
             except Exception:
                 log.exception("compaction of %s failed; it is retried in the next pass", tp)
+
+    async def _compact_in_store(self, tp: TopicPartition, part: "Partition") -> None:
+        from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
+        from oncelog.cluster.pg_log import PgPartitionLog
+
+        parts = self._cluster_parts
+        if parts is None or not isinstance(part.log, PgPartitionLog):
+            return
+        try:
+            res = await asyncio.to_thread(part.log.compact, parts.compactor, part.last_stable_offset,
+                                          self.clock.now_ms(), stop=self.cleaner.stop)
+        except LeaderFenced as exc:
+            log.info("compaction of %s stopped: %s", tp, exc)  # the tracker closes the partition
+            return
+        except StoreUnavailable as exc:
+            log.warning("compaction of %s: %s; retried in the next pass", tp, exc)
+            return
+        if res is not None and res.bytes_after != res.bytes_before:
+            log.info("compacted %s: %d batches, %d bytes -> %d batches, %d bytes (%d transaction(s))", tp,
+                     res.batches_before, res.bytes_before, res.batches_after, res.bytes_after, res.pages)
 
 
 class _ListenerView:

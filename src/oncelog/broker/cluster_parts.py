@@ -1,6 +1,7 @@
 """The store-side parts a cluster-mode broker owns (issue 15), opened and closed together: the
 reader connection of the event loop (partition reads, producer id blocks), the opener
-connection (partition recovery, on the leader tracker's opener thread), the group committer
+connection (partition recovery, on the leader tracker's opener thread), the compactor
+connection (compaction passes, in a thread, one at a time: broker.py ``_compact``), the group committer
 (the one writer thread), and the leader tracker that uses them.
 
 Closing order: the tracker's partitions first (nothing new is submitted; the opener thread
@@ -25,6 +26,7 @@ __all__ = ["ClusterParts"]
 class ClusterParts:
     reader: StoreConnection
     opener: StoreConnection
+    compactor: StoreConnection
     committer: GroupCommitter
     tracker: LeaderTracker
 
@@ -33,12 +35,14 @@ class ClusterParts:
         connect = connector(dsn)
         reader = StoreConnection(connect, f"node {config.node_id} reads")
         opener = StoreConnection(connect, f"node {config.node_id} opens partitions")
+        compactor = StoreConnection(connect, f"node {config.node_id} compacts")
         committer = GroupCommitter(connect, name=f"oncelog-group-commit-{config.node_id}").start()
         replicas.awaiting_metadata = True  # until the tracker applies the first view
-        return cls(reader, opener, committer, LeaderTracker(config, replicas, reader, committer, opener))
+        return cls(reader, opener, compactor, committer, LeaderTracker(config, replicas, reader, committer, opener))
 
     def close(self) -> None:
         self.tracker.close_all()
         self.committer.close()
         self.opener.close()
+        self.compactor.close()
         self.reader.close()

@@ -23,13 +23,17 @@ the greatest base offset at or below it.
 
 Retention deletes whole batches (rows), oldest first, never the newest batch, and moves the log
 start in the same transaction, conditional on the epoch; DeleteRecords moves the log start
-(which may fall inside a batch, which then stays) likewise. There is no segment: the active
+(which may fall inside a batch, which then stays) likewise. Compaction (``compact``) rewrites
+or deletes batches of the cleanable range with the local cleaner's rules (storage/keep_rules.py),
+a page per transaction, conditional on the epoch likewise; reads tolerate the gaps it leaves (a
+read at an offset of a removed batch serves the next batch). There is no segment: the active
 base offset is constant and ``pending_deletes`` is 0 (deleted rows are gone at COMMIT; a fetch
 that read them already holds their bytes).
 
 Thread-safety: the committer's thread completes futures; the committed end, the in-flight count
 and the failure are guarded by a lock. Reads, retention and ``resync`` run on the owner's
-thread (they use the reader connection, which is not shared across threads).
+thread (they use the reader connection, which is not shared across threads); ``compact`` runs
+on another thread with that thread's own connection, one pass at a time per partition.
 """
 
 from __future__ import annotations
@@ -47,18 +51,34 @@ from oncelog.cluster.leadership import CURRENT_SQL, Leadership
 from oncelog.protocol.errors import CorruptMessage, KafkaError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import (BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header,
                                      record_with_timestamp)
+from oncelog.storage.cleaner import MIN_CLEANABLE_DIRTY_RATIO, is_compacted
 from oncelog.storage.engine import ReadPart
+from oncelog.storage.keep_rules import KeepRules
 from oncelog.storage.log import LogConfig
 
-__all__ = ["PendingAppend", "PgPartitionLog"]
+__all__ = ["CompactResult", "PendingAppend", "PgPartitionLog"]
 
 #: header rows fetched per query when planning a read or walking headers
 _PAGE_ROWS = 1000
 #: how long ``append`` waits for its COMMIT before giving up (outcome unknown)
 APPEND_TIMEOUT_S = 30.0
+#: batches (and bytes) read per query, and at most written per transaction, by a compaction pass
+COMPACT_PAGE_ROWS = 500
+COMPACT_PAGE_BYTES = 4 << 20
 
 _FLOOR = ("coalesce((SELECT max(base_offset) FROM oncelog_batch WHERE partition_id = %(p)s "
           "AND base_offset <= %(o)s), %(o)s)")
+
+
+@dataclass
+class CompactResult:
+    """What one compaction pass (``PgPartitionLog.compact``) did over its range."""
+
+    batches_before: int = 0
+    batches_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    pages: int = 0  # transactions that changed something
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +109,10 @@ class PgPartitionLog:
         self._next = lead.log_end_offset  # committed + submitted
         self._inflight = 0
         self._failed: KafkaError | None = None
+        #: compaction (``compact``; in memory, so a new leader cleans everything once more): the
+        #: end of the range the last pass cleaned, and when a kept tombstone or marker goes
+        self._clean_end = 0
+        self._clean_deadline: int | None = None
         #: the control batches of the header page ``iter_headers`` is walking, by base offset
         self._page_controls: dict[int, bytes] = {}
 
@@ -461,6 +485,137 @@ class PgPartitionLog:
         with self._lock:
             self._start = max(self._start, offset)
         return deleted
+
+    # -- compaction (cleanup.policy=compact; storage/keep_rules.py) ----------------------------
+
+    def compact(self, store: StoreConnection, upper: int, now_ms: int, *, force: bool = False,
+                page_rows: int = COMPACT_PAGE_ROWS, stop: threading.Event | None = None) -> "CompactResult | None":
+        """One compaction pass, with the keep rules of the local cleaner (``KeepRules``), over the
+        cleanable range: the batches ending below ``upper`` (the partition's LSO, read on the
+        event loop), below the newest batch of the log (the local engine never cleans its active
+        segment; here the newest batch stays untouched, as retention never deletes it), up to the
+        first batch younger than min.compaction.lag.ms. None when the topic is not compacted or
+        the range is not dirty enough (``MIN_CLEANABLE_DIRTY_RATIO``, or a kept tombstone or
+        marker has become removable).
+
+        Pass 1 reads the range (pages of ``page_rows`` rows and at most ``COMPACT_PAGE_BYTES``,
+        no lock). Pass 2 reads it again,
+        page by page, and writes each page's changes in one transaction that first locks the
+        partition's row and checks the leader epoch (LeaderFenced: a deposed leader changes
+        nothing): a batch that loses records is rewritten in place (``data`` and ``size``; its
+        base and last offsets, max timestamp and producer fields stay), a batch that loses all
+        is deleted unless it is its producer's last (then its header alone stays). Pages commit
+        in offset order, so a pass stopped half way (crash, fencing) leaves a log that an older
+        pass could have left: nothing dropped in an earlier page depends on a later one.
+
+        Runs on the caller's thread with ``store``, which must be that thread's own connection
+        (not the reader of the event loop). Rows in the range never change but by compaction,
+        retention and DeleteRecords (which only delete: an UPDATE or DELETE of a row they took
+        changes nothing). ``stop`` set: InterruptedError before the next page (broker stopping)."""
+        c = self.config
+        if not is_compacted(c.cleanup_policy):
+            return None
+        p = {"p": self.partition_id, "s": self._start, "u": min(upper, self.log_end_offset)}
+        rows = store.query("SELECT max(base_offset) FROM oncelog_batch WHERE partition_id = %(p)s "
+                           "AND base_offset < %(e)s", p | {"e": self.log_end_offset})
+        newest = rows[0][0] if rows else None
+        if newest is None:
+            return None
+        p["n"] = newest
+        where = ("partition_id = %(p)s AND last_offset >= %(s)s AND last_offset < %(u)s "
+                 "AND base_offset < %(n)s")
+        total, dirty = store.query(
+            f"SELECT coalesce(sum(size), 0), coalesce(sum(size) FILTER (WHERE base_offset >= %(c)s), 0) "
+            f"FROM oncelog_batch WHERE {where}", p | {"c": self._clean_end})[0]
+        due = self._clean_deadline is not None and now_ms >= self._clean_deadline
+        if total == 0 or (not force and not due and (dirty == 0 or dirty < MIN_CLEANABLE_DIRTY_RATIO * total)):
+            return None
+        rules = KeepRules(now_ms, c.delete_retention_ms, self.what)
+        lag_cut = now_ms - c.min_compaction_lag_ms if c.min_compaction_lag_ms > 0 else None
+        end = None  # base offset of the first batch not in the range (None: the range is all of it)
+        cleaned_to = self._clean_end  # the next offset after the range's last batch
+        for h, data in self._range_pages(store, where, p, page_rows):
+            if lag_cut is not None and h.max_timestamp > lag_cut:
+                end = h.base_offset
+                break
+            rules.observe(h, data)
+            cleaned_to = h.next_offset
+        result = CompactResult()
+        for page in self._range_pages(store, where, p, page_rows, by_page=True, stop=end):
+            if stop is not None and stop.is_set():
+                raise InterruptedError("compaction stopping")
+            updates: list[tuple[bytes, int, int, int]] = []
+            deletes: list[int] = []
+            for h, data in page:
+                new = rules.decide(h, data)
+                result.batches_before += 1
+                result.bytes_before += len(data)
+                if new is None:
+                    deletes.append(h.base_offset)
+                    continue
+                result.batches_after += 1
+                result.bytes_after += len(new)
+                if new is not data and new != data:
+                    updates.append((new, len(new), self.partition_id, h.base_offset))
+            if updates or deletes:
+                self._write_page(store, updates, deletes)
+                result.pages += 1
+        self._clean_end = cleaned_to  # batches from here on (above the LSO, too young) stay dirty
+        self._clean_deadline = rules.next_deadline
+        return result
+
+    def _range_pages(self, store: StoreConnection, where: str, p: dict, page_rows: int, *, by_page: bool = False,
+                     stop: int | None = None) -> Iterator:
+        """The batches of the compaction range in offset order (``(header, data)``), or lists of
+        them a page at a time (``by_page``); below ``stop`` if given. A page is at most
+        ``page_rows`` batches and ``COMPACT_PAGE_BYTES`` (but at least one batch): its sizes are
+        read first, then its data."""
+        after = -1
+        while True:
+            heads = store.query(
+                f"SELECT base_offset, size FROM oncelog_batch WHERE {where} AND base_offset > %(a)s "
+                f"ORDER BY base_offset LIMIT {int(page_rows)}", p | {"a": after})
+            total, last, done = 0, None, len(heads) < page_rows
+            for base, size in heads:
+                if stop is not None and base >= stop:
+                    done = True
+                    break
+                if last is not None and total + size > COMPACT_PAGE_BYTES:
+                    done = False
+                    break
+                total += size
+                last = base
+            if last is None:
+                return
+            rows = store.query(
+                f"SELECT data FROM oncelog_batch WHERE {where} AND base_offset > %(a)s AND base_offset <= %(b)s "
+                f"ORDER BY base_offset", p | {"a": after, "b": last}, binary=True)
+            page = [(parse_header(d), d) for d in (bytes(r[0]) for r in rows)]
+            if by_page:
+                if page:
+                    yield page
+            else:
+                yield from page
+            after = last
+            if done:
+                return
+
+    def _write_page(self, store: StoreConnection, updates: list[tuple[bytes, int, int, int]], deletes: list[int]) -> None:
+        """One page of a compaction pass in one transaction, conditional on the epoch."""
+        with store.transaction() as conn:
+            row = conn.execute("SELECT leader_broker, leader_epoch FROM oncelog_partition WHERE id = %s FOR UPDATE",
+                               (self.partition_id,)).fetchone()
+            if row is None:
+                raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
+            if row[1] != self.leader_epoch:
+                raise LeaderFenced(self.what, self.leader_epoch, row[1], row[0])
+            if updates:
+                with conn.cursor() as cur:
+                    cur.executemany("UPDATE oncelog_batch SET data = %s, size = %s "
+                                    "WHERE partition_id = %s AND base_offset = %s", updates)
+            if deletes:
+                conn.execute("DELETE FROM oncelog_batch WHERE partition_id = %s AND base_offset = ANY(%s)",
+                             (self.partition_id, deletes))
 
     def cleanup_deleted(self, now_ms: int) -> int:
         return 0

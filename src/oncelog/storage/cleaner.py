@@ -15,16 +15,20 @@ min.compaction.lag.ms:
   until it is delete.retention.ms old (so a read_committed consumer still sees the end of a
   transaction it has read into); a transaction's data never outlives its marker, so the LSO of a
   rebuilt partition is right;
-* every producer's last batch in the range, if need be as an empty batch (its header alone, as
-  Kafka's cleaner does), so the producer state a restart rebuilds from the log (without a
-  snapshot) still knows the producer's epoch and last sequence.
+* every producer's last data batch in the range (not a marker: it carries no sequence), if need
+  be as an empty batch (its header alone, as Kafka's cleaner does), so the producer state a
+  restart rebuilds from the log (without a snapshot) still knows the producer's epoch and last
+  sequence (an aborted one thus keeps its header, and with it its marker);
 
 A rewritten batch keeps its base offset, lastOffsetDelta, producer fields and codec, and each
 record its offset (records.filter_batch). Cleaning is per record in Python: never on the produce
 or fetch path.
 
+The rules are storage/keep_rules.py's ``KeepRules`` (shared with the PostgreSQL engine's
+compaction, cluster/pg_log.py); this module is the local engine's side: segments, files, swaps.
+
 Bad data (R22). A batch whose records do not decode (a client wrote it; its header is sound) is
-kept as it is and supersedes nothing (``_Scan.undecodable``); a marker that does not decode
+kept as it is and supersedes nothing (``Scan.undecodable``); a marker that does not decode
 decides nothing. A segment with a damaged region (storage/damage.py) is never rewritten — that
 would drop every batch after the damage — and since compaction must start at the log start (a
 tombstone dropped after a skipped segment could let an older value of its key resurface), a pass
@@ -56,7 +60,8 @@ from pathlib import Path
 from typing import Iterator
 
 from oncelog.protocol import records
-from oncelog.protocol.errors import CorruptMessage, InvalidRecord, KafkaError
+from oncelog.protocol.errors import KafkaError
+from oncelog.storage.keep_rules import KeepRules
 from oncelog.storage.log import PartitionLog
 from oncelog.storage.segment import LogSegment, segment_stem
 
@@ -175,19 +180,6 @@ class _State:
     next_deadline: int | None = None  # when a kept tombstone or marker becomes removable
     damaged: set[int] = field(default_factory=set)  # bases of segments a build could not read
     reported: set[int] = field(default_factory=set)  # bases of damaged segments already logged
-
-
-@dataclass
-class _Scan:
-    """What pass 1 learns over the cleanable range."""
-
-    latest: dict[bytes, int] = field(default_factory=dict)  # key -> offset of its last decided record
-    aborted: set[int] = field(default_factory=set)  # base offsets of aborted transactional batches
-    decided: set[int] = field(default_factory=set)  # base offsets of transactional batches with a marker
-    last_batch: dict[int, int] = field(default_factory=dict)  # producer id -> base offset of its last batch
-    #: base offsets of batches whose records do not decode (corrupt, or expanding beyond the
-    #: bound): kept exactly as they are, their keys unknown, so nothing they might supersede goes
-    undecodable: set[int] = field(default_factory=set)
 
 
 class Cleaner:
@@ -318,18 +310,11 @@ class Cleaner:
             raise
 
     def _build(self, plan: _Plan) -> None:
-        scan = _Scan()
-        open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]] = {}
+        rules = KeepRules(plan.now_ms, plan.delete_retention_ms, plan.plog.path)  # storage/keep_rules.py
         for seg, (fd, size) in zip(plan.segments, plan.fds):
             try:
                 for h, data in _batches(fd, size):
-                    try:
-                        self._scan_batch(h, data, scan, open_txns)
-                    except (CorruptMessage, InvalidRecord) as exc:
-                        if not scan.undecodable:
-                            log.warning("%s: batch at offset %d does not decode (%s); such batches are kept as they are",
-                                        plan.plog.path, h.base_offset, exc)
-                        scan.undecodable.add(h.base_offset)
+                    rules.observe(h, data)
             except KafkaError as exc:  # from _batches: the segment is not a whole chain of batches
                 self._state.setdefault(plan.plog.path, _State()).damaged.add(seg.base_offset)
                 raise KafkaError(f"{seg.log_path}: cannot be read whole ({exc}); it is left out of compaction") from exc
@@ -337,7 +322,6 @@ class Cleaner:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         limit = plan.plog.config.segment_bytes
-        retained: dict[int, bool] = {}  # producer id -> its current transaction kept a record
         group: _Group | None = None
         out: LogSegment | None = None
         try:
@@ -347,7 +331,7 @@ class Cleaner:
                 for h, data in _batches(fd, size):
                     if self.stop.is_set():
                         raise InterruptedError("cleaner stopping")
-                    new = self._rewrite(h, data, scan, retained, plan)
+                    new = rules.decide(h, data)
                     if new is None:
                         changed = True
                     else:
@@ -374,6 +358,7 @@ class Cleaner:
             if group is not None and out is not None:
                 self._seal(group, out, plan.after)
                 out = None
+            plan.next_deadline = rules.next_deadline
         finally:
             if out is not None:
                 out.close()
@@ -388,74 +373,6 @@ class Cleaner:
         out.close()
         assert group.built is not None
         _fsync_dir(group.built)
-
-    @staticmethod
-    def _scan_batch(h: records.BatchHeader, data: bytes, scan: _Scan,
-                    open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]]) -> None:
-        if h.producer_id >= 0:
-            scan.last_batch[h.producer_id] = h.base_offset
-        if h.is_control:
-            marker = records.read_control_marker(data)
-            for base, recs in open_txns.pop(h.producer_id, []):
-                scan.decided.add(base)
-                if marker.commit:
-                    for key, offset in recs:
-                        if offset > scan.latest.get(key, -1):
-                            scan.latest[key] = offset
-                else:
-                    scan.aborted.add(base)
-            return
-        keyed = [(r.key, r.offset) for r in records.iter_records(data) if r.key is not None]
-        if h.is_transactional:
-            open_txns.setdefault(h.producer_id, []).append((h.base_offset, keyed))
-            return
-        for key, offset in keyed:
-            if offset > scan.latest.get(key, -1):
-                scan.latest[key] = offset
-
-    @staticmethod
-    def _rewrite(h: records.BatchHeader, data: bytes, scan: _Scan, retained: dict[int, bool], plan: _Plan) -> bytes | None:
-        """The batch to write for ``data`` (``data`` itself when unchanged), or None to drop it."""
-        if h.base_offset in scan.undecodable:
-            return data
-        now, keep_for = plan.now_ms, plan.delete_retention_ms
-        last_of_producer = h.producer_id >= 0 and scan.last_batch.get(h.producer_id) == h.base_offset
-
-        def deadline(ts: int) -> None:
-            d = ts + keep_for
-            plan.next_deadline = d if plan.next_deadline is None else min(plan.next_deadline, d)
-
-        if h.is_control:
-            had_data = retained.pop(h.producer_id, False)
-            if had_data or last_of_producer:
-                return data
-            if h.max_timestamp + keep_for > now:
-                deadline(h.max_timestamp)
-                return data
-            return None
-        aborted = h.is_transactional and h.base_offset in scan.aborted
-        if aborted and not last_of_producer:
-            return None
-        decided = not h.is_transactional or h.base_offset in scan.decided
-
-        def keep(r: records.Record) -> bool:
-            if r.key is None:
-                return True
-            latest = scan.latest.get(r.key, -1)
-            if latest > r.offset:
-                return False  # superseded
-            if r.value is None and decided and latest == r.offset:
-                if r.timestamp + keep_for <= now:
-                    return False  # an old tombstone
-                deadline(r.timestamp)
-            return True
-
-        # a producer's last batch stays, if need be as an empty header, so that the producer state
-        # rebuilt from the log keeps its epoch and sequence (and an open transaction its start)
-        kept = records.filter_batch(data, (lambda r: False) if aborted else keep, keep_empty=last_of_producer)
-        if kept is not None and h.is_transactional:
-            retained[h.producer_id] = True
-        return kept
 
 
 def _batches(fd: int, size: int) -> Iterator[tuple[records.BatchHeader, bytes]]:

@@ -5,9 +5,11 @@ Two engines implement it. ``storage.log.PartitionLog`` keeps the batches in loca
 (the embedded single broker); ``cluster.pg_log.PgPartitionLog`` keeps them in PostgreSQL rows
 (cluster mode, issue 15). Everything above this interface — producer state checks, the LSO,
 markers, the aborted-transaction index, fetch, ListOffsets, coordinator loading — is shared.
-Engine-specific work stays with its engine: compaction (``storage/cleaner.py``) and segment
-rolling exist only for local files, and the broker asks for them only when the log is a
-``PartitionLog``.
+Engine-specific work stays with its engine: segment rolling exists only for local files; each
+engine compacts its own way (``storage/cleaner.py``: new segments swapped in;
+``PgPartitionLog.compact``: rows rewritten or deleted) with the same keep rules
+(``storage/keep_rules.py``), and the broker calls the one that matches the log
+(broker.py ``_compact``).
 
 Invariants every engine keeps:
 
