@@ -16,10 +16,8 @@ connections, open ones closed, every log flushed and closed, exit status 0.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
-import signal
 import sys
 import uuid
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Optional
 import typer
 
 from oncelog.cli_output import Table, console
+from oncelog.cli_broker import _parse_props
 from oncelog.client import ProtocolClient, parse_host_port
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -54,129 +53,32 @@ app.add_typer(acls_app, name="acls")
 BOOTSTRAP = typer.Option("127.0.0.1:9092", "--bootstrap-server", "-b", help="HOST:PORT of a broker")
 
 
-def _parse_props(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise typer.BadParameter(f"expected key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
+def _broker_command() -> None:
+    """Register ``broker``: ``cli_broker.run_broker`` with ``cli_broker.OPTIONS`` as its Typer
+    options (the one definition of them; ``python -m oncelog broker`` parses the same without
+    Typer when it can)."""
+    import inspect
 
+    from oncelog import cli_broker
 
-@app.command()
-def broker(
-    data_dir: Path = typer.Option(..., "--data-dir", help="directory for logs and metadata (log.dirs)"),
-    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT to accept connections on (port 0: any free port)"),
-    config: Optional[Path] = typer.Option(None, "--config", help="a server.properties file"),
-    override: list[str] = typer.Option([], "--override", "-o", help="a Kafka broker property, key=value (repeatable)"),
-    advertised_host: Optional[str] = typer.Option(None, "--advertised-host", help="host name clients should use"),
-    node_id: Optional[int] = typer.Option(None, "--node-id", help="this broker's node id (node.id)"),
-    store: Optional[str] = typer.Option(
-        None, "--store", help="cluster mode: postgresql://USER@HOST:PORT/DB keeping partitions, leaders and "
-        "metadata (docs/CLUSTER.md); without it, a single embedded broker on local files"),
-    log_level: str = typer.Option("INFO", "--log-level"),
-) -> None:
-    """Run a broker in the foreground until SIGTERM."""
-    from oncelog.broker.broker import Broker
-    from oncelog.broker.config import BrokerConfig
-
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from oncelog import logs
-
-    logs.install()  # repeated lines (refused connections, failing reads) never become a storm
-    host, port = parse_host_port(listen)
-    try:
-        cfg = BrokerConfig.from_properties_file(config) if config else BrokerConfig()
-        cfg = cfg.with_overrides(_parse_props(override))
-    except KafkaError as exc:
-        console.print(f"[red]invalid configuration:[/red] {exc}", highlight=False)
-        raise typer.Exit(2)
-    import dataclasses
-
-    cfg = dataclasses.replace(cfg, data_dir=data_dir, host=host, port=port, advertised_host=advertised_host or cfg.advertised_host)
-    if node_id is not None:
-        cfg = dataclasses.replace(cfg, node_id=node_id)
-    if store is not None and not store.startswith(("postgresql://", "postgres://")):
-        console.print(f"[red]--store {store!r}: expected postgresql://USER@HOST:PORT/DB[/red]", highlight=False)
-        raise typer.Exit(2)
-    _raise_open_files_limit()
-    try:
-        b = Broker(cfg, store=store)  # listeners, TLS keys and SASL settings are checked here (issue 18)
-    except KafkaError as exc:
-        console.print(f"[red]invalid configuration:[/red] {exc}", highlight=False)
-        raise typer.Exit(2)
-    _run(b)
-
-
-def _raise_open_files_limit() -> None:
-    """Lift the soft limit on open files to the hard limit, as the JVM does for Kafka.
-
-    Each partition keeps three descriptors open (its active segment's log and two indexes),
-    plus one per client connection; the common soft default of 1,024 is reached at about 300
-    partitions. Past the limit the broker can neither accept connections nor create topics."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = 1 << 20
-    if soft != resource.RLIM_INFINITY and soft < hard:
+    def broker(**kwargs: object) -> None:
+        """Run a broker in the foreground until SIGTERM."""
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError) as exc:
-            logging.getLogger("oncelog").warning("could not raise the open-files limit from %d: %s", soft, exc)
-            return
-    logging.getLogger("oncelog").info(
-        "open-files limit %d: about %d partitions (3 descriptors each) and connections",
-        resource.getrlimit(resource.RLIMIT_NOFILE)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 3)
+            cli_broker.run_broker(**kwargs)  # type: ignore[arg-type]
+        except SystemExit as exc:
+            raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from None
+
+    params = [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=o.annotation,
+                          default=typer.Option(o.default, *o.flags, help=o.help))
+        for o in cli_broker.OPTIONS
+    ]
+    broker.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    broker.__annotations__ = {o.name: o.annotation for o in cli_broker.OPTIONS} | {"return": None}
+    app.command("broker")(broker)
 
 
-def _run(b: "object") -> None:
-    """Run the broker on the event loop named by ``ONCELOG_EVENT_LOOP``: ``asyncio`` (default:
-    the standard selector loop, which serves fetches with sendfile(2)) or ``uvloop`` (no
-    sendfile, fetch data is copied). docs/PERFORMANCE.md has the measurements behind the
-    default: large fetches cost the broker less CPU on asyncio + sendfile."""
-    import os
-
-    choice = os.environ.get("ONCELOG_EVENT_LOOP", "asyncio")
-    runner = asyncio.run
-    if choice == "uvloop":
-        try:
-            import uvloop  # type: ignore[import-not-found]
-
-            runner = uvloop.run
-        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-            pass
-    elif choice != "asyncio":
-        console.print(f"[red]ONCELOG_EVENT_LOOP={choice!r}: expected uvloop or asyncio[/red]", highlight=False)
-        raise typer.Exit(2)
-    runner(_serve(b))
-
-
-async def _serve(b: "object") -> None:
-    log = logging.getLogger("oncelog")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        host, port = await b.start()  # type: ignore[attr-defined]
-    except (KafkaError, OSError) as exc:  # the data directory or the address refuses: say why, once
-        log.error("cannot start: %s", exc)
-        raise SystemExit(1) from None
-    # Other listeners first (issue 18): tools wait for the one ready line and parse it.
-    for lst, lhost, lport in getattr(b, "bound_listeners", lambda: [])():
-        if (lhost, lport) != (host, port):
-            print(f"oncelog listener {lst.name} ({lst.protocol}) ready on {lhost}:{lport}", flush=True)
-    print(f"oncelog broker ready on {host}:{port}", flush=True)
-    await stop.wait()
-    log.info("stopping")
-    await b.stop()  # type: ignore[attr-defined]
-    log.info("stopped cleanly")
+_broker_command()
 
 
 def _check(code: int, what: str, message: str | None = None) -> None:

@@ -21,6 +21,7 @@ import ssl
 import struct
 from typing import Any
 
+from oncelog.hostport import parse_host_port  # noqa: F401  (re-exported)
 from oncelog.protocol import apis, framing
 
 
@@ -155,17 +156,6 @@ def _connect(bootstrap: str, timeout: float, source_host: str | None) -> tuple[s
             last = exc
     assert last is not None
     raise last
-
-
-def parse_host_port(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6addr]:port``."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, int(rest.lstrip(":"))
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host, int(port)
 
 
 def _tls_context(sec: dict[str, str]) -> ssl.SSLContext:

@@ -132,3 +132,19 @@ def test_the_routing_table_is_what_apiversions_advertises() -> None:
     assert advertised_versions() == apis.SUPPORTED_VERSIONS
     handler_modules = {p.stem for p in (SRC / "broker" / "handlers").glob("*.py") if not p.stem.startswith("_")}
     assert len(handler_modules) == len(ROUTES)
+
+
+def test_each_lazy_route_is_its_modules_handler() -> None:
+    """``routes.ROUTES`` names each handler module instead of importing it (issue 19: start-up);
+    the module it names must serve that API key, and calling the route must call its handle."""
+    import importlib
+
+    from oncelog.broker.routes import HANDLER_MODULES, ROUTES, LazyHandler
+
+    handler_modules = {p.stem for p in (SRC / "broker" / "handlers").glob("*.py") if not p.stem.startswith("_")}
+    assert set(HANDLER_MODULES) == handler_modules
+    for key, route in ROUTES.items():
+        assert isinstance(route, LazyHandler)
+        module = importlib.import_module(f"oncelog.broker.handlers.{route.module}")
+        assert module.API_KEY == key, route.module
+        assert route.load() is module.handle

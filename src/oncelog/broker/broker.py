@@ -30,6 +30,7 @@ from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
+from oncelog.broker.routes import load as load_handlers
 from oncelog.broker.server import Server
 from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.clock import Clock, SystemClock
@@ -217,6 +218,7 @@ class Broker:
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         apis.preload()  # the first requests' message classes, before we say we are ready
+        load_handlers()  # and their handlers; the other handlers are imported at first use
         if self.metrics is not None:
             self.metrics.serve()  # first: an address that refuses stops the start before anything opens
         if self.console is not None:

@@ -27,17 +27,16 @@ import enum
 import hmac
 from typing import Callable
 
-import scramp
-import scramp.utils
-
 from oncelog.broker.auth.credentials import CredentialStore, derive, salted_password
 
 __all__ = ["AuthenticationFailed", "Event", "IllegalSaslState", "SaslSession", "State", "TRANSITIONS",
            "SUPPORTED_MECHANISMS"]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: scramp's verdicts that mean a wrong user name or password (the rest: a malformed message)
-_BAD_CREDENTIALS = (scramp.utils.ServerError.UNKNOWN_USER, scramp.utils.ServerError.INVALID_PROOF)
+#: scramp's verdicts that mean a wrong user name or password (the rest: a malformed message):
+#: ``scramp.utils.ServerError`` members, by value. scramp is imported by the first SCRAM
+#: exchange, not with this module (about 50 ms of a broker's start-up, issue 19).
+_BAD_CREDENTIALS = ("unknown-user", "invalid-proof")
 
 
 class State(enum.Enum):
@@ -139,6 +138,8 @@ class _Scram(_Mechanism):
             cred = store().get(user, mechanism)
             return None if cred is None else (cred.salt, cred.stored_key, cred.server_key, cred.iterations)
 
+        import scramp
+
         self.server = scramp.ScramMechanism(mechanism).make_server(auth_info)
         self.round = 0
 
@@ -159,7 +160,10 @@ class _Scram(_Mechanism):
             raise
         except Exception as exc:  # scramp.ScramException, or a parse error on a garbage token
             who = f"user {self.user!r}" if self.user else "an unknown user"
-            known = isinstance(exc, scramp.ScramException) and exc.server_error in _BAD_CREDENTIALS
+            import scramp
+
+            known = (isinstance(exc, scramp.ScramException)
+                     and getattr(exc.server_error, "value", exc.server_error) in _BAD_CREDENTIALS)
             reason = "invalid credentials" if known else "a malformed SCRAM message"
             raise AuthenticationFailed(f"{reason} for {who} with SASL mechanism {self.mechanism}") from None
         raise AuthenticationFailed(f"{self.mechanism}: unexpected token after the exchange ended")
