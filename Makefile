@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench bench-cluster clean venv cluster
+.PHONY: demo test test-long test-fast bench bench-cluster clean venv cluster
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ cluster: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=25
+
+# The full-size fault and fuzz runs (marker `long`) that `make test` leaves out: their smaller
+# versions are in `make test`; these take minutes each (docs/RELIABILITY.md "Test sizes").
+test-long: $(STAMP)
+	$(PY) -m pytest -q --durations=25 -m long
 
 # Unit tests only: seconds, no broker processes.
 test-fast: $(STAMP)

@@ -15,6 +15,8 @@ from oncelog.client import ProtocolClient
 from oncelog.protocol import apis
 
 pytestmark = pytest.mark.integration
+#: These tests measure how fast the broker answers: no spare broker starts next to them (conftest.py).
+START_SPARE_BROKER_DURING_TESTS = False
 
 
 def test_missing_topics_json_rebuilds_the_topics_and_keeps_every_record(broker) -> None:

@@ -30,9 +30,13 @@ pytestmark = pytest.mark.integration
 SESSION_MS = 6_000  # group.min.session.timeout.ms: the fastest failure detection allowed
 
 WORKER = r'''
-import json, os, signal, sys, time
+import faulthandler, json, logging, os, signal, sys, time
 
 client, bootstrap, topic, group, mode, crash_after, out_path, idle_exit = sys.argv[1:9]
+# Diagnostics, all into this worker's log (its stderr): the clients' INFO lines with times and
+# threads, and every thread's stack on SIGUSR1 (sent by the test when a wait for us times out).
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 crash_after, idle_exit = int(crash_after), float(idle_exit)
 SESSION, HEARTBEAT = 6000, 1000
 stop = False
@@ -183,11 +187,14 @@ class Worker:
         if not script.exists():
             script.write_text(WORKER)
         self.out = out or tmp / f"out-{id(self)}.txt"
+        self.client = client
+        self.log = tmp / f"worker-{id(self)}.log"
+        self.started = time.monotonic()
         self.events: list[dict] = []
         self.proc = subprocess.Popen(
             [sys.executable, str(script), client, bootstrap, topic, group, mode, str(crash_after), str(self.out),
              str(idle_exit)],
-            stdout=subprocess.PIPE, stderr=open(tmp / f"worker-{id(self)}.log", "wb"), start_new_session=True,
+            stdout=subprocess.PIPE, stderr=open(self.log, "wb"), start_new_session=True,
             env={**os.environ, **({"ASSIGNOR": assignor} if assignor else {})},
         )
         threading.Thread(target=self._read, daemon=True).start()
@@ -212,16 +219,37 @@ class Worker:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
-    def stop(self, timeout: float = 60) -> None:
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM: the worker closes its consumer (LeaveGroup) and exits, in well under a second
+        when nothing is wrong. One that has not exited after ``timeout`` has its stacks dumped
+        into its log (SIGUSR1) and is killed; the test's output says so."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            print(f"{self.client} worker did not exit within {timeout:.0f}s of SIGTERM; killed; stacks in {self.log}",
+                  flush=True)
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
             self.kill()
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout=timeout)
+        """The exit status; a worker still running after ``timeout`` fails the test with what it
+        printed and its log, including every thread's stack (SIGUSR1), and is killed."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.client} worker still running after {timeout:.0f}s\n{self.describe()}") from None
+
+    def describe(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            self.kill()
+        log = self.log.read_text(errors="replace")
+        return (f"started {time.monotonic() - self.started:.1f}s ago; events: {self.events[-10:]}\n"
+                f"--- worker log ({self.log}, last 6000 chars) ---\n{log[-6000:]}")
 
 
 def _wait_for(cond, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
@@ -241,12 +269,12 @@ def _split(workers: list[Worker], partitions: int) -> bool:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_consumers_split_partitions_and_take_over_from_a_leaving_and_a_killed_member(broker, tmp_path: Path,
+def test_consumers_split_partitions_and_take_over_from_a_leaving_and_a_killed_member(module_broker, tmp_path: Path,
                                                                                     client: str) -> None:
     topic, group, partitions = f"split-{client}", f"g-split-{client}", 6
-    create_topic("confluent", broker.bootstrap, topic, partitions)
-    produce("confluent", broker.bootstrap, topic, [(i % partitions, None, f"v{i}".encode()) for i in range(300)])
-    workers = [Worker(tmp_path, client, broker.bootstrap, topic, group) for _ in range(3)]
+    create_topic("confluent", module_broker.bootstrap, topic, partitions)
+    produce("confluent", module_broker.bootstrap, topic, [(i % partitions, None, f"v{i}".encode()) for i in range(300)])
+    workers = [Worker(tmp_path, client, module_broker.bootstrap, topic, group) for _ in range(3)]
     try:
         _wait_for(lambda: _split(workers, partitions), 60, "three consumers to split six partitions")
         # a graceful leave (LeaveGroup): the others take over promptly
@@ -267,15 +295,15 @@ def test_consumers_split_partitions_and_take_over_from_a_leaving_and_a_killed_me
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
-def test_client_side_assignors_work_because_the_broker_is_protocol_agnostic(broker, tmp_path: Path,
+def test_client_side_assignors_work_because_the_broker_is_protocol_agnostic(module_broker, tmp_path: Path,
                                                                             assignor: str) -> None:
     """Eager and incremental cooperative rebalancing both run over the classic protocol (R3)."""
     topic, group, partitions = f"assignor-{assignor}", f"g-{assignor}", 6
-    create_topic("confluent", broker.bootstrap, topic, partitions)
-    workers = [Worker(tmp_path, "confluent", broker.bootstrap, topic, group, assignor=assignor) for _ in range(2)]
+    create_topic("confluent", module_broker.bootstrap, topic, partitions)
+    workers = [Worker(tmp_path, "confluent", module_broker.bootstrap, topic, group, assignor=assignor) for _ in range(2)]
     try:
         _wait_for(lambda: _split(workers, partitions), 60, f"two {assignor} consumers to split the partitions")
-        workers.append(Worker(tmp_path, "confluent", broker.bootstrap, topic, group, assignor=assignor))
+        workers.append(Worker(tmp_path, "confluent", module_broker.bootstrap, topic, group, assignor=assignor))
         _wait_for(lambda: _split(workers, partitions), 60, f"three {assignor} consumers to split the partitions")
         workers.pop(0).stop()
         _wait_for(lambda: _split(workers, partitions), 60, f"two {assignor} consumers to take over")
@@ -336,19 +364,19 @@ def test_committed_offsets_survive_kill_9_and_a_new_consumer_resumes_from_them(b
 
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("semantics", ["at-most-once", "at-least-once"])
-def test_delivery_semantics_commit_then_process_or_process_then_commit(broker, tmp_path: Path, client: str,
+def test_delivery_semantics_commit_then_process_or_process_then_commit(module_broker, tmp_path: Path, client: str,
                                                                        semantics: str) -> None:
     """R3: at-most-once loses the batch in flight at the crash and never duplicates; at-least-once
     duplicates it and never loses anything."""
     topic, group = f"sem-{semantics}-{client}", f"g-sem-{semantics}-{client}"
-    create_topic("confluent", broker.bootstrap, topic, 1)
+    create_topic("confluent", module_broker.bootstrap, topic, 1)
     values = [f"v{i}" for i in range(120)]
-    produce("confluent", broker.bootstrap, topic, [(0, None, v.encode()) for v in values])
+    produce("confluent", module_broker.bootstrap, topic, [(0, None, v.encode()) for v in values])
     out = tmp_path / "processed.txt"
-    crashing = Worker(tmp_path, client, broker.bootstrap, topic, group, mode=semantics, crash_after=3, out=out)
+    crashing = Worker(tmp_path, client, module_broker.bootstrap, topic, group, mode=semantics, crash_after=3, out=out)
     assert crashing.wait(90) == -signal.SIGKILL
     assert any(e["event"] == "crash" for e in crashing.events)
-    after_crash = Worker(tmp_path, client, broker.bootstrap, topic, group, idle_exit=4, out=out)
+    after_crash = Worker(tmp_path, client, module_broker.bootstrap, topic, group, idle_exit=4, out=out)
     assert after_crash.wait(120) == 0
     processed = [line.split()[2] for line in out.read_text().splitlines()]
     distinct = set(processed)

@@ -113,6 +113,16 @@ def wire(broker):  # type: ignore[no-untyped-def]
     w.close()
 
 
+@pytest.fixture(scope="module")
+def shared_wire(module_broker):  # type: ignore[no-untyped-def]
+    """The lifecycle tests share one broker: each works on its own group (``life-<version>``)
+    and none restarts the broker."""
+    create_topic("confluent", module_broker.bootstrap, "t", 3)
+    w = Wire(module_broker.bootstrap)
+    yield w
+    w.close()
+
+
 def test_find_coordinator_every_version(broker, wire: Wire) -> None:
     host, port = broker.bootstrap.rsplit(":", 1)
     for v in range(0, 4):
@@ -125,7 +135,8 @@ def test_find_coordinator_every_version(broker, wire: Wire) -> None:
 
 
 @pytest.mark.parametrize("join_v", range(0, 8))
-def test_group_lifecycle_at_every_join_version(wire: Wire, join_v: int) -> None:
+def test_group_lifecycle_at_every_join_version(shared_wire: Wire, join_v: int) -> None:
+    wire = shared_wire
     group = f"life-{join_v}"
     sync_v = min(join_v, 5)
     res = wire.join(group, version=join_v)

@@ -1,5 +1,8 @@
 """Issue 2 through real clients: topics, produce with acks=all, consume by assign from earliest
-and latest, compressed batches (R1, R2)."""
+and latest, compressed batches (R1, R2).
+
+Every test here writes and reads only a topic of its own name and never restarts the broker, so
+they share one (``module_broker``)."""
 
 from __future__ import annotations
 
@@ -34,38 +37,38 @@ def _check_exact(items: list[tuple[int, bytes, bytes]], got: list) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("client", CLIENTS)
-def test_produce_100k_acks_all_and_consume_from_earliest(broker, client: str) -> None:
+def test_produce_100k_acks_all_and_consume_from_earliest(module_broker, client: str) -> None:
     topic = f"bulk-{client}"
-    create_topic(client, broker.bootstrap, topic, PARTITIONS)
+    create_topic(client, module_broker.bootstrap, topic, PARTITIONS)
     items = _items(N, PARTITIONS, client)
-    acked = produce(client, broker.bootstrap, topic, items, acks="all" if client != "confluent" else "all")
+    acked = produce(client, module_broker.bootstrap, topic, items, acks="all" if client != "confluent" else "all")
     assert len(acked) == N
     assert len(set(acked)) == N, "two records acknowledged at the same offset"
-    got = consume(client, broker.bootstrap, topic, list(range(PARTITIONS)), expected=N, timeout=180)
+    got = consume(client, module_broker.bootstrap, topic, list(range(PARTITIONS)), expected=N, timeout=180)
     _check_exact(items, got)
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_consume_from_latest_sees_only_new_records(broker, client: str) -> None:
+def test_consume_from_latest_sees_only_new_records(module_broker, client: str) -> None:
     topic = f"latest-{client}"
-    create_topic(client, broker.bootstrap, topic, 2)
-    produce(client, broker.bootstrap, topic, _items(50, 2, "old"))
+    create_topic(client, module_broker.bootstrap, topic, 2)
+    produce(client, module_broker.bootstrap, topic, _items(50, 2, "old"))
     new = _items(30, 2, "new")
     got = consume(
-        client, broker.bootstrap, topic, [0, 1], expected=30, start="latest", timeout=60, settle=0.5,
-        on_ready=lambda: produce("confluent", broker.bootstrap, topic, new),
+        client, module_broker.bootstrap, topic, [0, 1], expected=30, start="latest", timeout=60, settle=0.5,
+        on_ready=lambda: produce("confluent", module_broker.bootstrap, topic, new),
     )
     assert sorted(v for *_, v in got) == sorted(v for *_, v in new)
 
 
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compressed_batches_round_trip(broker, client: str, codec: str) -> None:
+def test_compressed_batches_round_trip(module_broker, client: str, codec: str) -> None:
     topic = f"codec-{client}-{codec}"
-    create_topic("confluent", broker.bootstrap, topic, 2)
+    create_topic("confluent", module_broker.bootstrap, topic, 2)
     items = _items(2000, 2, codec)
-    produce(client, broker.bootstrap, topic, items, compression=codec)
+    produce(client, module_broker.bootstrap, topic, items, compression=codec)
     # Read back with a different client than the writer, so each client reads another's batches.
     reader = CLIENTS[(CLIENTS.index(client) + 1) % len(CLIENTS)]
-    got = consume(reader, broker.bootstrap, topic, [0, 1], expected=len(items), timeout=60)
+    got = consume(reader, module_broker.bootstrap, topic, [0, 1], expected=len(items), timeout=60)
     _check_exact(items, got)

@@ -4,7 +4,7 @@ after the broker is back, and its output is exactly once.
 
 One pipeline (``eos_driver.py``: ``in`` → map → ``out``, 4 input and 4 output partitions,
 plain records and transactions — every third aborted — in the input, master ``local[2,3]``)
-runs in a child process, with the sink's default client configuration. Each seed of ``SEEDS``
+runs in a child process, with the sink's default client configuration. Each seed (``SIZES``)
 makes one broker kill: it picks a micro-batch, a point — ``after_produce`` (the task's rows are
 in its open transaction, the input offsets not yet added) or ``before_commit`` (input offsets
 added too) — and a downtime of 0.5-1.5 s. The first write task of that batch to reach the point
@@ -12,6 +12,10 @@ pauses (the ``pause`` fault writes a file); the test SIGKILLs the broker, restar
 same address after the downtime, and releases the task, which goes on against the restarted
 broker. The batch must then be in Spark's commit log within ``PROGRESS_S``. One Spark
 application for all the seeds: starting one costs 20-60 s on this machine.
+
+Two sizes: ``2-kills`` (in ``make test``: seeds 5 and 6, one kill at each point, 2,000 plain
+records) and ``4-kills`` (marker ``long``, ``make test-long``: seeds 5-8, 4,000 plain records,
+the size this test had before the suite was trimmed).
 
 Before issue 13 the released task's next ``send_offsets_to_transaction`` never returned: when
 its only broker died, librdkafka (2.10+) re-bootstrapped and decommissioned the broker handle
@@ -39,15 +43,17 @@ PARTITIONS = 4
 #: The bound this test asserts: the paused batch is in Spark's commit log this long after the
 #: broker is back at the latest.
 PROGRESS_S = 60.0
-#: One broker kill per seed (point, batch and downtime drawn from it); these give both points.
-SEEDS = (5, 6, 7, 8)
-MAX_OFFSETS = 400  # per micro-batch, so that the input makes ~13 batches
+#: size -> (seeds, plain records). One broker kill per seed (point, batch and downtime drawn
+#: from it): 5 gives before_commit at batch 2, 6 after_produce at batch 4, 7 before_commit at
+#: batch 5, 8 after_produce at batch 8.
+SIZES = {"2-kills": ((5, 6), 2000), "4-kills": ((5, 6, 7, 8), 4000)}
+MAX_OFFSETS = 400  # per micro-batch, so that the input makes ~8 (2,000 plain) or ~13 (4,000) batches
 
 
-def _input(bs: str) -> Counter:
-    """4,000 plain records and 9 transactions of 100 (every third aborted); returns the values
-    the output must hold, each once."""
-    plain = items(4000, PARTITIONS, "p")
+def _input(bs: str, plain_records: int) -> Counter:
+    """``plain_records`` plain records and 9 transactions of 100 (every third aborted); returns
+    the values the output must hold, each once."""
+    plain = items(plain_records, PARTITIONS, "p")
     produce(bs, "in", plain)
     want = Counter(v + b"!" for _, _, v in plain)
     p = txn_producer(bs, "input-generator")
@@ -61,24 +67,27 @@ def _input(bs: str) -> Counter:
     return want
 
 
-def _kills() -> list[tuple[str, int, float]]:
+def _kills(seeds: tuple[int, ...]) -> list[tuple[str, int, float]]:
     """(point, batch, downtime) of each seed's kill, in batch order."""
     out = []
-    for i, seed in enumerate(SEEDS):
+    for i, seed in enumerate(seeds):
         rng = random.Random(seed)
         point = rng.choice(("after_produce", "before_commit"))
         out.append((point, 1 + 2 * i + rng.randint(0, 1), rng.uniform(0.5, 1.5)))
     return out
 
 
-def test_query_progresses_after_broker_killed_between_produce_and_commit(broker, tmp_path) -> None:
+@pytest.mark.parametrize("size", ["2-kills", pytest.param("4-kills", marks=pytest.mark.long)])
+def test_query_progresses_after_broker_killed_between_produce_and_commit(broker, tmp_path, size: str) -> None:
     t0 = time.monotonic()
+    seeds, plain_records = SIZES[size]
     bs = broker.bootstrap
     create_topics(bs, {"in": PARTITIONS, "out": PARTITIONS})
-    want = _input(bs)
+    want = _input(bs, plain_records)
     ckpt, fault_dir = tmp_path / "ckpt", tmp_path / "faults"
     fault_dir.mkdir()
-    kills = _kills()
+    kills = _kills(seeds)
+    assert {point for point, _b, _d in kills} == {"after_produce", "before_commit"}
     spec = ",".join(f"{point}:pause@{b}" for point, b, _ in kills)
     d = Driver(bs, ckpt, tmp_path / "driver.log", trigger="continuous", max_offsets=MAX_OFFSETS,
                faults=spec, fault_dir=fault_dir, t0=t0)
