@@ -482,3 +482,84 @@ def test_a_broker_cut_from_postgresql_stops_answering_and_rejoins(pg_server, pg_
             writer._stop.set()
         proxy.unblock()
         _stop_all(brokers)
+
+
+# -- 3. a paused group coordinator resumes: no stale committed offset (the zombie of long run 11) --
+
+
+def _offset_fetch_frame(group: str, topic: str, corr: int) -> bytes:
+    from oncelog.protocol import framing
+
+    m = apis.message_module_classes(apis.OFFSET_FETCH, 7, False)
+    body = m["OffsetFetchRequest"](group_id=group, require_stable=True, topics=(
+        m["OffsetFetchRequestTopic"](name=topic, partition_indexes=(0,)),))
+    return framing.encode_request(apis.OFFSET_FETCH, 7, corr, "zombie-probe", body)
+
+
+def _offset_fetch_answer(c: ProtocolClient) -> tuple[int, int, int]:
+    """(top-level error, partition error, committed offset) of the OffsetFetch v7 answer on ``c``."""
+    from oncelog.protocol import framing
+
+    _corr, r = framing.decode_response(apis.OFFSET_FETCH, 7, c.recv_frame())
+    if not r.topics:  # a whole-request error (NOT_COORDINATOR) carries no topics
+        return int(r.error_code), -1, -1
+    p = r.topics[0].partitions[0]
+    return int(r.error_code), int(p.error_code), int(p.committed_offset)
+
+
+def test_a_paused_group_coordinator_answers_no_stale_offset_when_it_resumes(pg_dsn: str, tmp_path: Path) -> None:
+    """SIGSTOP the group coordinator past its session; the other broker takes the group and a
+    newer offset is committed there; an OffsetFetch that reached the paused broker meanwhile is
+    answered after SIGCONT. It must not be the old offset: the resumed broker's event loop reads
+    the queued request before its heartbeat runs, so without the lease check before every request
+    it answered from the group state it had when paused (long run 11: a copier rewound three
+    transactions and copied them again)."""
+    import os
+    import signal
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cluster_procs import brokers as cluster_brokers
+
+    with cluster_brokers(pg_dsn, tmp_path, SMALL, nodes=(1, 2)) as (b1, b2):
+        boot = _bootstrap([b1, b2])
+        topic = "zombie-offsets"
+        kc.create_topic("confluent", boot, topic, 1)
+        group = _pick(boot, 0, "zombie-group", lambda n: n == 1)
+
+        def commit(bootstrap: str, offset: int) -> None:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+            try:
+                for _ in range(60):  # bounded: the coordinator may be moving or loading
+                    try:
+                        c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+                        return
+                    except Exception:  # noqa: BLE001 - NOT_COORDINATOR / LOAD_IN_PROGRESS: again
+                        time.sleep(0.5)
+                raise AssertionError(f"commit of {offset} never succeeded")
+            finally:
+                c.close()
+
+        commit(b1.bootstrap, 5)
+        probe = ProtocolClient(b1.bootstrap)
+        try:
+            probe.send_raw(_offset_fetch_frame(group, topic, 1))
+            assert _offset_fetch_answer(probe) == (0, 0, 5)
+
+            os.kill(b1.pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while _coordinators(b2.bootstrap, 0, [group]).get(group) != 2:
+                    assert time.monotonic() < deadline, "broker 2 never took the group"
+                    time.sleep(0.2)
+                commit(b2.bootstrap, 9)
+                probe.send_raw(_offset_fetch_frame(group, topic, 2))  # queued at the paused broker
+            finally:
+                os.kill(b1.pid, signal.SIGCONT)
+            top, part, offset = _offset_fetch_answer(probe)
+        finally:
+            probe.close()
+        assert (top, part, offset) != (0, 0, 5), "the resumed broker answered the committed offset it had when paused"
+        assert top != 0 or part != 0 or offset == 9, (top, part, offset)
+        print(f"the resumed broker answered: error {top}/{part}, offset {offset}")
+        assert _committed(boot, group, topic, [0]) == [9]

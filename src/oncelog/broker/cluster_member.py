@@ -92,6 +92,8 @@ class ClusterMember:
         self._hinted: asyncio.Task[None] | None = None
         #: awaited after every metadata poll (and so after every notification): ACL reload (issue 18)
         self.after_poll: list[Callable[[], Awaitable[None]]] = []
+        #: True while the last view was applied with leave to lead (partitions may be open here)
+        self._leading = False
 
     # -- the control thread ----------------------------------------------------------------
 
@@ -178,6 +180,21 @@ class ClusterMember:
     def may_lead(self) -> bool:
         return self.session is not None and self.session.holds_lease()
 
+    def fence_if_lease_lapsed(self) -> None:
+        """Called before every request is handled: a broker whose own conservative lease has run
+        out (the process was paused, or its event loop or the store stalled, past the session
+        timeout) drops every leadership *now*, before it answers anything from them. Other
+        brokers may already lead its partitions and coordinators: a zombie must not answer a
+        stale committed offset (OffsetFetch), a stale fetch, or a coordinator request. After
+        SIGCONT the event loop serves the requests queued meanwhile before its heartbeat timer
+        runs, so the heartbeat alone comes too late (long run 11: a copier read an offset three
+        transactions old from its paused group coordinator and copied them again). One clock
+        read per request while the lease holds."""
+        if self._leading and not self.may_lead():
+            log.warning("node %d: lease lapsed (paused, or the store unreachable, past the session timeout); "
+                        "dropping every leadership before serving", self.node_id)
+            self._drop_leaderships()
+
     # -- membership -------------------------------------------------------------------------
 
     async def _register(self) -> None:
@@ -205,7 +222,8 @@ class ClusterMember:
 
     def _apply(self, view: ClusterView) -> None:
         self.view = view
-        self._on_change(view, self.may_lead())
+        self._leading = self.may_lead()
+        self._on_change(view, self._leading)
 
     def _drop_leaderships(self) -> None:
         """The session may be over: close every partition, and stop naming this broker in the
@@ -218,6 +236,7 @@ class ClusterMember:
         if self.node_id in view.live_ids:
             view = dataclasses.replace(view, brokers=tuple(b for b in view.brokers if b.node_id != self.node_id))
             self.view = view
+        self._leading = False
         self._on_change(view, False)
 
     async def _heartbeat(self) -> None:

@@ -68,6 +68,9 @@ class Dispatcher:
         except (framing.FrameError, KafkaError) as exc:
             raise CloseConnection(f"{exc} (from {client.peer})") from None
         error = 0
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is not None:  # cluster mode: a zombie answers nothing from its leaderships
+            cluster.fence_if_lease_lapsed()
         try:
             body = await handler(self.broker, request, client)
         except CloseConnection:
