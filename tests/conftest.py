@@ -104,13 +104,7 @@ def broker_factory(tmp_path: Path, request: pytest.FixtureRequest, _spare_broker
     if used_default and not during:
         _spare_broker.prepare()
     for b in started:
-        try:
-            code = b.stop()
-        except Exception:
-            b.kill()
-            raise
-        # A broker that crashes or hangs on SIGTERM fails the test that used it.
-        assert code == 0, f"broker exited with {code}; log:\n{b.log_tail()}"
+        _stop_cleanly(b)
 
 
 @pytest.fixture
@@ -127,6 +121,12 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     b = BrokerProcess(tmp_path_factory.mktemp("module-broker") / "broker", overrides=dict(TEST_OVERRIDES))
     b.start()
     yield b
+    _stop_cleanly(b)
+
+
+def _stop_cleanly(b: BrokerProcess) -> None:
+    """Stop ``b`` with SIGTERM (SIGKILL if that fails): a broker that crashes or hangs on SIGTERM
+    fails the test that used it."""
     try:
         code = b.stop()
     except Exception:

@@ -130,11 +130,20 @@ def _hold_after_commit(part: Partition) -> dict:
     return gate
 
 
-async def _submitted(gate: dict) -> None:
-    """Wait (bounded: 1 s) until the held append has been handed to the store."""
+def _txn_batch() -> bytes:
+    """Three records of producer PID's transaction, sequence 0."""
+    return R.build_batch([(None, b"t%d" % i, ()) for i in range(3)], timestamp_ms=1_000, producer_id=PID,
+                         producer_epoch=0, base_sequence=0, transactional=True)
+
+
+async def _held_append(part: Partition, batch: bytes) -> tuple[dict, "asyncio.Future"]:
+    """Start appending ``batch`` with the engine's answer held back (``_hold_after_commit``);
+    returns once the append has been handed to the store (bounded: 1 s)."""
+    gate = _hold_after_commit(part)
+    task = asyncio.ensure_future(part.append_validated_async(batch, R.parse_header(batch), 1_000))
     for _ in range(1000):
         if "committed" in gate:
-            return
+            return gate, task
         await asyncio.sleep(0.001)
     raise AssertionError("the append never reached the engine")
 
@@ -148,13 +157,10 @@ def test_a_committed_transactional_batch_is_not_stable_before_its_transaction_is
     store = Store(pg_dsn)
     try:
         part = Partition.recover(TP, store.lead("orders"), tmp_path, CONFIG)
-        txn = R.build_batch([(None, b"t%d" % i, ()) for i in range(3)], timestamp_ms=1_000, producer_id=PID,
-                            producer_epoch=0, base_sequence=0, transactional=True)
+        txn = _txn_batch()
 
         async def go() -> None:
-            gate = _hold_after_commit(part)
-            task = asyncio.ensure_future(part.append_validated_async(txn, R.parse_header(txn), 1_000))
-            await _submitted(gate)
+            gate, task = await _held_append(part, txn)
             await asyncio.wrap_future(gate["committed"])
             assert part.log.log_end_offset == 3, "the batch is in the store"
             assert (part.high_watermark, part.last_stable_offset) == (0, 0)
@@ -175,13 +181,10 @@ def test_a_cancelled_caller_does_not_leave_the_producer_state_behind_the_store(p
     store = Store(pg_dsn)
     try:
         part = Partition.recover(TP, store.lead("orders"), tmp_path, CONFIG)
-        txn = R.build_batch([(None, b"t%d" % i, ()) for i in range(3)], timestamp_ms=1_000, producer_id=PID,
-                            producer_epoch=0, base_sequence=0, transactional=True)
+        txn = _txn_batch()
 
         async def go() -> None:
-            gate = _hold_after_commit(part)
-            task = asyncio.ensure_future(part.append_validated_async(txn, R.parse_header(txn), 1_000))
-            await _submitted(gate)
+            gate, task = await _held_append(part, txn)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
