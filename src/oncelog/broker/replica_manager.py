@@ -14,6 +14,16 @@ the directories (topic ids from ``partition.metadata``; configs are lost, so reb
 every record: ``retention.ms=-1``), and a warning says so. A topics.json that does not parse
 stops the start with a clear message.
 
+A creation is durable only once complete (issue 26 row 10): CreateTopics and CreatePartitions
+open every new partition (directory, ``partition.metadata``, segment and indexes) first and
+write topics.json last, so a SIGKILL in between leaves directories of no known topic, never a
+topic whose partitions cannot be opened. On the next start such a directory whose log holds no
+record (what an interrupted creation leaves) is removed with a warning; one with records is
+set aside as a stray, as above. A start that cannot open the partitions topics.json names (out
+of descriptors: a hard limit lowered below what the topics need) stops with one line saying
+how many partitions it needs and which limit to raise, as Kafka stops when its log directory
+fails to load.
+
 A stored topic config that is no longer valid is ignored with an error line (its broker default
 applies); a topic config is validated completely before anything is written, so a refused
 CreateTopics leaves nothing behind. Many topics created at once (Metadata auto-creation,
@@ -24,6 +34,7 @@ Single-threaded: called only from the broker's event loop.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -38,6 +49,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs
 from oncelog.broker.partition import Partition
 from oncelog.clock import Clock
+from oncelog.faults import CrashPoints
 from oncelog.protocol.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -120,6 +132,9 @@ class ReplicaManager:
         self.awaiting_metadata = False
         #: the broker's dynamic configs (AlterConfigs on a BROKER resource), loaded by ``open``
         self.dynamic = DynamicBrokerConfigs(self.data_dir / "dynamic-broker-configs.json", config.node_id)
+        #: fault injection (faults.py): ``create_topics.partition_opened`` fires once the first
+        #: partition of a (not internal) topic being created is open
+        self.crash = CrashPoints()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -147,11 +162,27 @@ class ReplicaManager:
             self.topics[meta.name] = meta
             self._by_id[meta.topic_id] = meta
         now = self.clock.now_ms()
+        needed = sum(m.num_partitions for m in self.topics.values())
+        opened = 0
         for meta in self.topics.values():
             for p in range(meta.num_partitions):
-                self._open_partition(meta, p, now)
+                try:
+                    self._open_partition(meta, p, now)
+                except OSError as exc:
+                    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                        raise
+                    self.close()
+                    raise KafkaStorageError(
+                        f"out of file descriptors after opening {opened} of the {needed} partitions of "
+                        f"{meta_file} ({exc.strerror}, at {meta.name}-{p}): each partition keeps 3 open; "
+                        f"raise the hard open-files limit (ulimit -Hn, LimitNOFILE=) above "
+                        f"{3 * needed} + connections, or start with fewer topics"
+                    ) from None
+                opened += 1
         self._set_aside_strays(dirs, now)
-        if not meta_file.exists() and metas:
+        if not meta_file.exists():
+            # Written even when empty: a later creation interrupted by a crash then leaves
+            # directories of no known topic, never a data directory to rebuild a topic list from.
             self._persist()
 
     def _partition_dirs(self) -> dict[tuple[str, int], Path]:
@@ -185,6 +216,12 @@ class ReplicaManager:
         for (topic, p), path in dirs.items():
             meta = self.topics.get(topic)
             if meta is not None and p < meta.num_partitions:
+                continue
+            if _holds_no_record(path):
+                # What a creation interrupted by a crash leaves (topics.json is written last).
+                log.warning("partition directory %s belongs to no known topic and holds no record (a topic "
+                            "creation interrupted by a crash); removed", path)
+                shutil.rmtree(path, ignore_errors=True)
                 continue
             target = path.with_name(f"{path.name}.{now_ms}-stray")
             log.warning("partition directory %s belongs to no known topic; kept as %s (remove it by hand "
@@ -235,10 +272,11 @@ class ReplicaManager:
 
     def create_topics(self, new: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicMeta | KafkaError]:
         """Create topics; one result per request, in order: the topic, or the error that refused
-        it. Everything is validated before anything is written; topics.json is written once for
-        the whole list, before the partitions' directories are made. A topic whose partitions
-        cannot be opened (out of descriptors or disk) is undone completely: each topic is either
-        fully there or absent."""
+        it. Everything is validated before anything is written. Every new partition is opened
+        first; topics.json is written last, once for the whole list, so a creation is durable
+        only once complete (a crash before leaves directories that the next start removes). A
+        topic whose partitions cannot be opened (out of descriptors or disk) is undone
+        completely: each topic is either fully there or absent."""
         results: list[TopicMeta | KafkaError] = []
         valid: list[TopicMeta] = []
         for t in new:
@@ -253,36 +291,37 @@ class ReplicaManager:
             valid.append(meta)
         if validate_only or not valid:
             return results
-        for meta in valid:
-            self.topics[meta.name] = meta
-            self._by_id[meta.topic_id] = meta
-        try:
-            self._persist()
-        except OSError as exc:
-            for meta in valid:
-                self._forget(meta)
-            log.error("creating %d topic(s) failed: %s", len(valid), exc)
-            return [KafkaStorageError(f"cannot create topic {r.name!r}: {exc}") if isinstance(r, TopicMeta) else r
-                    for r in results]
         now = self.clock.now_ms()
         failed: dict[str, KafkaError] = {}
+        opened: list[TopicMeta] = []
         for meta in valid:
             try:
                 for p in range(meta.num_partitions):
                     self._open_partition(meta, p, now)
+                    if p == 0 and not meta.internal:
+                        self.crash.reached("create_topics.partition_opened")
             except (OSError, KafkaError) as exc:
                 # Out of descriptors or disk: undo, so the topic is either fully there or absent.
                 log.error("creating topic %s failed: %s; rolling back", meta.name, exc)
                 self._close_created(meta)
-                self._forget(meta)
                 failed[meta.name] = KafkaStorageError(f"cannot create topic {meta.name!r}: {exc}")
                 continue
-            log.info("created topic %s with %d partitions", meta.name, meta.num_partitions)
-        if failed:
+            opened.append(meta)
+        if opened:
+            for meta in opened:
+                self.topics[meta.name] = meta
+                self._by_id[meta.topic_id] = meta
             try:
-                self._persist()
-            except OSError:
-                log.exception("writing topics.json while rolling back %d topic(s) failed", len(failed))
+                self._persist()  # last: from here on the topics are durable
+            except OSError as exc:
+                log.error("creating %d topic(s) failed: %s; rolling back", len(opened), exc)
+                for meta in opened:
+                    self._forget(meta)
+                    self._close_created(meta)
+                    failed[meta.name] = KafkaStorageError(f"cannot create topic {meta.name!r}: {exc}")
+            else:
+                for meta in opened:
+                    log.info("created topic %s with %d partitions", meta.name, meta.num_partitions)
         return [failed.get(r.name, r) if isinstance(r, TopicMeta) else r for r in results]
 
     def _new_topic_meta(self, t: NewTopic, max_replication_factor: int = 1) -> TopicMeta:
@@ -335,37 +374,32 @@ class ReplicaManager:
         return meta
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicMeta:
-        """Grow the topic ``name`` to ``count`` partitions (embedded mode): topics.json is
-        written first with the new count, then the new partitions are opened; if opening fails
-        (out of descriptors or disk) the count is put back and what was opened is closed, so the
-        topic keeps its old partitions only. Raises what ``check_partition_increase`` raises,
-        KafkaStorageError."""
+        """Grow the topic ``name`` to ``count`` partitions (embedded mode): the new partitions
+        are opened first, then topics.json is written with the new count (so the growth is
+        durable only once complete); if opening or writing fails (out of descriptors or disk)
+        what was opened is closed and removed, so the topic keeps its old partitions only.
+        Raises what ``check_partition_increase`` raises, KafkaStorageError."""
         meta = self.check_partition_increase(name, count)
         if validate_only:
             return meta
         old = meta.num_partitions
-        meta.num_partitions = count
-        try:
-            self._persist()
-        except OSError as exc:
-            meta.num_partitions = old
-            raise KafkaStorageError(f"cannot grow topic {name!r}: {exc}") from None
         now = self.clock.now_ms()
         try:
             for p in range(old, count):
                 self._open_partition(meta, p, now)
+            meta.num_partitions = count
+            self._persist()  # last: from here on the growth is durable
         except (OSError, KafkaError) as exc:
             log.error("growing topic %s to %d partitions failed: %s; rolling back", name, count, exc)
+            meta.num_partitions = old
             for p in range(old, count):
                 part = self.partitions.pop(TopicPartition(name, p), None)
                 if part is not None:
-                    part.close()
+                    try:
+                        part.close()
+                    except (OSError, KafkaStorageError):
+                        log.exception("closing %s-%d while rolling back failed", name, p)
                 shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
-            meta.num_partitions = old
-            try:
-                self._persist()
-            except OSError:
-                log.exception("writing topics.json while rolling back topic %s failed", name)
             raise KafkaStorageError(f"cannot grow topic {name!r}: {exc}") from None
         log.info("topic %s grown from %d to %d partitions", name, old, count)
         return meta
@@ -544,3 +578,12 @@ def _read_topic_id(path: Path | None) -> uuid.UUID | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def _holds_no_record(path: Path) -> bool:
+    """Whether the partition directory ``path`` holds no record: every segment file is empty
+    (what a creation interrupted before topics.json names it leaves)."""
+    try:
+        return all(f.stat().st_size == 0 for f in path.glob("*.log"))
+    except OSError:
+        return False
