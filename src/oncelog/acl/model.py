@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass
 
 from oncelog.protocol.errors import InvalidRequest
+from oncelog.storable import unstorable
 
 __all__ = [
     "AclBinding", "AclFilter", "AclOperation", "CLUSTER_NAME", "PatternType", "PermissionType", "ResourceType",
@@ -149,6 +150,10 @@ class AclBinding:
             raise InvalidRequest(f"invalid principal {self.principal!r} (expected Type:name, e.g. User:alice)")
         if not self.host:
             raise InvalidRequest("host must not be empty (use * for every host)")
+        for what, value in (("resource name", self.name), ("principal", self.principal), ("host", self.host)):
+            why = unstorable(value)
+            if why is not None:
+                raise InvalidRequest(f"the ACL's {what} {why}")
 
     def to_json(self) -> list[object]:
         return [int(self.resource_type), self.name, int(self.pattern_type), self.principal, self.host,

@@ -18,6 +18,7 @@ from oncelog.broker.auth.credentials import CredentialStore, ScramCredential
 from oncelog.cluster import credentials as store_credentials
 from oncelog.cluster.connection import StoreConnection
 from oncelog.protocol.errors import ErrorCode
+from oncelog.storable import unstorable
 
 __all__ = ["StoreUserCredentials", "alter", "load"]
 
@@ -36,11 +37,22 @@ def alter(conn: Any, deletions: list[tuple[str, int]], upsertions: list[tuple[st
           ) -> dict[str, tuple[ErrorCode, str | None]]:
     """AlterUserScramCredentials on the store, in one transaction under the table lock, with the
     embedded store's validation (``CredentialStore.alter``): each user whose alteration
-    succeeded has its rows replaced. Used by the broker and by ``oncelog users --store``."""
+    succeeded has its rows replaced. Used by the broker and by ``oncelog users --store``.
+    A user name the store cannot hold (a NUL character, storable.py) answers
+    UNACCEPTABLE_CREDENTIAL for that user and never reaches the store (issue 26 row 11)."""
+    refused: dict[str, tuple[ErrorCode, str | None]] = {}
+    for user in [d[0] for d in deletions] + [u[0] for u in upsertions]:
+        why = unstorable(user)
+        if why is not None:
+            refused[user] = (ErrorCode.unacceptable_credential, f"the user name {why}")
+    order = list(dict.fromkeys([d[0] for d in deletions] + [u[0] for u in upsertions]))
+    deletions = [d for d in deletions if d[0] not in refused]
+    upsertions = [u for u in upsertions if u[0] not in refused]
     with conn.transaction():
         store_credentials.lock(conn)
         store = load(conn)
-        results = store.alter(deletions, upsertions)
+        results = store.alter(deletions, upsertions) if deletions or upsertions else {}
+        results = {user: refused[user] if user in refused else results[user] for user in order}
         for user, (code, _) in results.items():
             if code == ErrorCode.none:
                 store_credentials.replace_user(conn, user, [

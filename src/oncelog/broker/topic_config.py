@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import InvalidConfig
+from oncelog.storable import unstorable
 from oncelog.storage.log import LogConfig
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,11 @@ def _parse_bool(raw: str) -> str:
 
 
 def normalize(d: TopicConfigDef, raw: str) -> str:
-    """The value of ``d`` as stored and described; raises ValueError when ``raw`` is invalid."""
+    """The value of ``d`` as stored and described; raises ValueError when ``raw`` is invalid
+    (a NUL character or a lone surrogate included: no store can keep it, storable.py)."""
+    why = unstorable(raw)
+    if why is not None:
+        raise ValueError(f"the value {why}")
     t = d.type
     if t is ConfigType.BOOLEAN:
         return _parse_bool(raw)
