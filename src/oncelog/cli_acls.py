@@ -47,6 +47,12 @@ _fail = fail
 def _target(bootstrap: Optional[str], data_dir: Optional[Path], store: Optional[str] = None) -> WireAcls | FileAcls:
     if sum(x is not None for x in (bootstrap, data_dir, store)) > 1:
         raise AclsError("give one of --bootstrap-server, --data-dir, --store")
+    if store is not None:
+        from oncelog.cluster import missing_driver
+
+        missing = missing_driver()
+        if missing is not None:
+            raise AclsError(missing)
     if data_dir is not None or store is not None:
         return FileAcls(data_dir, store)
     return WireAcls(bootstrap or "127.0.0.1:9092")

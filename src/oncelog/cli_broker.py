@@ -148,6 +148,14 @@ def run_broker(data_dir: Path, listen: str = "127.0.0.1:9092", config: Optional[
         cfg = dataclasses.replace(cfg, node_id=node_id)
     if store is not None and not store.startswith(("postgresql://", "postgres://")):
         _refuse(f"[red]--store {store!r}: expected postgresql://USER@HOST:PORT/DB[/red]")
+    if store is not None:
+        from oncelog.cluster import missing_driver
+
+        missing = missing_driver()
+        if missing is not None:  # one line, not ModuleNotFoundError's traceback (issue 26)
+            from rich.markup import escape
+
+            _refuse(f"[red]{escape(missing)}[/red]")
     _raise_open_files_limit()
     try:
         b = Broker(cfg, store=store)  # listeners, TLS keys and SASL settings are checked here (issue 18)

@@ -48,5 +48,7 @@ def fail(message: str, as_json: bool = False, code: int = 1) -> None:
     if as_json:
         emit_json({"error": message})
     else:
-        console.print(f"[red]{message}[/red]", highlight=False)
+        from rich.markup import escape
+
+        console.print(f"[red]{escape(message)}[/red]", highlight=False)  # a message's own [..] stays text
     raise typer.Exit(code)

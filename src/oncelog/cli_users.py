@@ -53,6 +53,12 @@ def _target(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[
         _fail("give exactly one of --data-dir, --bootstrap-server, --store", as_json, 2)
     if store is not None and not store.startswith(("postgresql://", "postgres://")):
         _fail(f"--store {store!r}: expected postgresql://USER@HOST:PORT/DB", as_json, 2)
+    if store is not None:
+        from oncelog.cluster import missing_driver
+
+        missing = missing_driver()
+        if missing is not None:
+            _fail(missing, as_json, 2)
 
 
 def _store_conn(store: str):  # type: ignore[no-untyped-def]

@@ -8,3 +8,18 @@ database transaction, ``pg_log`` is the partition log (storage engine) on top of
 who should lead what (pure), ``leadership.rebalance`` applies it with bumped epochs, ``topics``
 keeps the topics' metadata.
 """
+
+#: what a command with ``--store`` says when psycopg (the ``cluster`` extra) is not installed
+#: (short: one line on an 80-column terminal)
+MISSING_DRIVER = "--store needs psycopg, not installed: pip install 'oncelog[cluster]'"
+
+
+def missing_driver() -> str | None:
+    """``MISSING_DRIVER`` when psycopg cannot be imported, else None (nothing is imported)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("psycopg") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else MISSING_DRIVER
