@@ -18,7 +18,9 @@ __all__ = ["NOTES", "render"]
 
 #: Kafka 4.0 removed these ZooKeeper-era inter-broker APIs (KIP-500); kio has no schema for them.
 _REMOVED = {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata", 7: "controlled_shutdown"}
-_NO_SECURITY = "not served: oncelog has no authentication or authorizer (PLAINTEXT listener only)"
+#: Kafka serves these and answers DELEGATION_TOKEN_AUTH_DISABLED without delegation.token.secret.key
+_NO_TOKENS = ("not served: delegation tokens (KIP-48) are not implemented (no token store, no SCRAM tokenauth "
+              "logins); clients log in as SASL/PLAIN or SCRAM users (docs/SECURITY.md)")
 _KRAFT_INTERNAL = "not served: KRaft controller/inter-broker API; oncelog has no Raft quorum (metadata is local or in PostgreSQL)"
 _SHARE = "not served: share groups (KIP-932) are not implemented"
 _STREAMS = "not served: the streams rebalance protocol (KIP-1071) is not implemented"
@@ -27,7 +29,7 @@ NOTES: dict[int, str] = {
     0: "magic-2 record batches appended to the partition log; idempotence and transactions (acks 0/1/all); v12: transactions version 2, the leader adds the partition (KIP-890 part 2); v13 (topic ids) not yet",
     1: "whole batches from the log by sendfile(2); long poll; read_committed; v13+ topics by id (UNKNOWN_TOPIC_ID); no fetch sessions (session id 0)",
     2: "earliest/latest/by time; -3 MAX_TIMESTAMP finds the record inside its batch; -4 = log start, -5/-6 = -1 (no tiered storage)",
-    3: "brokers, controller (lowest live id), topics with ids; auto-creation; authorized operations when asked (all: no authorizer)",
+    3: "brokers, controller (lowest live id), topics with ids; auto-creation; authorized operations when asked (from the ACLs; all without an authorizer)",
     4: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
     5: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
     6: "removed in Kafka 4.0 (ZooKeeper-era inter-broker API)",
@@ -62,10 +64,10 @@ NOTES: dict[int, str] = {
     35: "the data directory with each partition's size and offset lag 0 (cluster mode: the partitions led here, sizes from the store)",
     36: "served (issue 18): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; re-authentication (KIP-368) with connections.max.reauth.ms",
     37: "grows a live topic (embedded: topics.json + new logs; cluster: one store transaction + rebalance); internal topics refused",
-    38: _NO_SECURITY,
-    39: _NO_SECURITY,
-    40: _NO_SECURITY,
-    41: _NO_SECURITY,
+    38: _NO_TOKENS,
+    39: _NO_TOKENS,
+    40: _NO_TOKENS,
+    41: _NO_TOKENS,
     42: "deletes empty groups",
     43: "preferred/unclean: ELECTION_NOT_NEEDED per partition (embedded); cluster mode runs a rebalance and answers per partition",
     44: "topic and broker configs: see COMPATIBILITY-configs.md",
