@@ -1,5 +1,5 @@
 # oncelog — `make demo` runs the main job, `make test` the whole test suite.
-# Both create .venv and install what they need by themselves.
+# Both create .venv and install what they need by themselves (system packages: scripts/system-deps.sh).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.installed
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
+	@PYTHON=$(PYTHON) scripts/system-deps.sh build
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "oncelog needs Python 3.11+"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -18,19 +19,24 @@ $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 	@touch $(STAMP)
 
 demo: $(STAMP)
+	@scripts/system-deps.sh java
 	$(PY) -m oncelog_tools.demo
 
 # Cluster mode (issue 15): PostgreSQL on loopback + 3 brokers; prints the bootstrap string.
 cluster: $(STAMP)
+	@scripts/system-deps.sh postgresql
 	$(PY) -m pip install --quiet -e '.[cluster]'
 	$(PY) -m oncelog_tools.cluster
 
+# System packages first (scripts/system-deps.sh: Java, PostgreSQL, Chromium; silent when present).
 test: $(STAMP)
+	@scripts/system-deps.sh test
 	$(PY) -m pytest -q --durations=25
 
 # The full-size fault and fuzz runs (marker `long`) that `make test` leaves out: their smaller
 # versions are in `make test`; these take minutes each (docs/RELIABILITY.md "Test sizes").
 test-long: $(STAMP)
+	@scripts/system-deps.sh test
 	$(PY) -m pytest -q --durations=25 -m long
 
 # Unit tests only: seconds, no broker processes.
@@ -45,6 +51,7 @@ bench: $(STAMP)
 # Cluster mode (issue 15): 1 and 3 brokers on PostgreSQL (and Tansu on PostgreSQL), failover
 # under SIGKILL, and what PostgreSQL carries (docs/PERFORMANCE.md "Cluster mode", docs/SCALING.md).
 bench-cluster: $(STAMP)
+	@scripts/system-deps.sh postgresql
 	$(PY) -m pip install --quiet -e '.[test,bench,cluster]'
 	$(PY) -m bench --cluster
 	$(PY) -m bench --cluster-failover --kills 10 --session-ms 2000 --heartbeat-ms 400
