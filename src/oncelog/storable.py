@@ -8,7 +8,10 @@ and empty results or KAFKA_STORAGE_ERROR for the whole request. Kafka keeps thes
 own metadata records, where any Java string fits; oncelog refuses them in both modes alike (an
 ACL or config accepted by an embedded broker must also be accepted in cluster mode), each
 caller with the per-resource error code of its request: INVALID_REQUEST for an ACL binding,
-INVALID_CONFIG for a config value, UNACCEPTABLE_CREDENTIAL for a SCRAM user name. Wire strings
+INVALID_CONFIG for a config value, UNACCEPTABLE_CREDENTIAL for a SCRAM user name (such a user
+could never log in anyway: SCRAM's saslname excludes NUL, RFC 5802, and PLAIN uses NUL as its
+separator). Group ids and transactional ids are kept inside records, as bytes, and need no
+check. Wire strings
 are decoded strictly (protocol/framing.py), so over the protocol only NUL can arrive.
 """
 
