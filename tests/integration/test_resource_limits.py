@@ -162,6 +162,45 @@ def test_sigkill_during_a_creation_beyond_the_limit_never_bricks_the_data_dir(tm
     assert not [p for p in data.iterdir() if p.name.startswith("too-big-")]
 
 
+
+def test_sigkill_while_growing_a_topic_beyond_the_limit_never_bricks_the_data_dir(tmp_path: Path) -> None:
+    """CreatePartitions, as CreateTopics above: before, topics.json had the new partition count
+    before the new partitions were opened, so a SIGKILL while growing beyond the descriptor
+    limit left a count no later start could open. Now the count is written last."""
+    import socket
+
+    data = tmp_path / "broker"
+    b = LimitedBroker(data, overrides={"group.initial.rebalance.delay.ms": "0"})
+    b.start(timeout=60)
+    try:
+        assert create_raw(b.bootstrap, "grows", 2) == ErrorCode.none
+    finally:
+        assert b.stop() == 0, b.log_tail()
+    killed = LimitedBroker(data, port=b.port, overrides={"group.initial.rebalance.delay.ms": "0"},
+                           env={"ONCELOG_CRASH_POINT": "create_partitions.partition_opened"})
+    killed.start(timeout=60)
+    try:
+        try:
+            with ProtocolClient(killed.bootstrap, timeout=60) as c:
+                m = c.classes(apis.CREATE_PARTITIONS, 3)
+                c.request(apis.CREATE_PARTITIONS, make(m["CreatePartitionsRequest"], topics=(
+                    make(m["CreatePartitionsTopic"], name="grows", count=102, assignments=None),),
+                    timeout=datetime.timedelta(seconds=30), validate_only=False), version=3)
+        except (OSError, EOFError, socket.timeout, ConnectionError):
+            pass  # the broker was killed mid-request
+        assert killed.proc is not None
+        assert killed.proc.wait(timeout=30) == -9, "the fault point did not kill the broker"
+    finally:
+        killed.kill()
+    again = LimitedBroker(data, port=b.port, overrides={"group.initial.rebalance.delay.ms": "0"})
+    again.start(timeout=60)  # before: "broker exited with 1 ... Too many open files"
+    try:
+        acked = produce("confluent", again.bootstrap, "grows", [(i % 2, None, b"v%d" % i) for i in range(20)])
+        assert len(acked) == 20
+    finally:
+        assert again.stop() == 0, again.log_tail()
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("grows-")) == ["grows-0", "grows-1"]
+
 def test_a_start_short_of_descriptors_for_its_topics_stops_with_one_clear_line(tmp_path: Path) -> None:
     """Topics created under a higher limit, the broker started again under a lower one: as Kafka
     (its log directory fails to load and the broker stops) the start is refused, but with one

@@ -133,7 +133,8 @@ class ReplicaManager:
         #: the broker's dynamic configs (AlterConfigs on a BROKER resource), loaded by ``open``
         self.dynamic = DynamicBrokerConfigs(self.data_dir / "dynamic-broker-configs.json", config.node_id)
         #: fault injection (faults.py): ``create_topics.partition_opened`` fires once the first
-        #: partition of a (not internal) topic being created is open
+        #: partition of a (not internal) topic being created is open, ``create_partitions.
+        #: partition_opened`` once the first new partition of a growing topic is
         self.crash = CrashPoints()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -387,6 +388,8 @@ class ReplicaManager:
         try:
             for p in range(old, count):
                 self._open_partition(meta, p, now)
+                if p == old:
+                    self.crash.reached("create_partitions.partition_opened")
             meta.num_partitions = count
             self._persist()  # last: from here on the growth is durable
         except (OSError, KafkaError) as exc:
