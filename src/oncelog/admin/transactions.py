@@ -13,6 +13,15 @@ the partition, or belongs to another producer id or epoch, or when it has been o
 the maximum transaction timeout (a coordinator would have aborted it by then). Each result
 carries the reason and the arguments ``oncelog transactions abort`` takes.
 
+An admin abort never tears a live transaction (issue 26 row 6). A marker written behind a live
+transaction's coordinator aborts the records written so far while the producer goes on: its
+later records on that partition start a new transaction there, its commit commits them, and
+read_committed readers see the transaction without its first records. So ``abort_at`` and
+``abort_producer`` (the only two ways, shared by ``oncelog transactions abort`` and the web
+console) abort only what ``find_hanging`` says hangs on that partition, by the same
+``hanging_reason``, and refuse anything else with ``NotHanging``; only ``force=True`` (the
+CLI's ``--force``, never the console) skips that check.
+
 Every result type is a frozen dataclass with ``to_json()`` (plain dicts, for ``--json``).
 """
 
@@ -97,6 +106,11 @@ class Hanging:
     def to_json(self) -> dict[str, Any]:
         return {**self.producer.to_json(), "transactional_id": self.transactional_id, "reason": self.reason,
                 "abort_args": list(self.abort_args)}
+
+
+class NotHanging(Exception):
+    """An abort refused because the transaction is not hanging: its coordinator knows it and
+    will end it (aborting it behind the coordinator's back would tear it)."""
 
 
 def abort_args(p: Producer) -> tuple[str, ...]:
@@ -379,20 +393,67 @@ class TransactionsAdmin:
                 return p
         raise LookupError(f"no open transaction starts at offset {start_offset} on {topic}-{partition}")
 
-    def abort_at(self, topic: str, partition: int, start_offset: int) -> Producer:
-        """Abort the open transaction that starts at ``start_offset`` on ``topic-partition``, as
-        Kafka's ``abort --start-offset`` does: look up its producer (``producer_at``), then write
-        the ABORT marker (``abort``). Returns the producer whose transaction was aborted. Raises
-        LookupError when no open transaction starts there, or the KafkaError the leader answered.
-        ``oncelog transactions abort --start-offset`` and the web console's abort button both
-        call this."""
-        p = self.producer_at(topic, partition, start_offset)
+    def hanging_at(self, topic: str, partition: int, now_ms: int, *, max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS,
+                   start_offset: int | None = None, producer_id: int | None = None) -> Hanging:
+        """The hanging transaction on ``topic-partition`` that starts at ``start_offset`` (or
+        belongs to ``producer_id``), by ``find_hanging``'s definition. Raises LookupError when
+        no open transaction is there, NotHanging when there is one but it is not hanging (with
+        why), or the KafkaError that kept find-hanging from deciding."""
+        found, errors = self.find_hanging(now_ms, topic=topic, partition=partition, max_timeout_ms=max_timeout_ms)
+        if errors:
+            raise error_for(ErrorCode[next(iter(errors.values())).lower()], f"{topic}-{partition}")
+
+        def matches(p: Producer) -> bool:
+            return (start_offset is None or p.current_txn_start_offset == start_offset) and \
+                (producer_id is None or p.producer_id == producer_id)
+
+        for h in found:
+            if matches(h.producer):
+                return h
+        where = f"at offset {start_offset}" if start_offset is not None else f"of producer {producer_id}"
+        producers, _ = self.producers(topic, partition)
+        live = [p for p in producers if p.current_txn_start_offset >= 0 and matches(p)]
+        if not live:
+            raise LookupError(f"no open transaction {'starts' if start_offset is not None else 'is'} {where} "
+                              f"on {topic}-{partition}")
+        p = live[0]
+        raise NotHanging(f"the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
+                         f"{topic}-{partition} starting at offset {p.current_txn_start_offset} is not hanging: its "
+                         f"coordinator knows it and will end it (commit or abort, or abort it on timeout), and it has "
+                         f"not been open longer than the maximum transaction timeout {max_timeout_ms // 1000} s. "
+                         f"Aborting it here would tear it (its producer's commit would commit only its later records)")
+
+    def abort_at(self, topic: str, partition: int, start_offset: int, *, now_ms: int | None = None,
+                 max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, force: bool = False) -> Producer:
+        """Abort the HANGING transaction that starts at ``start_offset`` on ``topic-partition``
+        (``hanging_at``: find-hanging's definition, with ``max_timeout_ms`` and the wall clock
+        ``now_ms``), as Kafka's ``abort --start-offset`` looks it up, then write the ABORT
+        marker (``abort``). Returns the producer whose transaction was aborted. Raises
+        LookupError when no open transaction starts there, NotHanging when it is live, or the
+        KafkaError the leader answered. ``force``: skip the hanging check (the CLI's
+        ``--force``: may tear a live transaction). ``oncelog transactions abort --start-offset``
+        and the web console's abort button (never forced) both call this."""
+        if force:
+            p = self.producer_at(topic, partition, start_offset)
+        else:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            p = self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, start_offset=start_offset).producer
         self.abort(topic, partition, p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
         return p
 
+    def abort_producer(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int, *, now_ms: int | None = None,
+                       max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, force: bool = False) -> None:
+        """``abort`` with the producer named (the CLI's ``--producer-id``), after the same check
+        as ``abort_at``: the producer's open transaction there must be hanging unless ``force``."""
+        if not force:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, producer_id=producer_id)
+        self.abort(topic, partition, producer_id, producer_epoch, coordinator_epoch)
+
     def abort(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:
-        """Write an ABORT marker for the producer's open transaction at the partition's leader
+        """UNCHECKED: use ``abort_at`` or ``abort_producer``. Write an ABORT marker for the producer's open transaction at the partition's leader
         (idempotent: nothing is written when the producer has no open transaction there).
         Raises the KafkaError the leader answered."""
         leader = self.leaders(topic).get((topic, partition))
