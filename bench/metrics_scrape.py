@@ -105,8 +105,8 @@ def main() -> None:
                 b.start(timeout=120)
                 t = time.monotonic()
                 make_partitions(b.bootstrap, args.partitions)
-                for f in AdminClient({"bootstrap.servers": b.bootstrap}).create_topics(
-                        [NewTopic("lat", num_partitions=1, replication_factor=1)]).values():
+                admin = AdminClient({"bootstrap.servers": b.bootstrap})
+                for f in admin.create_topics([NewTopic("lat", num_partitions=1, replication_factor=1)]).values():
                     f.result()
                 print(f"{name}: {args.partitions} partitions created in {time.monotonic() - t:.0f} s", flush=True)
                 p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "acks": 1, "log_level": 0})
@@ -122,7 +122,10 @@ def main() -> None:
             load_after = os.getloadavg()
         finally:
             for b, _addr in variants.values():
-                b.stop()
+                try:
+                    b.stop(timeout=120)
+                except subprocess.TimeoutExpired:
+                    b.kill()
     print(f"\n{args.partitions} partitions, {args.samples} produce round trips per phase (acks=1, one record each); "
           f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
     print("| broker | scrapers | produce p50 (ms) | p99 (ms) | max (ms) | scrapes answered |")

@@ -154,14 +154,16 @@ def abort(
     coordinator_epoch: Optional[int] = typer.Option(None, "--coordinator-epoch"),
     max_timeout_ms: int = typer.Option(DEFAULT_MAX_TXN_TIMEOUT_MS, "--max-transaction-timeout",
                                        help="transaction.max.timeout.ms of the brokers (ms), as find-hanging"),
-    force: bool = typer.Option(False, "--force", help="DANGER: abort even a transaction that is not hanging. A live "
-                               "transaction is torn: its producer's commit then commits only its later records "
-                               "(docs/TRANSACTIONS.md)"),
+    force: bool = typer.Option(False, "--force", help="also abort a transaction that is NOT hanging: a live one is "
+                               "aborted whole through its coordinator and its producer FENCED (its next request and "
+                               "commit fail with PRODUCER_FENCED; the application must restart it); when the "
+                               "coordinators cannot be asked, the bare marker is written, which can tear a live "
+                               "transaction (docs/TRANSACTIONS.md)"),
     bootstrap: str = BOOTSTRAP,
     as_json: bool = JSON,
 ) -> None:
     """Abort a HANGING transaction on one partition (as find-hanging says): write an ABORT marker at
-    its leader. A transaction that is not hanging is refused unless --force."""
+    its leader. A transaction that is not hanging is refused unless --force (see its help)."""
     now = int(time.time() * 1000)
     try:
         with TransactionsAdmin(bootstrap) as a:

@@ -139,3 +139,59 @@ def test_metrics_address_in_use_is_a_clean_error(tmp_path) -> None:
         )
     assert proc.returncode == 1
     assert "cannot start" in proc.stdout + proc.stderr
+
+
+def test_half_requests_hold_no_threads_and_are_dropped_at_the_deadline(broker_factory) -> None:
+    """100 connections to /metrics, each sending half a request and waiting (issue 26 row 8:
+    before, each held a broker thread forever and enough of them slowed Kafka clients). Now at
+    most MAX_CONNECTIONS are served (the others are closed at once), each is dropped at the
+    request deadline, the broker's thread count stays bounded, and a Kafka produce and a scrape
+    are answered meanwhile and after."""
+    import socket
+
+    import psutil
+
+    max_connections, deadline_s = 8, 10.0  # broker/metrics.py's MAX_CONNECTIONS, REQUEST_DEADLINE_S (unit-tested)
+    address = f"127.0.0.1:{free_port()}"
+    b = broker_factory(overrides={"metrics.listen": address})
+    create_topic("confluent", b.bootstrap, "half", 1)
+    proc = psutil.Process(b.proc.pid)  # type: ignore[union-attr]
+    assert scrape(address)  # the endpoint works; its first scrape's threads come and go
+    threads_before = proc.num_threads()
+    host, port = address.split(":")
+    socks = []
+    started = time.monotonic()
+    try:
+        for _ in range(100):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: " + address.encode() + b"\r\n")  # no blank line: half
+            socks.append(s)
+        time.sleep(1)
+        assert proc.num_threads() <= threads_before + max_connections + 2, "a thread per half request"
+
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        t = time.monotonic()
+        p.produce("half", b"bystander")
+        assert p.flush(20) == 0
+        assert time.monotonic() - t < 5
+
+        open_ = set(range(len(socks)))
+        for s in socks:
+            s.setblocking(False)
+        limit = started + deadline_s + 25
+        while open_ and time.monotonic() < limit:
+            for i in list(open_):
+                try:
+                    if socks[i].recv(4096) == b"":
+                        open_.discard(i)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    open_.discard(i)
+            time.sleep(0.5)
+        assert not open_, f"{len(open_)} half requests still held after {time.monotonic() - started:.0f} s"
+        assert value(scrape(address), "kafka_log_log_logendoffset", topic="half", partition="0") >= 0
+    finally:
+        for s in socks:
+            s.close()
+    assert b.stop() == 0

@@ -30,6 +30,13 @@ def test_config_key() -> None:
         BrokerConfig().with_overrides({"metrics.listen": "9308"})
 
 
+def test_endpoint_bounds() -> None:
+    """The values tests/integration/test_metrics.py's hostile test relies on."""
+    from oncelog.broker import metrics
+
+    assert metrics.MAX_CONNECTIONS == 8 and metrics.REQUEST_DEADLINE_S == 10.0
+
+
 def test_lag_and_request_label() -> None:
     assert lag(10, 4) == 6
     assert lag(10, 12) == 0  # a position past the end (after a truncation) is caught up

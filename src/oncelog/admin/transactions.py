@@ -19,14 +19,21 @@ later records on that partition start a new transaction there, its commit commit
 read_committed readers see the transaction without its first records. So ``abort_at`` and
 ``abort_producer`` (the only two ways, shared by ``oncelog transactions abort`` and the web
 console) abort only what ``find_hanging`` says hangs on that partition, by the same
-``hanging_reason``, and refuse anything else with ``NotHanging``; only ``force=True`` (the
-CLI's ``--force``, never the console) skips that check.
+``hanging_reason``, and refuse anything else with ``NotHanging``. ``force=True`` (the CLI's
+``--force``, never the console) still does not write a marker behind a live transaction's
+back: it fences the transaction through its coordinator (``fence``: InitProducerId for its
+transactional id, as a new instance of the producer would), which aborts it on EVERY partition
+and bumps the epoch, so the running producer's next request and its commit fail with
+PRODUCER_FENCED: the transaction is aborted whole, never torn. Only when find-hanging cannot
+decide (a coordinator did not answer) does a forced abort write the bare marker, as Kafka's tool
+always does.
 
 Every result type is a frozen dataclass with ``to_json()`` (plain dicts, for ``--json``).
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -110,7 +117,16 @@ class Hanging:
 
 class NotHanging(Exception):
     """An abort refused because the transaction is not hanging: its coordinator knows it and
-    will end it (aborting it behind the coordinator's back would tear it)."""
+    will end it (aborting it behind the coordinator's back would tear it). ``producer``: its
+    open transaction on the partition; ``transactional_id`` and ``timeout_ms``: the
+    coordinator's, for ``TransactionsAdmin.fence`` (None / 0 when it could not be described)."""
+
+    def __init__(self, message: str, producer: Producer, transactional_id: str | None = None,
+                 timeout_ms: int = 0) -> None:
+        super().__init__(message)
+        self.producer = producer
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
 
 
 def abort_args(p: Producer) -> tuple[str, ...]:
@@ -417,11 +433,46 @@ class TransactionsAdmin:
             raise LookupError(f"no open transaction {'starts' if start_offset is not None else 'is'} {where} "
                               f"on {topic}-{partition}")
         p = live[0]
+        tid, timeout_ms = None, 0
+        listed, _ = self.list(producer_ids=[p.producer_id])
+        for li in listed:
+            try:
+                d = self.describe(li.transactional_id)
+            except KafkaError:
+                continue
+            if d.producer_id == p.producer_id:
+                tid, timeout_ms = d.transactional_id, d.timeout_ms
         raise NotHanging(f"the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
                          f"{topic}-{partition} starting at offset {p.current_txn_start_offset} is not hanging: its "
                          f"coordinator knows it and will end it (commit or abort, or abort it on timeout), and it has "
                          f"not been open longer than the maximum transaction timeout {max_timeout_ms // 1000} s. "
-                         f"Aborting it here would tear it (its producer's commit would commit only its later records)")
+                         f"Aborting it here would tear it (its producer's commit would commit only its later records)",
+                         p, tid, timeout_ms)
+
+    def fence(self, transactional_id: str, timeout_ms: int, *, retry_s: float = 30.0) -> tuple[int, int]:
+        """Abort ``transactional_id``'s open transaction WHOLE through its coordinator and fence
+        its producer: InitProducerId for the id (``timeout_ms``: its transaction timeout, kept),
+        as a new instance of the producer would. The coordinator aborts the transaction on every
+        partition and bumps the epoch; the running producer's next request and its commit fail
+        with PRODUCER_FENCED. Retries while the coordinator finishes the abort
+        (CONCURRENT_TRANSACTIONS) or moves, for up to ``retry_s``. Returns the new (producer
+        id, epoch), which nobody holds. Raises the KafkaError the coordinator answered last."""
+        deadline = time.monotonic() + retry_s
+        retriable = _RETRIABLE | {ErrorCode.concurrent_transactions}
+        while True:
+            try:
+                node, host, port = self.find_coordinator(transactional_id)
+                res = self._request(self.client(node, host, port), apis.INIT_PRODUCER_ID, "InitProducerIdRequest",
+                                    transactional_id=transactional_id, producer_id=-1, producer_epoch=-1,
+                                    transaction_timeout=datetime.timedelta(milliseconds=max(timeout_ms, 1)))
+                if not res.error_code:
+                    return res.producer_id, res.producer_epoch
+                exc = error_for(ErrorCode(res.error_code), f"fencing transactional id {transactional_id!r}")
+            except KafkaError as e:
+                exc = e
+            if exc.code not in retriable or time.monotonic() > deadline:
+                raise exc
+            time.sleep(0.2)
 
     def abort_at(self, topic: str, partition: int, start_offset: int, *, now_ms: int | None = None,
                  max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, force: bool = False) -> Producer:
@@ -430,25 +481,50 @@ class TransactionsAdmin:
         ``now_ms``), as Kafka's ``abort --start-offset`` looks it up, then write the ABORT
         marker (``abort``). Returns the producer whose transaction was aborted. Raises
         LookupError when no open transaction starts there, NotHanging when it is live, or the
-        KafkaError the leader answered. ``force``: skip the hanging check (the CLI's
-        ``--force``: may tear a live transaction). ``oncelog transactions abort --start-offset``
-        and the web console's abort button (never forced) both call this."""
-        if force:
-            p = self.producer_at(topic, partition, start_offset)
-        else:
-            now = int(time.time() * 1000) if now_ms is None else now_ms
+        KafkaError the leader answered. ``force`` (the CLI's ``--force``): a live transaction is
+        fenced whole through its coordinator (``fence``: aborted on every partition, its
+        producer fenced), and when find-hanging cannot decide, the bare marker is written.
+        ``oncelog transactions abort --start-offset`` and the web console's abort button (never
+        forced) both call this."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
             p = self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, start_offset=start_offset).producer
+        except NotHanging as exc:
+            if not force:
+                raise
+            self._fence_live(exc)
+            return exc.producer
+        except KafkaError:
+            if not force:
+                raise
+            p = self.producer_at(topic, partition, start_offset)  # undecidable: the bare marker, as Kafka's
         self.abort(topic, partition, p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
         return p
+
+    def _fence_live(self, exc: NotHanging) -> None:
+        """A forced abort of a live transaction: fenced whole through its coordinator."""
+        if exc.transactional_id is None:
+            raise error_for(ErrorCode.coordinator_not_available, "the coordinator of producer "
+                            f"{exc.producer.producer_id} could not be described: nothing was aborted") from None
+        self.fence(exc.transactional_id, exc.timeout_ms)
 
     def abort_producer(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int, *, now_ms: int | None = None,
                        max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, force: bool = False) -> None:
         """``abort`` with the producer named (the CLI's ``--producer-id``), after the same check
-        as ``abort_at``: the producer's open transaction there must be hanging unless ``force``."""
-        if not force:
-            now = int(time.time() * 1000) if now_ms is None else now_ms
+        as ``abort_at``: the producer's open transaction there must be hanging; with ``force``, a
+        live one is fenced whole through its coordinator instead (``fence``)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
             self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, producer_id=producer_id)
+        except NotHanging as exc:
+            if not force:
+                raise
+            self._fence_live(exc)
+            return
+        except KafkaError:
+            if not force:
+                raise
         self.abort(topic, partition, producer_id, producer_epoch, coordinator_epoch)
 
     def abort(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
