@@ -1,9 +1,9 @@
-"""``python bench/metrics_scrape.py [--partitions N] [--samples N] [--before-src DIR]``
+"""``python bench/metrics_scrape.py [--partitions N] [--seconds S] [--before-src DIR]``
 
 What scraping /metrics costs Kafka clients on a broker with many partitions (issue 26 row 14,
 docs/METRICS.md). A broker with ``metrics.listen`` gets N partitions (topics of 100), then a
-confluent-kafka producer sends one record at a time (acks=1, linger.ms=0, each flushed: one
-Produce round trip each) while 0, 1 and 4 scrapers (separate processes, so their GIL is not the
+confluent-kafka producer sends one record at a time for S seconds per phase (acks=1,
+linger.ms=0, each flushed: one Produce round trip each) while 0, 1 and 4 scrapers (separate processes, so their GIL is not the
 producer's) fetch /metrics as fast as they can. Printed per phase: the produce round trip's
 p50 / p99 / max, and the scrapes answered.
 
@@ -52,10 +52,12 @@ def make_partitions(bootstrap: str, partitions: int) -> None:
             f.result()
 
 
-def produce_latencies(producer: Producer, samples: int) -> list[float]:
+def produce_latencies(producer: Producer, samples: int, seconds: float = 0.0) -> list[float]:
+    """``samples`` round trips, or as many as ``seconds`` allow when that is given."""
     out = []
     errors: list[object] = []
-    for i in range(samples):
+    until = time.monotonic() + seconds
+    while (len(out) < samples) if not seconds else (time.monotonic() < until):
         t = time.perf_counter()
         producer.produce("lat", b"x" * 100, on_delivery=lambda err, _msg: errors.append(err) if err else None)
         if producer.flush(30) or errors:
@@ -64,13 +66,13 @@ def produce_latencies(producer: Producer, samples: int) -> list[float]:
     return out
 
 
-def phase(b: BrokerProcess, metrics: str, producer: Producer, scrapers: int, samples: int) -> tuple[list[float], int]:
+def phase(b: BrokerProcess, metrics: str, producer: Producer, scrapers: int, seconds: float) -> tuple[list[float], int]:
     stop = b.data_dir.parent / f"stop-{time.monotonic_ns()}"
     procs = [subprocess.Popen([sys.executable, "-c", SCRAPER, f"http://{metrics}/metrics", str(stop)],
                               stdout=subprocess.PIPE, text=True) for _ in range(scrapers)]
     try:
         time.sleep(1.0 if scrapers else 0)  # the scrapers are going
-        lat = produce_latencies(producer, samples)
+        lat = produce_latencies(producer, 0, seconds)
     finally:
         stop.touch()
     scraped = 0
@@ -88,7 +90,7 @@ def q(values: list[float], frac: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=6200)
-    ap.add_argument("--samples", type=int, default=400)
+    ap.add_argument("--seconds", type=float, default=30.0, help="per phase")
     ap.add_argument("--before-src", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,9 +118,9 @@ def main() -> None:
             load_before = os.getloadavg()
             for scrapers in (0, 1, 4):
                 for name, (b, addr) in variants.items():
-                    lat, scraped = phase(b, addr, producers[name], scrapers, args.samples)
-                    rows.append((name, scrapers, statistics.median(lat), q(lat, 0.99), max(lat), scraped))
-                    print(f"  {name} scrapers={scrapers}: p50 {rows[-1][2]:.1f} ms", flush=True)
+                    lat, scraped = phase(b, addr, producers[name], scrapers, args.seconds)
+                    rows.append((name, scrapers, len(lat), statistics.median(lat), q(lat, 0.99), max(lat), scraped))
+                    print(f"  {name} scrapers={scrapers}: p50 {rows[-1][3]:.2f} ms", flush=True)
             load_after = os.getloadavg()
         finally:
             for b, _addr in variants.values():
@@ -126,12 +128,13 @@ def main() -> None:
                     b.stop(timeout=120)
                 except subprocess.TimeoutExpired:
                     b.kill()
-    print(f"\n{args.partitions} partitions, {args.samples} produce round trips per phase (acks=1, one record each); "
+    print(f"\n{args.partitions} partitions, {args.seconds:.0f} s of produce round trips per phase (acks=1, one record "
+          f"each); "
           f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
-    print("| broker | scrapers | produce p50 (ms) | p99 (ms) | max (ms) | scrapes answered |")
-    print("|---|---|---|---|---|---|")
-    for name, scrapers, p50, p99, mx, scraped in rows:
-        print(f"| {name} | {scrapers} | {p50:.1f} | {p99:.1f} | {mx:.1f} | {scraped} |")
+    print("| broker | scrapers | round trips | produce p50 (ms) | p99 (ms) | max (ms) | scrapes answered |")
+    print("|---|---|---|---|---|---|---|")
+    for name, scrapers, n, p50, p99, mx, scraped in rows:
+        print(f"| {name} | {scrapers} | {n} | {p50:.2f} | {p99:.1f} | {mx:.1f} | {scraped} |")
 
 
 if __name__ == "__main__":
