@@ -242,12 +242,12 @@ class BrokerMetrics(RequestStats):
     ``produced``, ``fetched``, ``error``, called on the event loop) and, once ``serve()`` is
     called, the HTTP endpoint answering ``render()``."""
 
-    __slots__ = ("broker", "host", "port", "registry", "_scrape_errors", "_loop", "_server", "_thread",
-                 "_render_lock", "_body", "_at", "_interval", "renders", "clock")
+    __slots__ = ("broker", "host", "port", "registry", "_scrape_errors", "_builds", "_build_seconds", "_loop",
+                 "_server", "_thread", "_render_lock", "_body", "_at", "_interval", "clock")
 
     def __init__(self, broker: "Broker", host: str, port: int, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        from prometheus_client import CollectorRegistry, Counter
+        from prometheus_client import CollectorRegistry, Counter, Gauge
 
         super().__init__()
         self.broker = broker
@@ -255,6 +255,10 @@ class BrokerMetrics(RequestStats):
         self.registry = CollectorRegistry(auto_describe=False)
         self._scrape_errors = Counter("oncelog_metrics_scrape_errors", "Scrapes whose broker snapshot failed",
                                       registry=self.registry)
+        self._builds = Counter("oncelog_metrics_scrape_builds", "Scrape answers built (each one is shared by "
+                               "every scrape for a while)", registry=self.registry)
+        self._build_seconds = Gauge("oncelog_metrics_scrape_build_seconds", "What building the previous scrape "
+                                    "answer cost the broker (event loop and HTTP thread)", registry=self.registry)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: BoundedHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -262,7 +266,6 @@ class BrokerMetrics(RequestStats):
         self._body: bytes | None = None
         self._at = float("-inf")
         self._interval = MIN_INTERVAL_S
-        self.renders = 0  # answers built (tests)
         self.clock = clock
 
     # -- the endpoint ----------------------------------------------------------------------------
@@ -323,11 +326,12 @@ class BrokerMetrics(RequestStats):
                 return self._body
             cpu = time.thread_time()
             snap = self.snapshot()
+            self._builds.inc()
             body = generate_latest(_Scrape(self, snap))  # type: ignore[arg-type]
             took = (time.thread_time() - cpu) + (snap.loop_s if snap is not None else 0.0)
+            self._build_seconds.set(took)
             self._interval = max(MIN_INTERVAL_S, took * LOOP_SHARE)
             self._body, self._at = body, self.clock()
-            self.renders += 1
             return body
 
 
