@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -119,8 +120,14 @@ def main() -> None:
             for scrapers in (0, 1, 4):
                 for name, (b, addr) in variants.items():
                     lat, scraped = phase(b, addr, producers[name], scrapers, args.seconds)
-                    rows.append((name, scrapers, len(lat), statistics.median(lat), q(lat, 0.99), max(lat), scraped))
+                    rows.append((name, scrapers, len(lat), statistics.median(lat), statistics.fmean(lat), q(lat, 0.99),
+                                 max(lat), scraped))
                     print(f"  {name} scrapers={scrapers}: p50 {rows[-1][3]:.2f} ms", flush=True)
+            for name, (b, addr) in variants.items():
+                with urllib.request.urlopen(f"http://{addr}/metrics", timeout=60) as r:
+                    for line in r.read().decode().splitlines():
+                        if line.startswith("oncelog_metrics_scrape_build"):
+                            print(f"  {name}: {line}")
             load_after = os.getloadavg()
         finally:
             for b, _addr in variants.values():
@@ -131,10 +138,10 @@ def main() -> None:
     print(f"\n{args.partitions} partitions, {args.seconds:.0f} s of produce round trips per phase (acks=1, one record "
           f"each); "
           f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
-    print("| broker | scrapers | round trips | produce p50 (ms) | p99 (ms) | max (ms) | scrapes answered |")
-    print("|---|---|---|---|---|---|---|")
-    for name, scrapers, n, p50, p99, mx, scraped in rows:
-        print(f"| {name} | {scrapers} | {n} | {p50:.2f} | {p99:.1f} | {mx:.1f} | {scraped} |")
+    print("| broker | scrapers | round trips | produce p50 (ms) | mean (ms) | p99 (ms) | max (ms) | scrapes answered |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, scrapers, n, p50, mean, p99, mx, scraped in rows:
+        print(f"| {name} | {scrapers} | {n:,} | {p50:.2f} | {mean:.2f} | {p99:.1f} | {mx:.1f} | {scraped:,} |")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 #: the whole request, headers, body and answer, in seconds
 REQUEST_DEADLINE_S = 10.0
+#: an answer's write gets at least this long, even when building it (the server's own work)
+#: used up the deadline: a slow answer is not the client's fault
+MIN_WRITE_S = 2.0
 
 
 class DeadlineReader(io.RawIOBase):
@@ -52,8 +55,8 @@ class DeadlineReader(io.RawIOBase):
 
 
 class DeadlineWriter(io.RawIOBase):
-    """A socket's writing side bounded by the same deadline (``sendall``'s timeout is for the
-    whole call since Python 3.5)."""
+    """A socket's writing side bounded by the same deadline, or MIN_WRITE_S per write when less
+    is left (``sendall``'s timeout is for the whole call since Python 3.5)."""
 
     def __init__(self, sock: socket.socket, handler: "DeadlineHandler") -> None:
         super().__init__()
@@ -64,10 +67,7 @@ class DeadlineWriter(io.RawIOBase):
         return True
 
     def write(self, b: Any) -> int:
-        left = self._handler.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request's deadline passed")
-        self._sock.settimeout(left)
+        self._sock.settimeout(max(self._handler.deadline - time.monotonic(), MIN_WRITE_S))
         self._sock.sendall(b)
         return len(b)
 
