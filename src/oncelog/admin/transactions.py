@@ -529,9 +529,10 @@ class TransactionsAdmin:
 
     def abort(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:
-        """UNCHECKED: use ``abort_at`` or ``abort_producer``. Write an ABORT marker for the producer's open transaction at the partition's leader
+        """Write an ABORT marker for the producer's open transaction at the partition's leader
         (idempotent: nothing is written when the producer has no open transaction there).
-        Raises the KafkaError the leader answered."""
+        Raises the KafkaError the leader answered. UNCHECKED: it may tear a live transaction;
+        the tools call it only through ``abort_at`` / ``abort_producer``."""
         leader = self.leaders(topic).get((topic, partition))
         if leader is None or leader < 0:
             raise error_for(ErrorCode.leader_not_available, f"{topic}-{partition}")
