@@ -13,7 +13,8 @@ Theory of operation. Two kinds of metric, chosen by cost:
   producer ids in memory; consumer group lag; connections. Nothing is updated for these on the
   hot path.
 
-Threads. The HTTP server is ``oncelog.http_server.BoundedHTTPServer`` on a daemon thread: at
+Threads. The HTTP server is ``metrics_http.MetricsHTTPServer`` (``oncelog.http_server``'s
+``BoundedHTTPServer``) on a daemon thread: at
 most ``MAX_CONNECTIONS`` connections at once (more are closed at once), each request within
 ``REQUEST_DEADLINE_S`` in all (a client that sends half a request is dropped then), so no
 client of the endpoint can hold broker threads or slow Kafka clients (issue 26 row 8). The
@@ -46,7 +47,6 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
 
@@ -260,7 +260,7 @@ class BrokerMetrics(RequestStats):
         self._build_seconds = Gauge("oncelog_metrics_scrape_build_seconds", "What building the previous scrape "
                                     "answer cost the broker (event loop and HTTP thread)", registry=self.registry)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: BoundedHTTPServer | None = None
+        self._server: Any = None
         self._thread: threading.Thread | None = None
         self._render_lock = threading.Lock()  # one build at a time; the others wait and share it
         self._body: bytes | None = None
@@ -273,6 +273,8 @@ class BrokerMetrics(RequestStats):
     def serve(self) -> tuple[str, int]:
         """Listen on (host, port) and serve /metrics on a daemon thread; returns the bound
         address. Must be called on the event loop. Raises OSError when the address refuses."""
+        from oncelog.broker.metrics_http import MetricsHTTPServer  # http.server only when serving
+
         self._loop = asyncio.get_running_loop()
         server = MetricsHTTPServer((self.host, self.port), self, ipv6=":" in self.host)
         self._server = server
@@ -354,47 +356,6 @@ class _Scrape:
         for family in families(self.snap, self.snap.now_ms, pause=_pause):
             yield family
             _pause()
-
-
-class MetricsHTTPServer(BoundedHTTPServer):
-    """``GET /metrics`` (and ``/``) -> ``BrokerMetrics.render()``; at most MAX_CONNECTIONS
-    connections, each request within REQUEST_DEADLINE_S."""
-
-    def __init__(self, address: tuple[str, int], metrics: BrokerMetrics, *, ipv6: bool = False) -> None:
-        self.metrics = metrics
-        super().__init__(address, MetricsHandler, max_connections=MAX_CONNECTIONS,
-                         request_deadline_s=REQUEST_DEADLINE_S, ipv6=ipv6)
-
-
-class MetricsHandler(DeadlineHandler):
-    server: MetricsHTTPServer
-    server_version = "oncelog-metrics"
-
-    def version_string(self) -> str:
-        return self.server_version  # no Python version in the Server header
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("metrics: %s " + format, self.address_string(), *args)
-
-    def do_GET(self) -> None:
-        self._answer(head=False)
-
-    def do_HEAD(self) -> None:
-        self._answer(head=True)
-
-    def _answer(self, *, head: bool) -> None:
-        from prometheus_client import CONTENT_TYPE_LATEST
-
-        if self.path.split("?", 1)[0] in ("/metrics", "/"):
-            status, body, ctype = 200, self.server.metrics.render(), CONTENT_TYPE_LATEST
-        else:
-            status, body, ctype = 404, b"not found: the metrics are at /metrics\n", "text/plain; charset=utf-8"
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
 
 
 def request_families(stats: RequestStats) -> Iterator[Any]:
