@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, TransactionsAdmin, parse_partition
+from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, NotHanging, TransactionsAdmin, parse_partition
 from oncelog.cli_output import Table, console, emit_json, fail
 from oncelog.protocol.errors import KafkaError
 
@@ -152,23 +152,36 @@ def abort(
     producer_id: Optional[int] = typer.Option(None, "--producer-id"),
     producer_epoch: Optional[int] = typer.Option(None, "--producer-epoch"),
     coordinator_epoch: Optional[int] = typer.Option(None, "--coordinator-epoch"),
+    max_timeout_ms: int = typer.Option(DEFAULT_MAX_TXN_TIMEOUT_MS, "--max-transaction-timeout",
+                                       help="transaction.max.timeout.ms of the brokers (ms), as find-hanging"),
+    force: bool = typer.Option(False, "--force", help="also abort a transaction that is NOT hanging: a live one is "
+                               "aborted whole through its coordinator and its producer FENCED (its next request and "
+                               "commit fail with PRODUCER_FENCED; the application must restart it); when the "
+                               "coordinators cannot be asked, the bare marker is written, which can tear a live "
+                               "transaction (docs/TRANSACTIONS.md)"),
     bootstrap: str = BOOTSTRAP,
     as_json: bool = JSON,
 ) -> None:
-    """Abort an open transaction on one partition: write an ABORT marker at its leader."""
+    """Abort a HANGING transaction on one partition (as find-hanging says): write an ABORT marker at
+    its leader. A transaction that is not hanging is refused unless --force (see its help)."""
+    now = int(time.time() * 1000)
     try:
         with TransactionsAdmin(bootstrap) as a:
-            if start_offset is not None:
-                try:
-                    p = a.abort_at(topic, partition, start_offset)  # the web console's abort calls this too
-                except LookupError as exc:
-                    _fail(str(exc), as_json)
-                pid, epoch, ce = p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0)
-            elif producer_id is not None and producer_epoch is not None and coordinator_epoch is not None:
-                pid, epoch, ce = producer_id, producer_epoch, coordinator_epoch
-                a.abort(topic, partition, pid, epoch, ce)
-            else:
-                _fail("give --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch", as_json, 2)
+            try:
+                if start_offset is not None:
+                    p = a.abort_at(topic, partition, start_offset, now_ms=now, max_timeout_ms=max_timeout_ms,
+                                   force=force)  # the web console's abort calls this too (never forced)
+                    pid, epoch, ce = p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0)
+                elif producer_id is not None and producer_epoch is not None and coordinator_epoch is not None:
+                    pid, epoch, ce = producer_id, producer_epoch, coordinator_epoch
+                    a.abort_producer(topic, partition, pid, epoch, ce, now_ms=now, max_timeout_ms=max_timeout_ms,
+                                     force=force)
+                else:
+                    _fail("give --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch", as_json, 2)
+            except LookupError as exc:
+                _fail(str(exc), as_json)
+            except NotHanging as exc:
+                _fail(f"refused: {exc}; give --force to abort it anyway", as_json)
     except KafkaError as exc:
         _fail(f"abort refused: {exc.code.name.upper()} ({exc})", as_json)
     result = {"aborted": True, "topic": topic, "partition": partition, "producer_id": pid, "producer_epoch": epoch,

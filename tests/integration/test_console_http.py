@@ -23,16 +23,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import acl_harness as h
 from kafka_clients import create_topic
-from oncelog.console.server import MAX_BODY, MAX_CONNECTIONS
+from oncelog.console.server import MAX_BODY, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from oncelog.process import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-def get(address: str, path: str) -> tuple[int, dict[str, str], bytes]:
+def get(address: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     c = http.client.HTTPConnection(*address.split(":"), timeout=10)
     try:
-        c.request("GET", path)
+        c.request("GET", path, headers=headers or {})
         r = c.getresponse()
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
@@ -116,15 +116,16 @@ def test_hostile_requests_get_their_error_and_never_hurt_the_broker(broker_facto
     status, doc = post(address, b'{"topic": "nope", "partition": 0, "start_offset": 0}')
     assert status == 409 and "UNKNOWN_TOPIC_OR_PARTITION" in doc["error"]
     with socket.create_connection((host, int(port)), timeout=10) as s:  # says 1 GB is coming, sends nothing
-        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n"
+        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: " + address.encode() + b"\r\nContent-Length: 1000000000\r\n"
                   b"Content-Type: application/json\r\nX-Oncelog-Console: abort\r\n\r\n")
         assert s.recv(200).startswith(b"HTTP/1.1 413")
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: " + address.encode() + b"\r\n\r\n")
         assert s.recv(200).startswith(b"HTTP/1.1 411")
     with socket.create_connection((host, int(port)), timeout=10) as s:  # a real body just over the limit
         body = b"{" + b" " * MAX_BODY + b"}"
-        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        s.sendall(b"POST /api/transactions/abort HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n"
+                  % (address.encode(), len(body)) + body)
         assert s.recv(200).startswith(b"HTTP/1.1 413")
     with socket.create_connection((host, int(port)), timeout=10) as s:  # garbage instead of HTTP
         s.sendall(b"\x00\xff" * 5000 + b"\r\n\r\n")
@@ -154,6 +155,75 @@ def test_hostile_requests_get_their_error_and_never_hurt_the_broker(broker_facto
         assert time.monotonic() < deadline, "the console did not recover from the idle connections"
         time.sleep(0.2)
     assert produce_ok(b.bootstrap, "t") < 5
+
+
+def test_a_page_of_another_site_gets_nothing(broker_factory) -> None:
+    """DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 reaches the
+    console's port with ``Host: evil.example:PORT``; a page of another origin posts with its
+    ``Origin``. Both are refused before anything is read or done (issue 26 row 6)."""
+    address = f"127.0.0.1:{free_port()}"
+    broker_factory(overrides={"console.listen": address})
+    port = address.split(":")[1]
+    abort = b'{"topic": "t", "partition": 0, "start_offset": 0}'
+    for host in (f"evil.example:{port}", f"localhost.evil.example:{port}", "127.0.0.1:1", "evil.example"):
+        assert get(address, "/api/state", {"Host": host})[0] == 403, host
+        assert get(address, "/", {"Host": host})[0] == 403, host
+        status, doc = post(address, abort, {"Host": host})
+        assert status == 403 and "Host" in doc["error"], host
+    for headers in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Origin": f"http://evil.example:{port}", "Sec-Fetch-Site": "cross-site"}):
+        status, doc = post(address, abort, headers)
+        assert status == 403 and "cross-origin" in doc["error"], headers
+        assert get(address, "/api/state", headers)[0] == 403, headers
+    # the console's own page, by IP or localhost: served (the abort then finds no transaction)
+    for host in (address, f"localhost:{port}"):
+        assert get(address, "/api/state", {"Host": host})[0] == 200
+        status, doc = post(address, abort, {"Host": host, "Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"})
+        assert status == 409 and "UNKNOWN_TOPIC_OR_PARTITION" in doc["error"], doc
+
+
+def test_trickling_clients_are_dropped_at_the_request_deadline(broker_factory) -> None:
+    """Every slot taken by a client that sends 2 bytes every 2 s, never finishing its request
+    (well within any per-read timeout): each is dropped when the WHOLE request's deadline passes,
+    and the console serves others again (issue 26 row 7: before, they held every slot for as
+    long as they kept trickling)."""
+    address = f"127.0.0.1:{free_port()}"
+    broker_factory(overrides={"console.listen": address})
+    host, port = address.split(":")
+    socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    started = time.monotonic()
+    closed_at: dict[int, float] = {}
+    head = b"GET /api/state HTTP/1.1\r\nHost: " + address.encode() + b"\r\nX-Slow: "
+    try:
+        for s in socks:
+            s.sendall(head)
+            s.setblocking(False)
+        limit = started + REQUEST_TIMEOUT_S + 25
+        while len(closed_at) < len(socks) and time.monotonic() < limit:
+            for i, s in enumerate(socks):
+                if i in closed_at:
+                    continue
+                try:
+                    if s.recv(4096) == b"":
+                        closed_at[i] = time.monotonic() - started
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed_at[i] = time.monotonic() - started
+                    continue
+                try:
+                    s.send(b"ab")
+                except OSError:
+                    closed_at[i] = time.monotonic() - started
+            time.sleep(2)
+        assert len(closed_at) == len(socks), f"{len(socks) - len(closed_at)} trickling clients still held slots " \
+                                             f"after {time.monotonic() - started:.0f} s"
+        assert max(closed_at.values()) < REQUEST_TIMEOUT_S + 15
+        assert get(address, "/api/state")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_with_acls_on_the_console_is_no_way_around_them(tmp_path: Path) -> None:

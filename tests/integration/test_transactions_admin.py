@@ -44,7 +44,12 @@ def txns(broker: BrokerProcess):
     p.produce(TOPIC, b"o1", partition=1)
     assert p.flush(30) == 0
     yield broker
-    p.abort_transaction(30)
+    from confluent_kafka import KafkaException
+
+    try:
+        p.abort_transaction(30)
+    except KafkaException as exc:  # fenced by the forced abort of test_cli_abort_by_producer_id_and_refusals
+        assert exc.args[0].fatal(), exc
 
 
 def test_kafka_python_admin_lists_describes_and_aborts(txns: BrokerProcess) -> None:
@@ -159,11 +164,14 @@ def test_cli_abort_by_producer_id_and_refusals(txns: BrokerProcess) -> None:
     assert p1["current_txn_start_offset"] == 0
     refused = run("abort", "--topic", TOPIC, "--partition", "1", "--start-offset", "5", code=1)
     assert "no open transaction starts at offset 5" in refused["error"]
-    stale = run("abort", "--topic", TOPIC, "--partition", "1", "--producer-id", str(p1["producer_id"]),
-                "--producer-epoch", str(p1["producer_epoch"] - 1), "--coordinator-epoch", "0", code=1)
-    assert "INVALID_PRODUCER_EPOCH" in stale["error"]
+    live = run("abort", "--topic", TOPIC, "--partition", "1", "--producer-id", str(p1["producer_id"]),
+               "--producer-epoch", str(p1["producer_epoch"]), "--coordinator-epoch", "0", code=1)
+    assert "not hanging" in live["error"] and "--force" in live["error"]  # open-1 is live (issue 26 row 6)
     done = run("abort", "--topic", TOPIC, "--partition", "1", "--producer-id", str(p1["producer_id"]),
-               "--producer-epoch", str(p1["producer_epoch"]), "--coordinator-epoch", "0")
-    assert done["aborted"]
+               "--producer-epoch", str(p1["producer_epoch"]), "--coordinator-epoch", "0", "--force")
+    assert done["aborted"]  # forced: aborted whole through its coordinator, its producer fenced
+    (after0,) = [x for x in run("producers", f"{TOPIC}-0")["producers"] if x["producer_id"] == p1["producer_id"]]
+    assert after0["current_txn_start_offset"] == -1  # on every partition of the transaction, not only adm-1
+    assert run("describe", "--transactional-id", "open-1")["producer_epoch"] > p1["producer_epoch"]
     (after,) = run("producers", f"{TOPIC}-1")["producers"]
     assert after["current_txn_start_offset"] == -1

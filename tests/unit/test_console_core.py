@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from oncelog.admin.transactions import Hanging, Producer
+from oncelog.admin.transactions import Hanging, NotHanging, Producer
 from oncelog.console import snapshot
-from oncelog.console.server import StateSource, parse_abort, static_files
+from oncelog.console.server import StateSource, host_allowed, origin_allowed, parse_abort, static_files
 from oncelog.console.transactions import AbortRefused, TxnLink
 from oncelog.coordinator.group.consumer_protocol import encode_assignment
 from oncelog.protocol.errors import ErrorCode, error_for
@@ -97,7 +97,9 @@ class FakeAdmin:
         FakeAdmin.calls.append("find_hanging")
         return list(FakeAdmin.hanging), {}
 
-    def abort_at(self, topic: str, partition: int, start_offset: int) -> Producer:
+    def abort_at(self, topic: str, partition: int, start_offset: int, *, now_ms: int, max_timeout_ms: int,
+                 force: bool = False) -> Producer:
+        assert not force, "the console never forces an abort"
         FakeAdmin.calls.append(f"abort_at {topic}-{partition}@{start_offset}")
         if FakeAdmin.abort_error is not None:
             raise FakeAdmin.abort_error
@@ -129,7 +131,8 @@ def test_abort_errors_map_to_http_statuses(fake: type[FakeAdmin]) -> None:
     for exc, status in ((LookupError("no open transaction"), 404),
                         (error_for(ErrorCode.cluster_authorization_failed, "denied"), 403),
                         (error_for(ErrorCode.not_leader_or_follower, "moved"), 409),
-                        (ConnectionRefusedError("refused"), 503)):
+                        (ConnectionRefusedError("refused"), 503),
+                        (NotHanging("its coordinator knows it", Producer("t", 0, 1, 0, 0, 0, 0, 1)), 409)):
         fake.abort_error = exc
         with pytest.raises(AbortRefused) as caught:
             link.abort("t", 0, 1)
@@ -214,3 +217,24 @@ def test_a_missing_chromium_fails_the_browser_test_never_skips_it(monkeypatch) -
     monkeypatch.setenv("ONCELOG_CHROMIUM", "/nonexistent/chromium")
     with pytest.raises(pytest.fail.Exception, match="no Chromium found"):
         browser.chromium_path()
+
+
+@pytest.mark.parametrize("host,ok", [
+    ("127.0.0.1:8080", True), ("localhost:8080", True), ("LOCALHOST:8080", True), ("[::1]:8080", True),
+    ("10.1.2.3:8080", True), ("console.example:8080", True),  # the host of console.listen
+    ("127.0.0.1:8081", False), ("127.0.0.1", False), ("evil.example:8080", False),  # a rebinding attacker's name
+    ("localhost.evil.example:8080", False), ("", False), (None, False), ("[::1:8080", False), (":8080", False),
+    ("127.0.0.1:80x", False),
+])
+def test_host_header_must_name_this_console(host: str | None, ok: bool) -> None:
+    assert host_allowed(host, "console.example", 8080) is ok
+
+
+def test_origin_must_be_the_console_itself() -> None:
+    assert origin_allowed(None, None, "127.0.0.1:8080")  # curl, the CLI: no Origin
+    assert origin_allowed("http://127.0.0.1:8080", "same-origin", "127.0.0.1:8080")
+    assert not origin_allowed("http://evil.example", None, "127.0.0.1:8080")
+    assert not origin_allowed("null", None, "127.0.0.1:8080")
+    assert not origin_allowed("https://127.0.0.1:8080", None, "127.0.0.1:8080")
+    assert not origin_allowed(None, "cross-site", "127.0.0.1:8080")
+    assert not origin_allowed(None, "same-site", "127.0.0.1:8080")

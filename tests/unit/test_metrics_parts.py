@@ -30,6 +30,13 @@ def test_config_key() -> None:
         BrokerConfig().with_overrides({"metrics.listen": "9308"})
 
 
+def test_endpoint_bounds() -> None:
+    """The values tests/integration/test_metrics.py's hostile test relies on."""
+    from oncelog.broker import metrics
+
+    assert metrics.MAX_CONNECTIONS == 8 and metrics.REQUEST_DEADLINE_S == 10.0
+
+
 def test_lag_and_request_label() -> None:
     assert lag(10, 4) == 6
     assert lag(10, 12) == 0  # a position past the end (after a truncation) is caught up
@@ -96,3 +103,64 @@ def test_families_from_a_snapshot() -> None:
     assert got[("kafka_coordinator_transaction_oldest_open_age_seconds", ())] == 10.0
     assert got[("kafka_coordinator_transaction_completed_total", (("outcome", "timed_out"),))] == 1
     assert got[("kafka_server_socketservermetrics_connection_count", (("listener", "PLAINTEXT"),))] == 3
+
+
+def test_the_snapshot_lets_the_loop_run_between_chunks() -> None:
+    """``take_snapshot`` copies SNAPSHOT_CHUNK partitions per turn of the event loop: a callback
+    scheduled before it runs while it is still copying (issue 26 row 14)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from oncelog.broker.metrics import SNAPSHOT_CHUNK, take_snapshot
+    from oncelog.types import TopicPartition
+
+    seen: list[int] = []
+
+    class Part:
+        log_start_offset = high_watermark = last_stable_offset = 0
+        producers = SimpleNamespace(entries={})
+
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        def disk_usage(self) -> tuple[int, int]:
+            seen.append(self.i)
+            return 0, 1
+
+    n = SNAPSHOT_CHUNK * 4
+    broker = SimpleNamespace(
+        clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None,
+        replicas=SimpleNamespace(partitions={TopicPartition("t", i): Part(i) for i in range(n)}),
+        groups=SimpleNamespace(shards={}))
+
+    async def main() -> tuple[int, int]:
+        ran_at: list[int] = []
+        asyncio.get_running_loop().call_soon(lambda: ran_at.append(len(seen)))
+        snap = await take_snapshot(broker)  # type: ignore[arg-type]
+        return len(snap.partitions), ran_at[0]
+
+    rows, when = asyncio.run(main())
+    assert rows == n
+    assert 0 < when < n, "the loop ran nothing while the snapshot was taken"
+
+
+def test_render_is_built_once_and_shared() -> None:
+    """``BrokerMetrics.render``: scrapes within the reuse interval get the same bytes; after it,
+    a new build (clock injected)."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.metrics import MIN_INTERVAL_S, BrokerMetrics
+
+    class Fixed(BrokerMetrics):
+        def snapshot(self) -> Snapshot:
+            return Snapshot(now_ms=1, requests=self.copy())
+
+    now = [100.0]
+    m = Fixed(SimpleNamespace(), "127.0.0.1", 0, clock=lambda: now[0])  # type: ignore[arg-type]
+    first = m.render()
+    m.request(apis.PRODUCE, 0.001, 0)
+    now[0] += MIN_INTERVAL_S / 2
+    assert m.render() is first
+    now[0] += MIN_INTERVAL_S
+    assert m.render() != first
+    assert b"oncelog_metrics_scrape_builds_total 2.0" in m.render()

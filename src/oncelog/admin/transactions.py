@@ -13,11 +13,27 @@ the partition, or belongs to another producer id or epoch, or when it has been o
 the maximum transaction timeout (a coordinator would have aborted it by then). Each result
 carries the reason and the arguments ``oncelog transactions abort`` takes.
 
+An admin abort never tears a live transaction (issue 26 row 6). A marker written behind a live
+transaction's coordinator aborts the records written so far while the producer goes on: its
+later records on that partition start a new transaction there, its commit commits them, and
+read_committed readers see the transaction without its first records. So ``abort_at`` and
+``abort_producer`` (the only two ways, shared by ``oncelog transactions abort`` and the web
+console) abort only what ``find_hanging`` says hangs on that partition, by the same
+``hanging_reason``, and refuse anything else with ``NotHanging``. ``force=True`` (the CLI's
+``--force``, never the console) still does not write a marker behind a live transaction's
+back: it fences the transaction through its coordinator (``fence``: InitProducerId for its
+transactional id, as a new instance of the producer would), which aborts it on EVERY partition
+and bumps the epoch, so the running producer's next request and its commit fail with
+PRODUCER_FENCED: the transaction is aborted whole, never torn. Only when find-hanging cannot
+decide (a coordinator did not answer) does a forced abort write the bare marker, as Kafka's tool
+always does.
+
 Every result type is a frozen dataclass with ``to_json()`` (plain dicts, for ``--json``).
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -97,6 +113,20 @@ class Hanging:
     def to_json(self) -> dict[str, Any]:
         return {**self.producer.to_json(), "transactional_id": self.transactional_id, "reason": self.reason,
                 "abort_args": list(self.abort_args)}
+
+
+class NotHanging(Exception):
+    """An abort refused because the transaction is not hanging: its coordinator knows it and
+    will end it (aborting it behind the coordinator's back would tear it). ``producer``: its
+    open transaction on the partition; ``transactional_id`` and ``timeout_ms``: the
+    coordinator's, for ``TransactionsAdmin.fence`` (None / 0 when it could not be described)."""
+
+    def __init__(self, message: str, producer: Producer, transactional_id: str | None = None,
+                 timeout_ms: int = 0) -> None:
+        super().__init__(message)
+        self.producer = producer
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
 
 
 def abort_args(p: Producer) -> tuple[str, ...]:
@@ -379,22 +409,130 @@ class TransactionsAdmin:
                 return p
         raise LookupError(f"no open transaction starts at offset {start_offset} on {topic}-{partition}")
 
-    def abort_at(self, topic: str, partition: int, start_offset: int) -> Producer:
-        """Abort the open transaction that starts at ``start_offset`` on ``topic-partition``, as
-        Kafka's ``abort --start-offset`` does: look up its producer (``producer_at``), then write
-        the ABORT marker (``abort``). Returns the producer whose transaction was aborted. Raises
-        LookupError when no open transaction starts there, or the KafkaError the leader answered.
-        ``oncelog transactions abort --start-offset`` and the web console's abort button both
-        call this."""
-        p = self.producer_at(topic, partition, start_offset)
+    def hanging_at(self, topic: str, partition: int, now_ms: int, *, max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS,
+                   start_offset: int | None = None, producer_id: int | None = None) -> Hanging:
+        """The hanging transaction on ``topic-partition`` that starts at ``start_offset`` (or
+        belongs to ``producer_id``), by ``find_hanging``'s definition. Raises LookupError when
+        no open transaction is there, NotHanging when there is one but it is not hanging (with
+        why), or the KafkaError that kept find-hanging from deciding."""
+        found, errors = self.find_hanging(now_ms, topic=topic, partition=partition, max_timeout_ms=max_timeout_ms)
+        if errors:
+            raise error_for(ErrorCode[next(iter(errors.values())).lower()], f"{topic}-{partition}")
+
+        def matches(p: Producer) -> bool:
+            return (start_offset is None or p.current_txn_start_offset == start_offset) and \
+                (producer_id is None or p.producer_id == producer_id)
+
+        for h in found:
+            if matches(h.producer):
+                return h
+        where = f"at offset {start_offset}" if start_offset is not None else f"of producer {producer_id}"
+        producers, _ = self.producers(topic, partition)
+        live = [p for p in producers if p.current_txn_start_offset >= 0 and matches(p)]
+        if not live:
+            raise LookupError(f"no open transaction {'starts' if start_offset is not None else 'is'} {where} "
+                              f"on {topic}-{partition}")
+        p = live[0]
+        tid, timeout_ms = None, 0
+        listed, _ = self.list(producer_ids=[p.producer_id])
+        for li in listed:
+            try:
+                d = self.describe(li.transactional_id)
+            except KafkaError:
+                continue
+            if d.producer_id == p.producer_id:
+                tid, timeout_ms = d.transactional_id, d.timeout_ms
+        raise NotHanging(f"the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
+                         f"{topic}-{partition} starting at offset {p.current_txn_start_offset} is not hanging: its "
+                         f"coordinator knows it and will end it (commit or abort, or abort it on timeout), and it has "
+                         f"not been open longer than the maximum transaction timeout {max_timeout_ms // 1000} s. "
+                         f"Aborting it here would tear it (its producer's commit would commit only its later records)",
+                         p, tid, timeout_ms)
+
+    def fence(self, transactional_id: str, timeout_ms: int, *, retry_s: float = 30.0) -> tuple[int, int]:
+        """Abort ``transactional_id``'s open transaction WHOLE through its coordinator and fence
+        its producer: InitProducerId for the id (``timeout_ms``: its transaction timeout, kept),
+        as a new instance of the producer would. The coordinator aborts the transaction on every
+        partition and bumps the epoch; the running producer's next request and its commit fail
+        with PRODUCER_FENCED. Retries while the coordinator finishes the abort
+        (CONCURRENT_TRANSACTIONS) or moves, for up to ``retry_s``. Returns the new (producer
+        id, epoch), which nobody holds. Raises the KafkaError the coordinator answered last."""
+        deadline = time.monotonic() + retry_s
+        retriable = _RETRIABLE | {ErrorCode.concurrent_transactions}
+        while True:
+            try:
+                node, host, port = self.find_coordinator(transactional_id)
+                res = self._request(self.client(node, host, port), apis.INIT_PRODUCER_ID, "InitProducerIdRequest",
+                                    transactional_id=transactional_id, producer_id=-1, producer_epoch=-1,
+                                    transaction_timeout=datetime.timedelta(milliseconds=max(timeout_ms, 1)))
+                if not res.error_code:
+                    return res.producer_id, res.producer_epoch
+                exc = error_for(ErrorCode(res.error_code), f"fencing transactional id {transactional_id!r}")
+            except KafkaError as e:
+                exc = e
+            if exc.code not in retriable or time.monotonic() > deadline:
+                raise exc
+            time.sleep(0.2)
+
+    def abort_at(self, topic: str, partition: int, start_offset: int, *, now_ms: int | None = None,
+                 max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, force: bool = False) -> Producer:
+        """Abort the HANGING transaction that starts at ``start_offset`` on ``topic-partition``
+        (``hanging_at``: find-hanging's definition, with ``max_timeout_ms`` and the wall clock
+        ``now_ms``), as Kafka's ``abort --start-offset`` looks it up, then write the ABORT
+        marker (``abort``). Returns the producer whose transaction was aborted. Raises
+        LookupError when no open transaction starts there, NotHanging when it is live, or the
+        KafkaError the leader answered. ``force`` (the CLI's ``--force``): a live transaction is
+        fenced whole through its coordinator (``fence``: aborted on every partition, its
+        producer fenced), and when find-hanging cannot decide, the bare marker is written.
+        ``oncelog transactions abort --start-offset`` and the web console's abort button (never
+        forced) both call this."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            p = self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, start_offset=start_offset).producer
+        except NotHanging as exc:
+            if not force:
+                raise
+            self._fence_live(exc)
+            return exc.producer
+        except KafkaError:
+            if not force:
+                raise
+            p = self.producer_at(topic, partition, start_offset)  # undecidable: the bare marker, as Kafka's
         self.abort(topic, partition, p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
         return p
+
+    def _fence_live(self, exc: NotHanging) -> None:
+        """A forced abort of a live transaction: fenced whole through its coordinator."""
+        if exc.transactional_id is None:
+            raise error_for(ErrorCode.coordinator_not_available, "the coordinator of producer "
+                            f"{exc.producer.producer_id} could not be described: nothing was aborted") from None
+        self.fence(exc.transactional_id, exc.timeout_ms)
+
+    def abort_producer(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int, *, now_ms: int | None = None,
+                       max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS, force: bool = False) -> None:
+        """``abort`` with the producer named (the CLI's ``--producer-id``), after the same check
+        as ``abort_at``: the producer's open transaction there must be hanging; with ``force``, a
+        live one is fenced whole through its coordinator instead (``fence``)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, producer_id=producer_id)
+        except NotHanging as exc:
+            if not force:
+                raise
+            self._fence_live(exc)
+            return
+        except KafkaError:
+            if not force:
+                raise
+        self.abort(topic, partition, producer_id, producer_epoch, coordinator_epoch)
 
     def abort(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:
         """Write an ABORT marker for the producer's open transaction at the partition's leader
         (idempotent: nothing is written when the producer has no open transaction there).
-        Raises the KafkaError the leader answered."""
+        Raises the KafkaError the leader answered. UNCHECKED: it may tear a live transaction;
+        the tools call it only through ``abort_at`` / ``abort_producer``."""
         leader = self.leaders(topic).get((topic, partition))
         if leader is None or leader < 0:
             raise error_for(ErrorCode.leader_not_available, f"{topic}-{partition}")

@@ -18,25 +18,36 @@ document, so any number of open consoles cost the loop at most one snapshot per 
 at most 2% of its time. find-hanging and abort are Kafka requests to the broker's own listener
 from the worker thread (console/transactions.py).
 
-Hostile clients. Each connection has a ``REQUEST_TIMEOUT_S`` socket timeout (a client that
-sends slowly is dropped), at most ``MAX_CONNECTIONS`` are served at once (more are closed at
-once), a body longer than ``MAX_BODY`` is refused (413) without being read, and header lines
-and counts are bounded by ``http.server``. Nothing a request does raises into the broker.
+Who may ask. The console has no login (docs/SECURITY.md): it is off unless ``console.listen``
+is set, and binds where that says (loopback in every example). Every request must name this
+server in its ``Host`` header: an IP literal or ``localhost`` or the host of ``console.listen``,
+with the port it listens on (``host_allowed``); a page that reaches the port through a DNS
+name of its own (DNS rebinding) is refused with 403 before anything is read or done. A request
+with an ``Origin`` (every browser POST, every cross-origin fetch) must come from this very origin,
+and a browser's ``Sec-Fetch-Site`` must say same-origin (``origin_allowed``). The abort itself
+only ever aborts a hanging transaction (console/transactions.py).
+
+Hostile clients. ``oncelog.http_server.BoundedHTTPServer``: each request has a deadline of
+``REQUEST_TIMEOUT_S`` for the whole request, not per read (a client that trickles bytes is dropped
+when it passes), at most ``MAX_CONNECTIONS`` are served at once (more are closed at once), a
+body longer than ``MAX_BODY`` is refused (413) without being read, and header lines and counts
+are bounded by ``http.server``. Nothing a request does raises into the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Callable
 
 from oncelog.console import snapshot
 from oncelog.console.transactions import AbortRefused, TxnLink
+from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 log = logging.getLogger(__name__)
 
@@ -108,26 +119,54 @@ class StateSource:
             return self._raw
 
 
-class ConsoleHTTPServer(ThreadingHTTPServer):
-    """Threads per connection (daemon), at most ``MAX_CONNECTIONS`` of them."""
+def host_allowed(host_header: str | None, listen_host: str, port: int) -> bool:
+    """Whether a request's ``Host`` header names this console (pure): the port it listens on
+    (80 when none is given) and a host that is an IP literal, ``localhost``, or the host of
+    ``console.listen``. A DNS name of anyone else's (a rebinding attack's) is refused."""
+    if not host_header:
+        return False
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        host, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return False
+        port_text = rest[1:] if rest else "80"
+    else:
+        host, sep, port_text = value.rpartition(":")
+        if not sep:
+            host, port_text = value, "80"
+    if not port_text.isdigit() or int(port_text) != port or not host:
+        return False
+    if host in ("localhost", listen_host.strip("[]").lower()):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 64
+
+def origin_allowed(origin: str | None, fetch_site: str | None, host_header: str) -> bool:
+    """Whether a request comes from the console's own page (pure): no ``Origin`` (a non-browser
+    client) or exactly ``http://<Host>``, and no ``Sec-Fetch-Site`` or same-origin / none."""
+    if origin is not None and origin.strip().lower() != "http://" + host_header.strip().lower():
+        return False
+    return fetch_site is None or fetch_site.strip().lower() in ("same-origin", "none")
+
+
+class ConsoleHTTPServer(BoundedHTTPServer):
+    """Threads per connection (daemon), at most ``MAX_CONNECTIONS`` of them, each request within
+    ``REQUEST_TIMEOUT_S``. ``listen_host``: the host of ``console.listen`` (``host_allowed``)."""
 
     def __init__(self, address: tuple[str, int], state: "StateSource", txns: TxnLink,
-                 files: dict[str, tuple[bytes, str]], *, ipv6: bool = False) -> None:
-        import socket
-
-        if ipv6:
-            self.address_family = socket.AF_INET6
+                 files: dict[str, tuple[bytes, str]], *, ipv6: bool = False, listen_host: str | None = None) -> None:
         self.state = state
         self.txns = txns
         self.files = files
-        self.active = 0
-        self._active_lock = threading.Lock()
+        self.listen_host = address[0] if listen_host is None else listen_host
         self._doc: tuple[snapshot.Raw, dict[str, Any], bytes] | None = None
-        super().__init__(address, Handler)
+        super().__init__(address, Handler, max_connections=MAX_CONNECTIONS, request_deadline_s=REQUEST_TIMEOUT_S,
+                         ipv6=ipv6)
 
     def document(self, raw: snapshot.Raw, hanging: dict[str, Any]) -> bytes:
         """The encoded ``/api/state`` of this snapshot and hanging result: built once and
@@ -141,29 +180,9 @@ class ConsoleHTTPServer(ThreadingHTTPServer):
         self._doc = (raw, hanging, body)
         return body
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._active_lock:
-            if self.active >= MAX_CONNECTIONS:
-                self.shutdown_request(request)  # too many at once: closed, not queued
-                return
-            self.active += 1
-        super().process_request(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._active_lock:
-                self.active -= 1
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("console: request from %s failed", client_address, exc_info=True)
-
-
-class Handler(BaseHTTPRequestHandler):
+class Handler(DeadlineHandler):
     server: ConsoleHTTPServer
-    timeout = REQUEST_TIMEOUT_S
-    protocol_version = "HTTP/1.1"
     server_version = "oncelog-console"
 
     def version_string(self) -> str:
@@ -189,6 +208,21 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": message})
 
+    def _refused(self, *, head: bool = False) -> bool:
+        """Answers 403 and returns True when the request does not name this console (Host) or
+        does not come from its page (Origin, Sec-Fetch-Site)."""
+        host = self.headers.get("Host")
+        if not host_allowed(host, self.server.listen_host, self.server.server_address[1]):
+            self.close_connection = True
+            self._json(403, {"error": "the Host header does not name this console (an IP address or localhost "
+                                      "and its port, or the host of console.listen)"}, head=head)
+            return True
+        if not origin_allowed(self.headers.get("Origin"), self.headers.get("Sec-Fetch-Site"), host or ""):
+            self.close_connection = True
+            self._json(403, {"error": "cross-origin requests are refused"}, head=head)
+            return True
+        return False
+
     def do_HEAD(self) -> None:
         self._get(head=True)
 
@@ -196,6 +230,8 @@ class Handler(BaseHTTPRequestHandler):
         self._get(head=False)
 
     def _get(self, *, head: bool) -> None:
+        if self._refused(head=head):
+            return
         path = self.path.split("?", 1)[0]
         if path in self.server.files:
             body, ctype = self.server.files[path]
@@ -212,6 +248,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": "not found"}, head=head)
 
     def do_POST(self) -> None:
+        if self._refused():
+            return
         path = self.path.split("?", 1)[0]
         if path != "/api/transactions/abort":
             self.close_connection = True

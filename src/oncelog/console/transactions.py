@@ -6,7 +6,9 @@ broker's own listener, with the client properties of ``console.client.config`` w
 
 * "hanging" is exactly what ``oncelog transactions find-hanging`` says (``find_hanging``, with
   the broker's ``transaction.max.timeout.ms``), and
-* the abort button is exactly ``oncelog transactions abort --start-offset`` (``abort_at``): a
+* the abort button is exactly ``oncelog transactions abort --start-offset`` (``abort_at``),
+  never forced: it aborts only a transaction that find-hanging's definition says hangs (with
+  the broker's ``transaction.max.timeout.ms``) and refuses a live one (409), then sends a
   WriteTxnMarkers request that the broker authorizes like any other (ClusterAction on the
   Cluster when ACLs are on), as the principal the console logs in as.
 
@@ -25,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, TransactionsAdmin
+from oncelog.admin.transactions import DEFAULT_MAX_TXN_TIMEOUT_MS, NotHanging, TransactionsAdmin
 from oncelog.protocol.errors import KafkaError
 
 #: how long a find-hanging result is shown before it is checked again (seconds)
@@ -106,15 +108,19 @@ class TxnLink:
         ``TransactionsAdmin.abort_at``. Returns what was aborted. Raises AbortRefused: 403 when
         abort is disabled or the broker denied it (an authorization error), 404 when no open
         transaction starts there, 409 for other broker errors, 503 when the broker cannot be
-        reached."""
+        reached; 409 too when the transaction is not hanging (``NotHanging``: live transactions
+        are never aborted from the console)."""
         if self.abort_disabled is not None:
             raise AbortRefused(403, self.abort_disabled)
         with self._aborting:
             try:
                 with self._connect() as a:
-                    p = a.abort_at(topic, partition, start_offset)
+                    p = a.abort_at(topic, partition, start_offset, now_ms=self._now_ms(),
+                                   max_timeout_ms=self.max_timeout_ms)
             except LookupError as exc:
                 raise AbortRefused(404, str(exc)) from None
+            except NotHanging as exc:
+                raise AbortRefused(409, f"abort refused: {exc}") from None
             except KafkaError as exc:
                 status = 403 if "authorization" in exc.code.name else 409
                 raise AbortRefused(status, f"abort refused: {exc.code.name.upper()} ({exc})") from None
