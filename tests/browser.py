@@ -3,7 +3,7 @@ Playwright (the ``playwright`` Python package, pinned in the ``test`` extra) thr
 ``executable_path``; Playwright's own browser downloads are never used.
 
 A machine without Chromium or Playwright FAILS these tests, never skips them, as for PostgreSQL
-(tests/conftest.py): install them (``.ci/run`` does: ``apt-get install -y chromium``).
+(tests/conftest.py): ``make test`` installs them (``scripts/system-deps.sh test``).
 ``ONCELOG_CHROMIUM`` names another binary. Screenshots go to ``ONCELOG_TEST_ARTIFACTS`` (CI keeps
 that directory), by default ``test-artifacts/`` at the top of the repository (ignored by git).
 """
@@ -28,7 +28,7 @@ def chromium_path() -> str:
         if found:
             return found
     pytest.fail(f"no Chromium found ({named or ', '.join(CANDIDATES)}): install Debian's package "
-                "(apt-get install -y chromium; .ci/run does) or set ONCELOG_CHROMIUM", pytrace=False)
+                "(scripts/system-deps.sh test, which make test runs) or set ONCELOG_CHROMIUM", pytrace=False)
 
 
 def artifacts_dir(name: str) -> Path:
