@@ -4,7 +4,11 @@ boundary where exceptions become Kafka error codes.
 A handler raises ``KafkaError`` for a whole-request failure and it becomes that API's error
 response; per-partition errors are put into the response by the handler itself. Any other
 exception escaping a handler is a bug: it is logged with its traceback and answered with
-UNKNOWN_SERVER_ERROR, and the broker goes on. ``CloseConnection`` (a handler's verdict, or a
+UNKNOWN_SERVER_ERROR, and the broker goes on. Encoding the answer is inside the same boundary:
+an answer its version cannot carry (a null where the schema has none) is a bug too, logged and
+answered with UNKNOWN_SERVER_ERROR (the connection is closed if even that cannot be encoded);
+bug lines have a fixed template, so the broker's log limiter (``oncelog.logs``) holds them to a
+few per window whatever a client sends. ``CloseConnection`` (a handler's verdict, or a
 protocol violation found here) propagates to the server, which closes that one connection.
 
 Routing is the ``routes.ROUTES`` table; the versions checked are the advertised ones.
@@ -85,10 +89,28 @@ class Dispatcher:
             error = ErrorCode.unknown_server_error
         if body is None:
             out = None
-        elif offload:
-            out = await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version, head.correlation_id, body)
         else:
-            out = framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+            try:
+                if offload:
+                    out = await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version,
+                                                  head.correlation_id, body)
+                else:
+                    out = framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+            except Exception:  # a handler built an answer its version cannot carry: a bug, inside the boundary
+                log.exception("bug: the %s v%d answer to %s could not be encoded", apis.api_name(head.api_key),
+                              head.api_version, client.peer)
+                error = ErrorCode.unknown_server_error
+                out = self._error_answer(head, error)
         if metrics is not None:
             metrics.request(head.api_key, time.perf_counter() - started, int(error))
         return out
+
+    @staticmethod
+    def _error_answer(head: framing.RequestHead, code: ErrorCode) -> list[Any]:
+        """The whole-request error answer; CloseConnection if even that cannot be encoded."""
+        try:
+            body = messages.error_response(head.api_key, head.api_version, code)
+            return framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+        except Exception as exc:
+            raise CloseConnection(f"no {apis.api_name(head.api_key)} v{head.api_version} answer could be encoded "
+                                  f"({type(exc).__name__})") from None
