@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from kafka_clients import create_topic, produce
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, messages
 from oncelog.protocol.errors import ErrorCode
@@ -50,3 +51,60 @@ def test_metadata_v10_v11_null_topic_name_is_refused_as_kafka_does(broker, versi
     assert "Traceback" not in log
     assert log.count("refused Metadata") <= 12, log[-3000:]  # the log limiter: a burst of 10 per window
     assert len(log) < 8000, log[-3000:]
+
+
+# -- row 13: long group ids -------------------------------------------------------------------
+
+
+def test_a_group_id_of_a_thousand_characters_works_and_survives_a_restart(broker) -> None:
+    """Row 13. Before: FindCoordinator answered INVALID_GROUP_ID to any group id over 255
+    characters (and so did JoinGroup, OffsetCommit, TxnOffsetCommit, ...). Kafka accepts any
+    non-empty id. Now: a confluent-kafka consumer joins, consumes and commits under a
+    1,000-character id (multi-byte characters included), a transactional producer commits offsets
+    for a second long id (AddOffsetsToTxn + TxnOffsetCommit), and both are read back after a hard
+    restart (the ids are in ``__consumer_offsets`` keys)."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    topic = "long-groups"
+    create_topic("confluent", broker.bootstrap, topic, 1)
+    produce("confluent", broker.bootstrap, topic, [(0, None, b"v%d" % i) for i in range(5)])
+    group = "g" * 900 + "ü€" * 50  # 1,000 characters, 1,150 UTF-8 bytes
+    txn_group = "t" * 5000
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    try:
+        c.subscribe([topic])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m.value())
+        assert len(got) == 5
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "long-group-txn"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"in-txn", partition=0)
+    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": txn_group})
+    try:
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], meta.consumer_group_metadata(), 30)
+    finally:
+        meta.close()
+    p.commit_transaction(30)
+    broker.restart(hard=True)
+    for g, expected in ((group, 5), (txn_group, 3)):
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": g})
+        try:
+            for _ in range(20):  # the coordinator may still be loading right after the restart
+                try:
+                    committed = c.committed([TopicPartition(topic, 0)], timeout=10)
+                    break
+                except KafkaException:
+                    time.sleep(0.5)
+            assert [tp.offset for tp in committed] == [expected], g[:20]
+        finally:
+            c.close()
