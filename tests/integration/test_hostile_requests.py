@@ -4,16 +4,20 @@ from now, a long group id — each gets Kafka's answer, and the broker's log sta
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import time
 import uuid
 
+import crc32c
+
 import pytest
 
-from kafka_clients import create_topic, produce
+from kafka_clients import consume, create_topic, produce
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, messages
+from oncelog.protocol import records as R
 from oncelog.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.integration
@@ -108,3 +112,70 @@ def test_a_group_id_of_a_thousand_characters_works_and_survives_a_restart(broker
             assert [tp.offset for tp in committed] == [expected], g[:20]
         finally:
             c.close()
+
+
+# -- row 12: record timestamps (KIP-937) ------------------------------------------------------
+
+
+def _raw_produce(c: ProtocolClient, topic: str, batch: bytes) -> object:
+    m = c.classes(apis.PRODUCE)
+    req = m["ProduceRequest"](transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+                              topic_data=(m["TopicProduceData"](name=topic, partition_data=(
+                                  m["PartitionProduceData"](index=0, records=batch),)),))
+    return c.request(apis.PRODUCE, req).responses[0].partition_responses[0]
+
+
+def _with_attribute(batch: bytes, bit: int) -> bytes:
+    b = bytearray(batch)
+    struct.pack_into(">h", b, 21, struct.unpack_from(">h", b, 21)[0] | bit)
+    struct.pack_into(">I", b, 17, crc32c.crc32c(bytes(b[R.CRC_START:])))
+    return bytes(b)
+
+
+def test_record_timestamps_out_of_the_topics_bounds_are_refused_as_kafka_does(broker_factory) -> None:
+    """Row 12. Before: a CreateTime of now + 2 h or 2^62 was accepted although the topic
+    advertised message.timestamp.after.max.ms=3600000, and the broker refused to start with
+    Kafka's broker property log.message.timestamp.after.max.ms ("unknown broker property").
+    Now: the broker takes the KIP-937 properties, and every record's timestamp is checked as
+    Kafka's LogValidator checks it: INVALID_TIMESTAMP for the whole batch, naming the records."""
+    from confluent_kafka import KafkaError, Producer
+
+    broker = broker_factory("ts", overrides={"log.message.timestamp.after.max.ms": "3600000",
+                                             "log.message.timestamp.before.max.ms": "9223372036854775807"})
+    create_topic("confluent", broker.bootstrap, "ts", 1)
+    create_topic("confluent", broker.bootstrap, "ts-old", 1, {"message.timestamp.before.max.ms": "86400000"})
+    create_topic("confluent", broker.bootstrap, "ts-lat", 1, {"message.timestamp.type": "LogAppendTime"})
+    now = int(time.time() * 1000)
+
+    # a real client: confluent-kafka sets each record's CreateTime
+    outcomes: dict[int, object] = {}
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0})
+    for ts in (now, now + 2 * 3600_000, 2**62, now + 1000):
+        p.produce("ts", b"v", partition=0, timestamp=ts,
+                  on_delivery=lambda err, msg, ts=ts: outcomes.__setitem__(ts, err))
+        p.flush(30)
+    assert outcomes[now] is None and outcomes[now + 1000] is None
+    for ts in (now + 2 * 3600_000, 2**62):
+        assert outcomes[ts] is not None and outcomes[ts].code() == KafkaError.INVALID_TIMESTAMP, outcomes[ts]
+
+    with ProtocolClient(broker.bootstrap) as c:
+        # a crafted batch: one record of five is two hours ahead; the whole batch is refused
+        recs = [(b"k", b"v", [], now + i) for i in range(5)]
+        recs[3] = (b"k", b"v", [], now + 2 * 3600_000)
+        res = _raw_produce(c, "ts", R.build_batch(recs, timestamp_ms=now))
+        assert res.error_code == ErrorCode.invalid_timestamp
+        assert [e.batch_index for e in res.record_errors] == [3]
+        # a record far in the past: refused where before.max.ms says so (Kafka's default: never)
+        old = R.build_batch([(b"k", b"v", [], now - 2 * 86_400_000)], timestamp_ms=now)
+        assert _raw_produce(c, "ts-old", old).error_code == ErrorCode.invalid_timestamp
+        assert _raw_produce(c, "ts", old).error_code == ErrorCode.none
+        # a record without a timestamp (-1) is not checked, as in Kafka
+        assert _raw_produce(c, "ts-old", R.build_batch([(b"k", b"v", [], -1)], timestamp_ms=-1)).error_code == 0
+        # a LogAppendTime topic stamps the batch: its CreateTimes are not checked (Kafka's rule) ...
+        far = R.build_batch([(b"k", b"v", [], 2**62)], timestamp_ms=2**62)
+        assert _raw_produce(c, "ts-lat", far).error_code == ErrorCode.none
+        # ... but no producer may claim LogAppendTime itself
+        claimed = _with_attribute(R.build_batch([(b"k", b"v", [])], timestamp_ms=now), R.TIMESTAMP_TYPE_BIT)
+        assert _raw_produce(c, "ts-lat", claimed).error_code == ErrorCode.invalid_timestamp
+    got = consume("confluent", broker.bootstrap, "ts", [0], expected=3, timeout=30, settle=0.5)
+    assert len(got) == 3  # now, now + 1 s, and the past record: nothing of a refused batch
