@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 #: Requests larger than this (Produce excepted) are decoded and answered off the event loop.
 OFFLOAD_BYTES = 256 * 1024
+#: Requests announcing more array entries than this (Produce excepted) have their answer encoded
+#: off the event loop: a small request can ask for a large answer (100,000 empty topic names
+#: fit in 200 KB; schema_reader.MAX_REQUEST_ENTRIES bounds them).
+OFFLOAD_ENTRIES = 5_000
 
 
 class Dispatcher:
@@ -71,6 +75,7 @@ class Dispatcher:
             request = await asyncio.to_thread(framing.decode_request, frame) if offload else framing.decode_request(frame)
         except (framing.FrameError, KafkaError) as exc:
             raise CloseConnection(f"{exc} (from {client.peer})") from None
+        offload = offload or (request.entries > OFFLOAD_ENTRIES and head.api_key != apis.PRODUCE)
         error = 0
         cluster = getattr(self.broker, "cluster", None)
         if cluster is not None:  # cluster mode: a zombie answers nothing from its leaderships
