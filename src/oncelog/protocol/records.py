@@ -328,21 +328,22 @@ def _check_timestamps(h: BatchHeader, walked: tuple[int, ...], rule: TimestampRu
     not -1 must lie in [now - before.max.ms, now + after.max.ms]; otherwise (a LogAppendTime
     topic, or a record without a timestamp) the batch must not claim LogAppendTime. Raises
     TimestampErrors naming the lowest and highest records at fault (Kafka names every one)."""
-    lo, hi = rule.now_ms - rule.before_max_ms, rule.now_ms + rule.after_max_ms
-    if h.attributes & TIMESTAMP_TYPE_BIT:  # every record's timestamp is the batch's maxTimestamp
-        if rule.log_append_time or h.max_timestamp == NO_TIMESTAMP:
-            raise TimestampErrors([(0, "Invalid timestamp type in message: producer should not set timestamp type "
-                                       "to LogAppendTime")])
-        if not lo <= h.max_timestamp <= hi:
-            raise TimestampErrors([(0, _out_of_range(h.max_timestamp, 0, lo, hi))])
-        return
-    if rule.log_append_time:
-        return
-    _, _, _, low, low_i, high, high_i = walked
-    errors = [(i, _out_of_range(ts, i, lo, hi)) for ts, i in ((low, low_i), (high, high_i))
-              if i >= 0 and not lo <= ts <= hi]
-    if errors:
-        raise TimestampErrors(sorted(set(errors)))
+    now, before, after, log_append_time = rule
+    lo, hi = now - before, now + after
+    if not h.attributes & TIMESTAMP_TYPE_BIT:
+        if log_append_time:
+            return
+        _, _, _, low, low_i, high, high_i = walked
+        if lo <= low and high <= hi or low_i < 0:  # the fast path: every record in range (or none stamped)
+            return
+        raise TimestampErrors(sorted({(i, _out_of_range(ts, i, lo, hi)) for ts, i in ((low, low_i), (high, high_i))
+                                      if not lo <= ts <= hi}))
+    # the batch claims LogAppendTime: every record's timestamp is its maxTimestamp
+    if log_append_time or h.max_timestamp == NO_TIMESTAMP:
+        raise TimestampErrors([(0, "Invalid timestamp type in message: producer should not set timestamp type "
+                                   "to LogAppendTime")])
+    if not lo <= h.max_timestamp <= hi:
+        raise TimestampErrors([(0, _out_of_range(h.max_timestamp, 0, lo, hi))])
 
 
 def _out_of_range(ts: int, index: int, lo: int, hi: int) -> str:
