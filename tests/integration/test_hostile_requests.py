@@ -296,3 +296,27 @@ def test_a_request_at_the_bound_is_answered_without_holding_up_others(broker) ->
         time.sleep(0.3)
     assert took < 60
     assert bystander.worst < 1.0, f"bystander waited {bystander.worst:.2f} s"
+
+
+def test_describe_configs_naming_one_topic_twenty_thousand_times_is_answered_once(broker) -> None:
+    """Row 9, other requests with client-sized arrays. Before: DescribeConfigs naming one topic
+    20,000 times described it 20,000 times on the event loop (75 s, an 83 MB answer, RSS
+    38 -> 469 MB, a bystander waited 34 s); at the entry bound it would have been 5 times that.
+    Now a resource named twice is answered once (clients match results by resource; Kafka's
+    AdminClient never sends one twice) and the handler yields between resources."""
+    create_topic("confluent", broker.bootstrap, "described", 1)
+    m = messages.Builder(apis.DESCRIBE_CONFIGS, 4, response=False)
+    req = m.DescribeConfigsRequest(include_synonyms=True, include_documentation=True, resources=tuple(
+        m.DescribeConfigsResource(resource_type=2, resource_name="described", configuration_keys=None)
+        for _ in range(20_000)) + (m.DescribeConfigsResource(resource_type=2, resource_name="described",
+                                                              configuration_keys=("retention.ms",)),))
+    with _Bystander(broker.bootstrap) as bystander, ProtocolClient(broker.bootstrap, timeout=30) as c:
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        resp = c.request(apis.DESCRIBE_CONFIGS, req, version=4)
+        took = time.monotonic() - t0
+        time.sleep(0.3)
+    assert [(r.resource_name, r.error_code) for r in resp.results] == [("described", 0), ("described", 0)]
+    assert len(resp.results[0].configs) > 30 and [c.name for c in resp.results[1].configs] == ["retention.ms"]
+    assert took < 10
+    assert bystander.worst < 1.0, f"bystander waited {bystander.worst:.2f} s"
