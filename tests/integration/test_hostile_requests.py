@@ -320,3 +320,28 @@ def test_describe_configs_naming_one_topic_twenty_thousand_times_is_answered_onc
     assert len(resp.results[0].configs) > 30 and [c.name for c in resp.results[1].configs] == ["retention.ms"]
     assert took < 10
     assert bystander.worst < 1.0, f"bystander waited {bystander.worst:.2f} s"
+
+
+def test_offset_fetch_and_describe_groups_answer_a_group_named_many_times_once(broker) -> None:
+    """Row 9, other requests with client-sized arrays. Before: OffsetFetch v8+ naming one group
+    20,000 times (topics null: every offset of the group) answered every copy, and so did
+    DescribeGroups (members' metadata and assignments each time): up to the entry bound, an
+    answer of gigabytes from a request of a few hundred KB. Now each group is answered once;
+    Kafka's clients never send a group twice and match answers by group id."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    create_topic("confluent", broker.bootstrap, "fanout", 50)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "fan", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition("fanout", p, 7) for p in range(50)], asynchronous=False)
+    finally:
+        c.close()
+    of = messages.Builder(apis.OFFSET_FETCH, 8, response=False)
+    dg = messages.Builder(apis.DESCRIBE_GROUPS, 5, response=False)
+    with ProtocolClient(broker.bootstrap, timeout=60) as client:
+        resp = client.request(apis.OFFSET_FETCH, of.OffsetFetchRequest(require_stable=False, groups=tuple(
+            of.OffsetFetchRequestGroup(group_id="fan", topics=None) for _ in range(20_000))), version=8)
+        assert [(g.group_id, sum(len(t.partitions) for t in g.topics)) for g in resp.groups] == [("fan", 50)]
+        resp = client.request(apis.DESCRIBE_GROUPS, dg.DescribeGroupsRequest(
+            groups=("fan",) * 20_000 + ("other",), include_authorized_operations=False), version=5)
+        assert [g.group_id for g in resp.groups] == ["fan", "other"]
