@@ -128,9 +128,10 @@ def test_find_coordinator_every_version(broker, wire: Wire) -> None:
     for v in range(0, 4):
         res = wire.call(apis.FIND_COORDINATOR, v, key="g", key_type=0)
         assert (res.error_code, res.node_id, res.host, res.port) == (ErrorCode.none, 1, host, int(port))
-    res = wire.call(apis.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("a", "b", "", "x" * 256))
+    res = wire.call(apis.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("a", "b", "", "x" * 256, "x" * 40_000))
     codes = [c.error_code for c in res.coordinators]
-    assert codes == [ErrorCode.none, ErrorCode.none, ErrorCode.invalid_group_id, ErrorCode.invalid_group_id]
+    # Kafka accepts any non-empty id (issue 26 row 13); only one past a Kafka string (32,767 bytes) is refused
+    assert codes == [ErrorCode.none, ErrorCode.none, ErrorCode.invalid_group_id, ErrorCode.none, ErrorCode.invalid_group_id]
     assert res.coordinators[0].port == int(port)
 
 
@@ -183,8 +184,9 @@ def test_stale_generation_unknown_member_and_invalid_group_ids(wire: Wire) -> No
     hb = wire.call(apis.HEARTBEAT, group_id="bad", generation_id=res.generation_id, member_id="x", group_instance_id=None)
     assert hb.error_code == ErrorCode.unknown_member_id
     assert wire.join("").error_code == ErrorCode.invalid_group_id
-    assert wire.join("g" * 256).error_code == ErrorCode.invalid_group_id
-    assert wire.commit("g" * 256, -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.invalid_group_id}
+    assert wire.join("g" * 256).error_code != ErrorCode.invalid_group_id  # Kafka has no length limit (issue 26 row 13)
+    assert wire.join("g" * 40_000).error_code == ErrorCode.invalid_group_id  # past a Kafka string: unstorable
+    assert wire.commit("g" * 40_000, -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.invalid_group_id}
     hb = wire.call(apis.HEARTBEAT, group_id="", generation_id=1, member_id="m", group_instance_id=None)
     assert hb.error_code == ErrorCode.invalid_group_id
     assert wire.commit("bad", res.generation_id, res.member_id, {("nope", 0): 1}) == {("nope", 0): ErrorCode.unknown_topic_or_partition}

@@ -29,3 +29,21 @@ def test_bad_value_is_rejected() -> None:
 def test_properties_parser_rejects_garbage() -> None:
     with pytest.raises(InvalidConfig):
         parse_properties("just words")
+
+
+def test_kip_937_timestamp_properties_are_broker_properties() -> None:
+    """Issue 26 row 12: Kafka's log.message.timestamp.* broker properties are taken (the broker
+    refused to start with them: "unknown broker property") and become the topics' defaults."""
+    from oncelog.broker import topic_config
+
+    b = BrokerConfig().with_overrides({"log.message.timestamp.after.max.ms": "1000",
+                                       "log.message.timestamp.before.max.ms": "2000",
+                                       "log.message.timestamp.type": "LogAppendTime"})
+    lc = topic_config.log_config(b, {})
+    assert (lc.timestamp_after_max_ms, lc.timestamp_before_max_ms, lc.log_append_time) == (1000, 2000, True)
+    lc = topic_config.log_config(b, {"message.timestamp.after.max.ms": "5"})
+    assert lc.timestamp_after_max_ms == 5
+    assert topic_config.log_config(BrokerConfig(), {}).timestamp_after_max_ms == 3_600_000  # Kafka 4's default
+    for bad in ({"log.message.timestamp.after.max.ms": "-1"}, {"log.message.timestamp.type": "Later"}):
+        with pytest.raises(InvalidConfig):
+            BrokerConfig().with_overrides(bad)

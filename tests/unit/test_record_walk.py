@@ -45,9 +45,10 @@ def _sized(buf: bytes, pos: int, end: int, min_len: int) -> tuple[int, int]:
     return n, pos
 
 
-def oracle(buf: bytes, count: int):
+def oracle(buf: bytes, count: int, base: int = 0):
     pos, n = 0, len(buf)
     null_keys, best, best_i = 0, 0, -1
+    stamps: list[tuple[int, int]] = []  # (record timestamp, index), Kafka's NO_TIMESTAMP (-1) left out
     for i in range(count):
         if pos >= n:
             raise ValueError("ends")
@@ -75,14 +76,21 @@ def oracle(buf: bytes, count: int):
             raise ValueError("size mismatch")
         if best_i < 0 or ts > best:
             best, best_i = ts, i
+        absolute = (base + ts + 2**63) % 2**64 - 2**63  # Java's long addition wraps
+        if absolute != -1:
+            stamps.append((absolute, i))
     if pos != n:
         raise ValueError("trailing bytes")
-    return None if best_i < 0 else (null_keys, best, best_i)
+    if best_i < 0:
+        return None
+    lo = min(stamps, default=(0, -1))  # the first record of the lowest timestamp
+    hi = min(stamps, key=lambda s: (-s[0], s[1]), default=(0, -1))
+    return (null_keys, best, best_i, *lo, *hi)
 
 
-def c_walk(buf: bytes, count: int):
+def c_walk(buf: bytes, count: int, base: int = 0):
     try:
-        return _recordwalk.walk(buf, count)
+        return _recordwalk.walk(buf, count, base)
     except ValueError:
         raise ValueError("c") from None
 
@@ -93,13 +101,14 @@ record = st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max
 
 
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
-@given(recs=st.lists(record, min_size=1, max_size=6), data=st.data())
-def test_c_walker_agrees_with_the_oracle_on_mutated_records(recs: list, data: st.DataObject) -> None:
+@given(recs=st.lists(record, min_size=1, max_size=6), data=st.data(),
+       base=st.sampled_from([0, -1, -2**40, 2**62, 2**63 - 1, -2**63]))
+def test_c_walker_agrees_with_the_oracle_on_mutated_records(recs: list, data: st.DataObject, base: int) -> None:
     batch = R.build_batch([(k, v, h, ts) for k, v, h, ts in recs], timestamp_ms=0)
     payload = bytearray(batch[R.BATCH_HEADER_SIZE:])
     count = len(recs)
-    expected = oracle(bytes(payload), count)
-    assert c_walk(bytes(payload), count) == expected
+    expected = oracle(bytes(payload), count, base)
+    assert c_walk(bytes(payload), count, base) == expected
     assert expected[0] == sum(k is None for k, _, _, _ in recs)
     for _ in range(data.draw(st.integers(0, 3))):
         i = data.draw(st.integers(0, len(payload) - 1))
@@ -108,12 +117,12 @@ def test_c_walker_agrees_with_the_oracle_on_mutated_records(recs: list, data: st
         payload = payload[: data.draw(st.integers(0, len(payload)))]
     count = data.draw(st.sampled_from([count, count - 1, count + 1, 0]))
     try:
-        want = oracle(bytes(payload), count)
+        want = oracle(bytes(payload), count, base)
     except ValueError:
         with pytest.raises(ValueError):
-            c_walk(bytes(payload), count)
+            c_walk(bytes(payload), count, base)
     else:
-        assert c_walk(bytes(payload), count) == want
+        assert c_walk(bytes(payload), count, base) == want
 
 
 # --- validate_produce_batch on what hostile clients sent --------------------------------------

@@ -165,3 +165,43 @@ def test_produce_with_a_huge_topic_count_is_refused() -> None:
             struct.pack(">hi", -1, 100) + count + b"\0" * 10
         with pytest.raises(framing.FrameError, match="cannot fit"):
             framing.decode_request(frame)
+
+
+# --- issue 26 row 9: a bound on the array entries of one request ------------------------------
+
+def _many(api_key: int, version: int, n: int) -> bytes:
+    """A request of ``api_key`` whose client-sized array holds ``n`` entries."""
+    from oncelog.protocol.messages import Builder
+
+    m = Builder(api_key, version, response=False)
+    if api_key == apis.LIST_OFFSETS:
+        body = m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
+            name="t", partitions=tuple(m.ListOffsetsPartition(partition_index=i, timestamp=-1,
+                                                              current_leader_epoch=-1) for i in range(n))),))
+    elif api_key == apis.DELETE_RECORDS:
+        import datetime
+        body = m.DeleteRecordsRequest(timeout=datetime.timedelta(seconds=1), topics=(m.DeleteRecordsTopic(
+            name="t", partitions=tuple(m.DeleteRecordsPartition(partition_index=i, offset=0) for i in range(n))),))
+    elif api_key == apis.DESCRIBE_CONFIGS:
+        body = m.DescribeConfigsRequest(include_synonyms=False, include_documentation=False, resources=tuple(
+            m.DescribeConfigsResource(resource_type=2, resource_name=f"t{i}", configuration_keys=None)
+            for i in range(n)))
+    elif api_key == apis.OFFSET_FETCH:
+        body = m.OffsetFetchRequest(group_id="g", require_stable=False, topics=(m.OffsetFetchRequestTopic(
+            name="t", partition_indexes=tuple(range(n))),))
+    else:
+        raise AssertionError(api_key)
+    return framing.encode_request(api_key, version, 1, "c", body)[4:]
+
+
+@pytest.mark.parametrize("api_key,version", [(apis.LIST_OFFSETS, 1), (apis.LIST_OFFSETS, 9), (apis.DELETE_RECORDS, 2),
+                                             (apis.DESCRIBE_CONFIGS, 4), (apis.OFFSET_FETCH, 7)])
+def test_a_request_past_the_entry_bound_is_refused_before_its_entries_are_walked(api_key: int, version: int) -> None:
+    """Every request with client-sized arrays gets the same bound (schema_reader): at it, the
+    request decodes; one entry more (the outer array counts too) is a FrameError that names it."""
+    bound = schema_reader.MAX_REQUEST_ENTRIES
+    outer = 0 if api_key == apis.DESCRIBE_CONFIGS else 1  # the one topic entry holding the partitions
+    ok = framing.decode_request(_many(api_key, version, bound - outer))
+    assert ok.entries == bound
+    with pytest.raises(framing.FrameError, match="more than the 100,000 the broker serves in one request"):
+        framing.decode_request(_many(api_key, version, bound - outer + 1))

@@ -59,6 +59,19 @@ def _opt_str(v: str) -> str | None:
     return None if v.strip() in ("", "none", "null") else v.strip()
 
 
+def _timestamp_type(v: str) -> str:
+    if v.strip() not in ("CreateTime", "LogAppendTime"):
+        raise ValueError("CreateTime or LogAppendTime")
+    return v.strip()
+
+
+def _non_negative(v: str) -> int:
+    n = int(v)
+    if not 0 <= n <= 9223372036854775807:
+        raise ValueError("must be between 0 and 9223372036854775807")
+    return n
+
+
 def _opt_int(v: str) -> int | None:
     return None if v.strip() in ("", "none", "null") else int(v)
 
@@ -135,6 +148,13 @@ class BrokerConfig:
     message_max_uncompressed_bytes: int = field(
         default=64 * 1024 * 1024, metadata={"kafka": "message.max.uncompressed.bytes", "parse": int}
     )
+    #: KIP-937 (issue 26 row 12): the broker defaults of the topics' message.timestamp.* configs
+    log_message_timestamp_type: str = field(
+        default="CreateTime", metadata={"kafka": "log.message.timestamp.type", "parse": _timestamp_type})
+    log_message_timestamp_before_max_ms: int = field(
+        default=9223372036854775807, metadata={"kafka": "log.message.timestamp.before.max.ms", "parse": _non_negative})
+    log_message_timestamp_after_max_ms: int = field(
+        default=3_600_000, metadata={"kafka": "log.message.timestamp.after.max.ms", "parse": _non_negative})
     log_segment_bytes: int = field(default=1 << 30, metadata={"kafka": "log.segment.bytes", "parse": int})
     log_roll_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.roll.ms", "parse": int})
     log_retention_ms: int = field(default=7 * DAY_MS, metadata={"kafka": "log.retention.ms", "parse": int})

@@ -4,7 +4,11 @@ boundary where exceptions become Kafka error codes.
 A handler raises ``KafkaError`` for a whole-request failure and it becomes that API's error
 response; per-partition errors are put into the response by the handler itself. Any other
 exception escaping a handler is a bug: it is logged with its traceback and answered with
-UNKNOWN_SERVER_ERROR, and the broker goes on. ``CloseConnection`` (a handler's verdict, or a
+UNKNOWN_SERVER_ERROR, and the broker goes on. Encoding the answer is inside the same boundary:
+an answer its version cannot carry (a null where the schema has none) is a bug too, logged and
+answered with UNKNOWN_SERVER_ERROR (the connection is closed if even that cannot be encoded);
+bug lines have a fixed template, so the broker's log limiter (``oncelog.logs``) holds them to a
+few per window whatever a client sends. ``CloseConnection`` (a handler's verdict, or a
 protocol violation found here) propagates to the server, which closes that one connection.
 
 Routing is the ``routes.ROUTES`` table; the versions checked are the advertised ones.
@@ -30,6 +34,10 @@ log = logging.getLogger(__name__)
 
 #: Requests larger than this (Produce excepted) are decoded and answered off the event loop.
 OFFLOAD_BYTES = 256 * 1024
+#: Requests announcing more array entries than this (Produce excepted) have their answer encoded
+#: off the event loop: a small request can ask for a large answer (100,000 empty topic names
+#: fit in 200 KB; schema_reader.MAX_REQUEST_ENTRIES bounds them).
+OFFLOAD_ENTRIES = 5_000
 
 
 class Dispatcher:
@@ -67,6 +75,7 @@ class Dispatcher:
             request = await asyncio.to_thread(framing.decode_request, frame) if offload else framing.decode_request(frame)
         except (framing.FrameError, KafkaError) as exc:
             raise CloseConnection(f"{exc} (from {client.peer})") from None
+        offload = offload or (request.entries > OFFLOAD_ENTRIES and head.api_key != apis.PRODUCE)
         error = 0
         cluster = getattr(self.broker, "cluster", None)
         if cluster is not None:  # cluster mode: a zombie answers nothing from its leaderships
@@ -85,10 +94,28 @@ class Dispatcher:
             error = ErrorCode.unknown_server_error
         if body is None:
             out = None
-        elif offload:
-            out = await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version, head.correlation_id, body)
         else:
-            out = framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+            try:
+                if offload:
+                    out = await asyncio.to_thread(framing.encode_response, head.api_key, head.api_version,
+                                                  head.correlation_id, body)
+                else:
+                    out = framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+            except Exception:  # a handler built an answer its version cannot carry: a bug, inside the boundary
+                log.exception("bug: the %s v%d answer to %s could not be encoded", apis.api_name(head.api_key),
+                              head.api_version, client.peer)
+                error = ErrorCode.unknown_server_error
+                out = self._error_answer(head, error)
         if metrics is not None:
             metrics.request(head.api_key, time.perf_counter() - started, int(error))
         return out
+
+    @staticmethod
+    def _error_answer(head: framing.RequestHead, code: ErrorCode) -> list[Any]:
+        """The whole-request error answer; CloseConnection if even that cannot be encoded."""
+        try:
+            body = messages.error_response(head.api_key, head.api_version, code)
+            return framing.encode_response(head.api_key, head.api_version, head.correlation_id, body)
+        except Exception as exc:
+            raise CloseConnection(f"no {apis.api_name(head.api_key)} v{head.api_version} answer could be encoded "
+                                  f"({type(exc).__name__})") from None

@@ -371,6 +371,8 @@ class Server:
             log.error("closing connection from %s: %s", peer, exc)
         except asyncio.CancelledError:
             pass
+        except Exception:  # a bug: one rate-limited line (oncelog.logs), never asyncio's unlimited report
+            log.exception("bug: closing connection from %s", peer)
         finally:
             conn.close()
             self._conns.discard(conn)

@@ -2,10 +2,12 @@
  * Record validation for the produce path: walks the records of one (decompressed) v2 record
  * batch without creating a Python object per record.
  *
- * walk(data, count) -> (null_keys, max_timestamp_delta, index_of_max) | None
+ * walk(data, count[, base_timestamp]) -> (null_keys, max_timestamp_delta, index_of_max,
+ *                                         lowest, index_of_lowest, highest, index_of_highest) | None
  *
- *   data   the records section of a batch (after its 61-byte header), uncompressed
- *   count  the batch's recordsCount
+ *   data            the records section of a batch (after its 61-byte header), uncompressed
+ *   count           the batch's recordsCount
+ *   base_timestamp  the batch's baseTimestamp (default 0)
  *
  * Checks, as Kafka's DefaultRecord.readFrom and LogValidator do:
  *   - exactly `count` records, and no byte after the last one;
@@ -14,8 +16,12 @@
  *   - timestampDelta is a varlong, offsetDelta a varint equal to the record's index;
  *   - key and value lengths are -1 (null) or fit in the record;
  *   - the header count is >= 0, header keys are not null, header values -1 or fitting.
- * Returns the number of records with a null key (compacted topics refuse them), and the
- * largest timestampDelta with the index of its first record (None when count is 0).
+ * Returns the number of records with a null key (compacted topics refuse them), the largest
+ * timestampDelta with the index of its first record, and the lowest and highest record
+ * timestamp (base_timestamp + timestampDelta, wrapping as Java's long does) among the records
+ * whose timestamp is not -1 (Kafka's NO_TIMESTAMP), each with the index of its first record
+ * (index -1 and timestamp 0 when every record's is -1): the produce path checks
+ * message.timestamp.before/after.max.ms on these two alone (None when count is 0).
  * Raises ValueError naming the record and the field on the first violation. Reads only inside
  * `data`; never allocates per record. The pure-Python oracle it is held to lives in
  * tests/unit/test_record_walk.py.
@@ -84,12 +90,13 @@ static PyObject *walk(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &count))
+    long long base_ts = 0;
+    if (!PyArg_ParseTuple(args, "y*n|L", &view, &count, &base_ts))
         return NULL;
     const uint8_t *p = (const uint8_t *)view.buf;
     const Py_ssize_t n = view.len;
-    Py_ssize_t pos = 0, null_keys = 0, max_index = -1;
-    int64_t max_ts = 0;
+    Py_ssize_t pos = 0, null_keys = 0, max_index = -1, lo_index = -1, hi_index = -1;
+    int64_t max_ts = 0, lo_ts = 0, hi_ts = 0;
     PyObject *result = NULL;
     int rc;
 
@@ -166,6 +173,17 @@ static PyObject *walk(PyObject *self, PyObject *args)
             max_ts = ts;
             max_index = i;
         }
+        const int64_t abs_ts = (int64_t)((uint64_t)base_ts + (uint64_t)ts); /* Java's long addition */
+        if (abs_ts != -1) {
+            if (lo_index < 0 || abs_ts < lo_ts) {
+                lo_ts = abs_ts;
+                lo_index = i;
+            }
+            if (hi_index < 0 || abs_ts > hi_ts) {
+                hi_ts = abs_ts;
+                hi_index = i;
+            }
+        }
     }
     if (pos != n) {
         PyErr_Format(PyExc_ValueError, "%zd bytes after the last of %zd records", n - pos, count);
@@ -174,14 +192,16 @@ static PyObject *walk(PyObject *self, PyObject *args)
     if (max_index < 0)
         result = Py_NewRef(Py_None);
     else
-        result = Py_BuildValue("(nLn)", null_keys, (long long)max_ts, max_index);
+        result = Py_BuildValue("(nLnLnLn)", null_keys, (long long)max_ts, max_index, (long long)lo_ts, lo_index,
+                               (long long)hi_ts, hi_index);
 done:
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"walk", walk, METH_VARARGS, "walk(data, count) -> (null_keys, max_timestamp_delta, index) | None"},
+    {"walk", walk, METH_VARARGS, "walk(data, count[, base_timestamp]) -> (null_keys, max_timestamp_delta, index, "
+                                 "lowest, its index, highest, its index) | None"},
     {NULL, NULL, 0, NULL},
 };
 

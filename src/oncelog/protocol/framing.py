@@ -33,7 +33,7 @@ from kio.serial import entity_reader, entity_writer
 from oncelog.protocol import apis
 from oncelog.protocol.errors import UnsupportedVersion
 from oncelog.protocol.produce_request import read_produce_request
-from oncelog.protocol.schema_reader import check_message, read_message
+from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, TooManyEntries, check_message, read_message
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
 
@@ -77,6 +77,8 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
+    #: array entries the request announced (header and body; Produce: topics and partitions)
+    entries: int = 0
 
 
 def decode_request(frame: bytes) -> Request:
@@ -86,27 +88,33 @@ def decode_request(frame: bytes) -> Request:
     ``FrameError`` for anything malformed: a length that does not fit in what remains, a null
     where the schema allows none, a truncated field. Every length is checked before anything is
     allocated (``schema_reader``; Produce has its own reader, ``produce_request``). Unknown
-    tagged fields are skipped, as the protocol requires.
+    tagged fields are skipped, as the protocol requires. A request announcing more than
+    ``schema_reader.MAX_REQUEST_ENTRIES`` array entries in all is a ``FrameError`` too, found at
+    the array length that passes the bound (issue 26 row 9).
     """
     if not isinstance(frame, bytes):
         frame = bytes(frame)
     head = peek_head(frame)
     body_cls = apis.message_class(head.api_key, head.api_version, response=False)
     header_cls = RequestHeaderV2 if body_cls.__flexible__ else RequestHeaderV1
+    budget = [MAX_REQUEST_ENTRIES]  # array entries the request may still announce
     try:
-        used = check_message(header_cls, frame, 0)
+        used = check_message(header_cls, frame, 0, budget)
         try:
             header, used = entity_reader(header_cls)(frame, 0)
         except KeyError:  # an unknown tagged field (kio's native reader refuses them)
             header, used = read_message(header_cls, frame, 0)
         if head.api_key == apis.PRODUCE:
-            body, _ = read_produce_request(frame, used, head.api_version)
+            body, _ = read_produce_request(frame, used, head.api_version, budget)
         else:
-            check_message(body_cls, frame, used)  # every length fits: now kio may allocate
+            check_message(body_cls, frame, used, budget)  # every length fits: now kio may allocate
             try:
                 body, _ = entity_reader(body_cls)(frame, used)
             except KeyError:
                 body, _ = read_message(body_cls, frame, used)
+    except TooManyEntries as exc:
+        raise FrameError(f"refused {apis.api_name(head.api_key)} v{head.api_version} request "
+                         f"(correlation id {head.correlation_id}): {exc}") from None
     except Exception as exc:  # ValueError, kio's BufferUnderflow, UnicodeDecodeError, ...
         raise FrameError(
             f"malformed {apis.api_name(head.api_key)} v{head.api_version} request "
@@ -114,7 +122,8 @@ def decode_request(frame: bytes) -> Request:
         ) from None
     # Bytes after the body are ignored, as Kafka's broker ignores them: librdkafka 2.x sends
     # three extra bytes after its all-topics Metadata v12 request, and Kafka serves it.
-    return Request(head.api_key, head.api_version, head.correlation_id, header.client_id, body)
+    return Request(head.api_key, head.api_version, head.correlation_id, header.client_id, body,
+                   MAX_REQUEST_ENTRIES - budget[0])
 
 
 class FileRecords(bytes):

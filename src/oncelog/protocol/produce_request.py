@@ -17,13 +17,17 @@ Layout (Kafka's ProduceRequest.json)::
            varint length + 1) with a tagged-field section after each structure; unknown tags
            are skipped.
 
-Raises ``ValueError`` on anything malformed (the caller closes the connection).
+Raises ``ValueError`` on anything malformed (the caller closes the connection), and
+``schema_reader.TooManyEntries`` when the topics and partitions together pass
+``schema_reader.MAX_REQUEST_ENTRIES`` (the bound every request has, issue 26 row 9).
 """
 
 from __future__ import annotations
 
 import struct
 from typing import NamedTuple
+
+from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, TooManyEntries
 
 __all__ = ["PartitionProduceData", "ProduceRequest", "TopicProduceData", "read_produce_request"]
 
@@ -122,8 +126,18 @@ def _count(buf: bytes, pos: int, flexible: bool, item_min: int, what: str) -> tu
     return n, pos
 
 
-def read_produce_request(buf: bytes, offset: int, version: int) -> tuple[ProduceRequest, int]:
-    """Read a Produce request body of ``version`` at ``buf[offset]``: (request, bytes used)."""
+def _spend(budget: list[int], n: int) -> None:
+    budget[0] -= n
+    if budget[0] < 0:
+        raise TooManyEntries(MAX_REQUEST_ENTRIES - budget[0])
+
+
+def read_produce_request(buf: bytes, offset: int, version: int,
+                         budget: list[int] | None = None) -> tuple[ProduceRequest, int]:
+    """Read a Produce request body of ``version`` at ``buf[offset]``: (request, bytes used).
+    ``budget``: the array entries still allowed (``schema_reader.check_message``)."""
+    if budget is None:
+        budget = [MAX_REQUEST_ENTRIES]
     flexible = version >= FIRST_FLEXIBLE_VERSION
     string = _compact_string if flexible else _string16
     pos = offset
@@ -133,10 +147,12 @@ def read_produce_request(buf: bytes, offset: int, version: int) -> tuple[Produce
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
     pos += 6
     n_topics, pos = _count(buf, pos, flexible, _MIN_TOPIC[flexible], "topic_data")
+    _spend(budget, n_topics)
     topics = []
     for _ in range(n_topics):
         name, pos = string(buf, pos, False)
         n_parts, pos = _count(buf, pos, flexible, _MIN_PARTITION[flexible], "partition_data")
+        _spend(budget, n_parts)
         parts = []
         for _ in range(n_parts):
             if len(buf) - pos < 4:

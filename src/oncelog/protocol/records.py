@@ -39,6 +39,7 @@ from oncelog.protocol import _recordwalk
 
 from oncelog.protocol.errors import (
     CorruptMessage,
+    ErrorCode,
     InvalidRecord,
     MessageTooLarge,
     UnsupportedForMessageFormat,
@@ -57,6 +58,8 @@ __all__ = [
     "offset_prefix",
     "parse_header",
     "read_control_marker",
+    "TimestampErrors",
+    "TimestampRule",
     "validate_produce_batch",
     "with_base_offset",
 ]
@@ -217,12 +220,36 @@ class RecordErrors(InvalidRecord):  # type: ignore[misc, valid-type]
         self.record_errors = errors
 
 
+class TimestampErrors(RecordErrors):
+    """INVALID_TIMESTAMP naming the records at fault, as Kafka's LogValidator answers a record
+    whose timestamp is out of message.timestamp.before/after.max.ms (KIP-937), or a producer's
+    batch that claims LogAppendTime."""
+
+    code = ErrorCode.invalid_timestamp
+
+    def __init__(self, errors: list[tuple[int, str]]) -> None:
+        RecordErrors.__init__(self, errors)
+        Exception.__init__(self, "One or more records have been rejected due to invalid timestamp")
+
+
+class TimestampRule(NamedTuple):
+    """What Kafka's LogValidator checks of record timestamps: ``now_ms`` (the broker's clock),
+    the topic's message.timestamp.before.max.ms / after.max.ms, and whether the topic is
+    LogAppendTime (then record timestamps are not checked: the broker stamps the batch)."""
+
+    now_ms: int
+    before_max_ms: int
+    after_max_ms: int
+    log_append_time: bool = False
+
+
 def validate_produce_batch(
     buf: bytes | bytearray | memoryview,
     max_message_bytes: int,
     max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     *,
     compacted: bool = False,
+    timestamps: TimestampRule | None = None,
 ) -> BatchHeader:
     """Check the records field of a produce request (v3+) the way Kafka's broker does
     (LogValidator), so that whatever is acknowledged can be read by every client.
@@ -239,7 +266,8 @@ def validate_produce_batch(
     CorruptMessage (lengths, CRC, a payload that does not decompress), MessageTooLarge (over
     ``max_message_bytes``, or expanding beyond ``max_uncompressed``), RecordErrors (an
     INVALID_RECORD listing each record without a key, when ``compacted``: a compacted topic
-    refuses them, as Kafka's LogValidator). Returns the parsed header.
+    refuses them, as Kafka's LogValidator), TimestampErrors (INVALID_TIMESTAMP, with
+    ``timestamps``: ``_check_timestamps``). Returns the parsed header.
     """
     n = len(buf)
     if n == 0:
@@ -279,7 +307,7 @@ def validate_produce_batch(
     if h.compression != COMPRESSION_NONE:
         payload = decompress(h.compression, payload, max_uncompressed, reuse=True)
     try:
-        walked = _recordwalk.walk(payload, h.records_count)
+        walked = _recordwalk.walk(payload, h.records_count, h.base_timestamp)
     except ValueError as e:
         raise InvalidRecord(f"record batch of {h.records_count} record(s): {e}") from None
     if compacted and walked is not None and walked[0]:
@@ -287,7 +315,40 @@ def validate_produce_batch(
         raise RecordErrors([(i, "Compacted topic cannot accept message without key")
                             for i, rec in enumerate(iter_records(mv[:size], max_uncompressed=max_uncompressed))
                             if rec.key is None])
+    if timestamps is not None and walked is not None:
+        _check_timestamps(h, walked, timestamps)
     return h
+
+
+def _check_timestamps(h: BatchHeader, walked: tuple[int, ...], rule: TimestampRule) -> None:
+    """Kafka's LogValidator.validateTimestamp for every record, from the batch header and the
+    walker's lowest and highest record timestamps (no Python object per record). A record's
+    timestamp is baseTimestamp + its delta, or the batch's maxTimestamp when the batch claims
+    LogAppendTime (Kafka's DefaultRecordBatch). On a CreateTime topic a record whose timestamp is
+    not -1 must lie in [now - before.max.ms, now + after.max.ms]; otherwise (a LogAppendTime
+    topic, or a record without a timestamp) the batch must not claim LogAppendTime. Raises
+    TimestampErrors naming the lowest and highest records at fault (Kafka names every one)."""
+    now, before, after, log_append_time = rule
+    lo, hi = now - before, now + after
+    if not h.attributes & TIMESTAMP_TYPE_BIT:
+        if log_append_time:
+            return
+        _, _, _, low, low_i, high, high_i = walked
+        if lo <= low and high <= hi or low_i < 0:  # the fast path: every record in range (or none stamped)
+            return
+        raise TimestampErrors(sorted({(i, _out_of_range(ts, i, lo, hi)) for ts, i in ((low, low_i), (high, high_i))
+                                      if not lo <= ts <= hi}))
+    # the batch claims LogAppendTime: every record's timestamp is its maxTimestamp
+    if log_append_time or h.max_timestamp == NO_TIMESTAMP:
+        raise TimestampErrors([(0, "Invalid timestamp type in message: producer should not set timestamp type "
+                                   "to LogAppendTime")])
+    if not lo <= h.max_timestamp <= hi:
+        raise TimestampErrors([(0, _out_of_range(h.max_timestamp, 0, lo, hi))])
+
+
+def _out_of_range(ts: int, index: int, lo: int, hi: int) -> str:
+    return (f"Timestamp {ts} of message with offset {index} is out of range. "
+            f"The timestamp should be within [{lo}, {hi}]")
 
 
 _ATTRIBUTES_AND_MAX_TS = struct.Struct(">h")

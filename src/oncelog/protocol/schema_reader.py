@@ -21,6 +21,20 @@ not know (the protocol says such fields are skipped), is served by ``read_messag
 walk that also builds the entities, skipping unknown tags. The checker costs about as much as
 the native decode (6 vs 7 µs for a 10-partition Fetch); the full Python reader ten times more.
 
+Bounded work (issue 26 row 9). Every array entry a request announces costs the broker Python
+objects and time in the handler and in the answer, whatever its size on the wire: a 20 MB
+Metadata v1 request naming 10 million empty topic names took 87 s and 1.5 GB to answer. Kafka
+has no bound but ``socket.request.max.bytes``; its Java decoder is fast enough that the frame
+size bounds the work. Here a request may announce at most ``MAX_REQUEST_ENTRIES`` array entries
+in all (every array, nested ones included; Produce's reader counts its topics and partitions
+the same way), checked at each array's length before its entries are walked, so a refusal costs
+nothing more. Past it the request raises ``TooManyEntries`` and the connection is closed with
+one (rate-limited) log line: there is no error code a client could act on (Metadata has no
+top-level one, and answering each of millions of entries is the work being refused), and a
+request that size comes from a broken or hostile client. The bound is far above what real
+clients send: a consumer fetching from every partition a broker can host (about 6,700 with the
+default descriptor limit), an admin asking for every topic.
+
 Errors: ``ValueError`` or kio's ``SerialError`` (``BufferUnderflow``, ``DecodeError``) for anything
 malformed; the caller closes the connection. Produce, the hot path, has its own reader (``produce_request.py``).
 """
@@ -35,7 +49,19 @@ from kio.serial import readers as kr
 
 from oncelog.protocol.schema import FieldKind, field_kinds, implicit_default, scalar_reader
 
-__all__ = ["check_message", "read_message"]
+__all__ = ["MAX_REQUEST_ENTRIES", "TooManyEntries", "check_message", "read_message"]
+
+#: The most array entries one request may announce, all arrays together (see the module docstring).
+MAX_REQUEST_ENTRIES = 100_000
+
+
+class TooManyEntries(ValueError):
+    """A request announcing more than ``MAX_REQUEST_ENTRIES`` array entries."""
+
+    def __init__(self, announced: int) -> None:
+        super().__init__(f"the request announces at least {announced:,} array entries, more than the "
+                         f"{MAX_REQUEST_ENTRIES:,} the broker serves in one request")
+        self.announced = announced
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -73,10 +99,17 @@ _NULLABLE_ITEM_READERS: dict[str, tuple[Reader, Reader]] = {
 }
 
 
-def check_message(cls: type, buf: bytes, offset: int = 0) -> int:
+def check_message(cls: type, buf: bytes, offset: int = 0, budget: list[int] | None = None) -> int:
     """Walk one ``cls`` entity at ``buf[offset]`` without building it; returns where it ends.
-    Raises ValueError if any length does not fit or a null is where none is allowed."""
-    return _checker(cls)(buf, offset)
+    Raises ValueError if any length does not fit or a null is where none is allowed, and
+    TooManyEntries past ``MAX_REQUEST_ENTRIES`` array entries. ``budget`` (a one-item list, the
+    entries still allowed; default a fresh ``[MAX_REQUEST_ENTRIES]``) is spent as arrays are met:
+    pass the same list to check a header and its body against one bound."""
+    return _checker(cls)(buf, offset, [MAX_REQUEST_ENTRIES] if budget is None else budget)
+
+
+def _too_many(budget: list[int], announced: int) -> None:
+    raise TooManyEntries(MAX_REQUEST_ENTRIES - budget[0])
 
 
 def read_message(cls: type, buf: bytes, offset: int = 0) -> tuple[Any, int]:
@@ -201,7 +234,7 @@ def _array(item: Reader, item_min: int, flexible: bool, nullable: bool, where: s
 # ``__init__``) that skips fixed-size fields in one step and inlines the one-byte fast path of
 # every varint; nested entities and array items call their own class's function.
 
-Check = Callable[[bytes, int], int]
+Check = Callable[[bytes, int, list[int]], int]  # (buffer, position, budget of array entries) -> end
 
 _FIXED = {k: v[0] for k, v in _SCALAR_MIN.items() if k not in ("string", "bytes", "records")}
 _I16 = struct.Struct(">h").unpack_from
@@ -241,7 +274,8 @@ def _fail(where: str, what: str) -> None:
     raise ValueError(f"{where}: {what}")
 
 
-#: Source templates. ``pos`` is the position, ``n`` the buffer length; ``{w}`` names the field.
+#: Source templates. ``pos`` is the position, ``n`` the buffer length, ``b`` the budget of array
+#: entries (a one-item list shared by the whole request); ``{w}`` names the field.
 _T_FIXED = """
     pos += {size}
     if pos > n: _fail({w!r}, "buffer ends inside it")"""
@@ -277,6 +311,8 @@ _T_ARRAY_BODY = """
     elif v * {item_min} > n - pos:
         _fail({w!r}, "array of %d items cannot fit in %d bytes" % (v, n - pos))
     else:
+        b[0] -= v
+        if b[0] < 0: _too_many(b, v)
         for _ in range(v):
             {item}"""
 _T_NULLABLE_ENTITY = """
@@ -284,7 +320,7 @@ _T_NULLABLE_ENTITY = """
     if buf[pos] >= 0x80:
         pos += 1
     else:
-        pos = {check}(buf, pos + 1)"""
+        pos = {check}(buf, pos + 1, b)"""
 _T_TAGS = """
     if pos < n and buf[pos] == 0:
         pos += 1
@@ -296,7 +332,8 @@ _T_TAGS = """
 def _checker(cls: type) -> Check:
     flexible = bool(cls.__flexible__)
     is_header = cls.__name__ == "RequestHeader"
-    env: dict[str, Any] = {"_uv": _uv, "_tags": _tags, "_fail": _fail, "_I16": _I16, "_I32": _I32}
+    env: dict[str, Any] = {"_uv": _uv, "_tags": _tags, "_fail": _fail, "_I16": _I16, "_I32": _I32,
+                           "_too_many": _too_many}
     lines: list[str] = []
     fixed = 0  # bytes of consecutive fixed-size fields not yet emitted
 
@@ -324,14 +361,14 @@ def _checker(cls: type) -> Check:
             head = _T_COMPACT_ARRAY if flexible else _T_LEGACY_ARRAY
             if k.entity is not None:
                 env[f"_c{i}"] = _checker(k.entity)
-                item, item_min = f"pos = _c{i}(buf, pos)", _min_size(k.entity)
+                item, item_min = f"pos = _c{i}(buf, pos, b)", _min_size(k.entity)
             elif k.kafka_type in _FIXED:
                 item = f"pos += {_FIXED[k.kafka_type]}"
                 item_min = _FIXED[k.kafka_type]  # the count check already bounds the whole array
             else:
                 body = sized(flexible, 2 if k.kafka_type == "string" else 4, k.items_nullable, where)
                 env[f"_c{i}"] = _compile(f"{where}[]", body, env)
-                item, item_min = f"pos = _c{i}(buf, pos)", _SCALAR_MIN[k.kafka_type][flexible]
+                item, item_min = f"pos = _c{i}(buf, pos, b)", _SCALAR_MIN[k.kafka_type][flexible]
             lines.append(head.format(w=where))
             on_null = null(k.nullable, where, "null array where the schema requires one")
             lines.append(_T_ARRAY_BODY.format(w=where, on_null=on_null, item_min=item_min, item=item))
@@ -341,7 +378,7 @@ def _checker(cls: type) -> Check:
             if k.nullable:
                 lines.append(_T_NULLABLE_ENTITY.format(w=where, check=f"_c{i}"))
             else:
-                lines.append(f"\n    pos = _c{i}(buf, pos)")
+                lines.append(f"\n    pos = _c{i}(buf, pos, b)")
         elif k.kafka_type in _FIXED:
             fixed += _FIXED[k.kafka_type]
         elif k.kafka_type == "string":
@@ -360,7 +397,7 @@ def _checker(cls: type) -> Check:
 
 
 def _compile(name: str, body: str, env: dict[str, Any]) -> Check:
-    src = f"def check(buf, pos):\n    n = len(buf){body}\n    return pos\n"
+    src = f"def check(buf, pos, b):\n    n = len(buf){body}\n    return pos\n"
     namespace: dict[str, Any] = {}
     exec(compile(src, f"<check {name}>", "exec"), dict(env), namespace)
     return namespace["check"]

@@ -64,6 +64,10 @@ class LogConfig:
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     #: message.timestamp.type=LogAppendTime: producer batches are stamped at append (Partition)
     log_append_time: bool = False
+    #: KIP-937: how far behind / ahead of the broker's clock a CreateTime record timestamp may be
+    #: (message.timestamp.before.max.ms / message.timestamp.after.max.ms; Kafka 4's defaults)
+    timestamp_before_max_ms: int = 2**63 - 1
+    timestamp_after_max_ms: int = 3_600_000
     #: a produced batch may expand to at most this many bytes (broker: message.max.uncompressed.bytes)
     max_uncompressed_bytes: int = 64 * 1024 * 1024
 
@@ -81,6 +85,8 @@ class LogConfig:
         "cleanup.policy": "cleanup_policy",
         "delete.retention.ms": "delete_retention_ms",
         "min.compaction.lag.ms": "min_compaction_lag_ms",
+        "message.timestamp.before.max.ms": "timestamp_before_max_ms",
+        "message.timestamp.after.max.ms": "timestamp_after_max_ms",
     }
 
     def __post_init__(self) -> None:

@@ -14,6 +14,12 @@ auto-created only with CREATE on the cluster or on the topic (else TOPIC_AUTHORI
 Authorized operations (KIP-430): when asked, those allowed (every operation without an
 authorizer; _acl.py); the cluster's are 0 without DESCRIBE on the cluster.
 
+Metadata v10 and v11 carry a topic id next to each name, but Kafka serves ids only from v12: a
+v10-11 request with a null name or a non-zero id is refused as Kafka's ``KafkaApis`` refuses it
+(InvalidRequestException, answered by ``MetadataRequest.getErrorResponse``): every named topic
+answers INVALID_REQUEST, a null name as "" (those versions' answers have no null names), and
+one rate-limited line is logged (issue 26 row 3; before, the null name reached the encoder).
+
 A request may name thousands of topics: missing ones are created in chunks (topics.json written
 once per chunk) and the handler yields to the event loop between chunks and while it builds a
 large answer, so other connections are served meanwhile.
@@ -22,6 +28,7 @@ large answer, so other connections are served meanwhile.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -35,7 +42,11 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
 from oncelog.types import TopicPartition
 
+log = logging.getLogger(__name__)
+
 API_KEY = apis.METADATA
+TOPIC_IDS_FROM = 12  # the first version whose requests may name topics by id (KIP-516)
+_NO_ID = uuid.UUID(int=0)
 CREATE_CHUNK = 100  # topics auto-created per topics.json write
 YIELD_EVERY = 1000  # topics answered between yields to the event loop
 
@@ -43,6 +54,12 @@ YIELD_EVERY = 1000  # topics answered between yields to the event loop
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
+    if 10 <= request.api_version < TOPIC_IDS_FROM and req.topics is not None and any(
+        t.name is None or t.topic_id not in (None, _NO_ID) for t in req.topics  # kio reads a zero id as None
+    ):
+        log.info("refused Metadata v%d from %s: a topic named by id or with a null name (topic ids are served "
+                 "from v%d)", request.api_version, client.peer, TOPIC_IDS_FROM)
+        return _refused(m, req, broker, ErrorCode.invalid_request)
     rm = broker.replicas
     topics: list[Any] = []
     g = _acl.gate(broker, client, API_KEY)
@@ -55,7 +72,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         names = []
         for t in req.topics:
             name = t.name
-            if name is None and getattr(t, "topic_id", None):
+            if name is None:  # v12+ (v10-11 were refused above): named by its id (a zero id is unknown)
                 meta = rm.topic_by_id(t.topic_id)
                 if meta is None:
                     topics.append(
@@ -72,10 +89,13 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             elif g is not None and not g.allowed("topic", name):
                 hidden.add(name)
             names.append(name)
+    # A topic named twice is answered once, as Kafka answers (a set of names): an existing topic's
+    # partitions named 100,000 times must not make an answer 100,000 times its size (row 9).
+    names = list(dict.fromkeys(names))
     allow_create = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
     refused: dict[str, ErrorCode] = {name: ErrorCode.topic_authorization_failed for name in hidden}
     if allow_create:
-        missing = list(dict.fromkeys(n for n in names if n not in rm.topics and n not in hidden))
+        missing = [n for n in names if n not in rm.topics and n not in hidden]
         if g is not None and missing and not g.allowed("create_cluster"):
             for n in missing:
                 if not g.allowed("create_topic", n):
@@ -124,3 +144,12 @@ def _partition(broker: BrokerContext, m: Builder, topic: str, p: int) -> Any:
     replicas = (leader,) if leader >= 0 else ()
     return m.MetadataResponsePartition(error_code=code, partition_index=p, leader_id=leader, leader_epoch=epoch,
                                        replica_nodes=replicas, isr_nodes=replicas, offline_replicas=())
+
+
+def _refused(m: Builder, req: Any, broker: BrokerContext, code: ErrorCode) -> Any:
+    """Kafka's ``MetadataRequest.getErrorResponse``: each named topic answers ``code``."""
+    topics = tuple(m.MetadataResponseTopic(error_code=code, name=t.name if t.name is not None else "",
+                                           topic_id=t.topic_id, partitions=())
+                   for t in req.topics)
+    return m.MetadataResponse(error_code=code, brokers=(), cluster_id=broker.cluster_id, controller_id=-1,
+                              topics=topics)

@@ -1,6 +1,7 @@
 """Produce (0): append one record batch per partition, whole.
 
-Each partition's batch is validated (header, CRC, every record: ``records.validate_produce_batch``),
+Each partition's batch is validated (header, CRC, every record: ``records.validate_produce_batch``;
+every record's timestamp against the topic's message.timestamp.before/after.max.ms, KIP-937),
 checked by the transaction coordinator if transactional, then appended whole as bytes
 (``Partition.append_validated``: producer-state check, then the append); errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
 byte-for-byte what kio would write), since this is the broker's hottest path. acks=0 gets no response; if such a request fails, the connection is
@@ -78,9 +79,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 part = broker.replicas.partition(t.name, p.index)
                 if not p.records:
                     raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")
-                header = records.validate_produce_batch(p.records, part.config.max_message_bytes,
-                                                        part.config.max_uncompressed_bytes,
-                                                        compacted="compact" in part.config.cleanup_policy)
+                config = part.config
+                header = records.validate_produce_batch(
+                    p.records, config.max_message_bytes, config.max_uncompressed_bytes,
+                    compacted="compact" in config.cleanup_policy,
+                    timestamps=records.TimestampRule(now, config.timestamp_before_max_ms,
+                                                     config.timestamp_after_max_ms, config.log_append_time))
                 tp = TopicPartition(t.name, p.index)
                 if metrics is not None:  # per batch, from its header: never per record
                     metrics.produced(t.name, len(p.records), header.records_count)

@@ -108,15 +108,22 @@ class GroupSummary:
     members: tuple[MemberSummary, ...]
 
 
-MAX_GROUP_ID_LENGTH = 255
+#: The longest group id, in UTF-8 bytes: Kafka's protocol strings (and the group id in every
+#: ``__consumer_offsets`` key) carry an int16 length. Kafka itself sets no other limit (its
+#: GroupCoordinator refuses only a null id, and an empty one outside OffsetCommit, OffsetFetch,
+#: DescribeGroups and DeleteGroups); a longer id can only come in a flexible-version request,
+#: whose compact strings Kafka's parser refuses past this length too.
+MAX_GROUP_ID_BYTES = 0x7FFF
 
 
 def validate_group_id(group_id: str | None, *, allow_empty: bool = False) -> str:
     """Raises InvalidGroupId for a null, empty (unless ``allow_empty``: Kafka accepts the empty
-    group id in OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups) or too long id.
-    Kafka has no length limit; ours (255 characters) keeps group ids storable and printable."""
+    group id in OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups) or unstorable id
+    (over ``MAX_GROUP_ID_BYTES``); any other id is accepted, as Kafka accepts it (issue 26 row 13:
+    ids over 255 characters used to be refused)."""
     if group_id is None or (not group_id and not allow_empty):
         raise InvalidGroupId(f"group id {group_id!r} is not valid: it must not be empty")
-    if len(group_id) > MAX_GROUP_ID_LENGTH:
-        raise InvalidGroupId(f"group id of {len(group_id)} characters is longer than {MAX_GROUP_ID_LENGTH}")
+    if len(group_id) > MAX_GROUP_ID_BYTES // 4 and len(group_id.encode("utf-8", "surrogatepass")) > MAX_GROUP_ID_BYTES:
+        raise InvalidGroupId(f"a group id of {len(group_id)} characters is longer than a Kafka string "
+                             f"({MAX_GROUP_ID_BYTES} bytes)")
     return group_id
