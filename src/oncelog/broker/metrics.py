@@ -148,8 +148,8 @@ async def take_snapshot(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> Sna
     for i, (tp, part) in enumerate(items):
         if i and i % chunk == 0:
             await turn()
-            if broker.replicas.partitions.get(tp) is not part:
-                continue
+        if broker.replicas.partitions.get(tp) is not part:
+            continue  # deleted (or closed) during a turn: any item of a later chunk may be
         size, segments = part.disk_usage()
         snap.partitions.append(PartitionRow(tp.topic, tp.partition, part.log_start_offset, part.high_watermark,
                                             part.last_stable_offset, size, segments, len(part.producers.entries)))
