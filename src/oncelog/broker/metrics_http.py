@@ -5,16 +5,13 @@ Imported only when ``metrics.listen`` is set."""
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.broker.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE_S
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 if TYPE_CHECKING:
     from oncelog.broker.metrics import BrokerMetrics
-
-log = logging.getLogger("oncelog.broker.metrics")
 
 
 class MetricsHTTPServer(BoundedHTTPServer):
@@ -30,12 +27,6 @@ class MetricsHTTPServer(BoundedHTTPServer):
 class MetricsHandler(DeadlineHandler):
     server: MetricsHTTPServer
     server_version = "oncelog-metrics"
-
-    def version_string(self) -> str:
-        return self.server_version  # no Python version in the Server header
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("metrics: %s " + format, self.address_string(), *args)
 
     def do_GET(self) -> None:
         self._answer(head=False)
