@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, TooManyEntries
+from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, spend
 
 __all__ = ["PartitionProduceData", "ProduceRequest", "TopicProduceData", "read_produce_request"]
 
@@ -126,12 +126,6 @@ def _count(buf: bytes, pos: int, flexible: bool, item_min: int, what: str) -> tu
     return n, pos
 
 
-def _spend(budget: list[int], n: int) -> None:
-    budget[0] -= n
-    if budget[0] < 0:
-        raise TooManyEntries(MAX_REQUEST_ENTRIES - budget[0])
-
-
 def read_produce_request(buf: bytes, offset: int, version: int,
                          budget: list[int] | None = None) -> tuple[ProduceRequest, int]:
     """Read a Produce request body of ``version`` at ``buf[offset]``: (request, bytes used).
@@ -147,12 +141,12 @@ def read_produce_request(buf: bytes, offset: int, version: int,
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
     pos += 6
     n_topics, pos = _count(buf, pos, flexible, _MIN_TOPIC[flexible], "topic_data")
-    _spend(budget, n_topics)
+    spend(budget, n_topics)
     topics = []
     for _ in range(n_topics):
         name, pos = string(buf, pos, False)
         n_parts, pos = _count(buf, pos, flexible, _MIN_PARTITION[flexible], "partition_data")
-        _spend(budget, n_parts)
+        spend(budget, n_parts)
         parts = []
         for _ in range(n_parts):
             if len(buf) - pos < 4:
