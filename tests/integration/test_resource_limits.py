@@ -128,6 +128,15 @@ def test_out_of_descriptors_new_connections_are_refused_at_once_without_a_log_st
         assert b.stop() == 0, b.log_tail()
 
 
+def created_then_stopped(b: BrokerProcess, name: str, partitions: int) -> None:
+    """Start ``b``, create topic ``name`` with ``partitions`` partitions, stop ``b`` cleanly."""
+    b.start(timeout=60)
+    try:
+        assert create_raw(b.bootstrap, name, partitions) == ErrorCode.none
+    finally:
+        assert b.stop() == 0, b.log_tail()
+
+
 def killed_by_its_crash_point(b: BrokerProcess, request: Callable[[], object]) -> None:
     """Start ``b`` (its ``ONCELOG_CRASH_POINT`` set), send ``request``, which reaches the crash
     point, and see the broker die of a real SIGKILL (faults.py) while it is under way."""
@@ -174,11 +183,7 @@ def test_sigkill_while_growing_a_topic_beyond_the_limit_never_bricks_the_data_di
     limit left a count no later start could open. Now the count is written last."""
     data = tmp_path / "broker"
     b = LimitedBroker(data, overrides={"group.initial.rebalance.delay.ms": "0"})
-    b.start(timeout=60)
-    try:
-        assert create_raw(b.bootstrap, "grows", 2) == ErrorCode.none
-    finally:
-        assert b.stop() == 0, b.log_tail()
+    created_then_stopped(b, "grows", 2)
     killed = LimitedBroker(data, port=b.port, overrides={"group.initial.rebalance.delay.ms": "0"},
                            env={"ONCELOG_CRASH_POINT": "create_partitions.partition_opened"})
 
@@ -206,11 +211,7 @@ def test_a_start_short_of_descriptors_for_its_topics_stops_with_one_clear_line(t
     line naming the partition count and the limit to raise, not a traceback."""
     data = tmp_path / "broker"
     b = BrokerProcess(data, overrides={"group.initial.rebalance.delay.ms": "0"})
-    b.start(timeout=60)
-    try:
-        assert create_raw(b.bootstrap, "big", 150) == ErrorCode.none
-    finally:
-        assert b.stop() == 0, b.log_tail()
+    created_then_stopped(b, "big", 150)
     limited = LimitedBroker(data, port=b.port, log_path=tmp_path / "limited.log")
     try:
         limited.start(timeout=60)
