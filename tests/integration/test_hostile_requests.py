@@ -312,3 +312,35 @@ def test_offset_fetch_and_describe_groups_answer_a_group_named_many_times_once(b
         resp = client.request(apis.DESCRIBE_GROUPS, dg.DescribeGroupsRequest(
             groups=("fan",) * 20_000 + ("other",), include_authorized_operations=False), version=5)
         assert [g.group_id for g in resp.groups] == ["fan", "other"]
+
+
+# -- a client's string echoed into an error message ---------------------------------------------
+
+
+def test_an_invalid_config_value_near_32_kb_gets_its_error_code_not_an_unencodable_answer(broker) -> None:
+    """A refused value is echoed into the answer's error message ("invalid value '…' for
+    configuration …"); a value near a Kafka string's 32,767 bytes made that message longer than
+    the non-flexible versions can carry (IncrementalAlterConfigs v0, CreateTopics v0-4). Before:
+    the answer could not be encoded, a ``bug:`` line with a traceback was logged and the whole
+    request was answered UNKNOWN_SERVER_ERROR with no per-resource result. Now every answer's
+    error message is bounded where answers are built (``messages.make``), and the client gets
+    INVALID_CONFIG for the resource, as Kafka answers it."""
+    big = "x" * 32_700
+    log_before = len(broker.log_tail(10**9))
+    with ProtocolClient(broker.bootstrap, timeout=30) as c:
+        create_topic("confluent", broker.bootstrap, "echo", 1)
+        m = c.classes(apis.INCREMENTAL_ALTER_CONFIGS, 0)
+        r = c.request(apis.INCREMENTAL_ALTER_CONFIGS, m["IncrementalAlterConfigsRequest"](resources=(
+            m["AlterConfigsResource"](resource_type=2, resource_name="echo", configs=(
+                m["AlterableConfig"](name="retention.ms", config_operation=0, value=big),)),), validate_only=False),
+            version=0)
+        assert [x.error_code for x in r.responses] == [ErrorCode.invalid_config], r
+        assert "retention.ms" in r.responses[0].error_message and len(r.responses[0].error_message) <= 1024
+        m = c.classes(apis.CREATE_TOPICS, 4)
+        r = c.request(apis.CREATE_TOPICS, m["CreateTopicsRequest"](topics=(m["CreatableTopic"](
+            name="echo-2", num_partitions=1, replication_factor=1, assignments=(),
+            configs=(m["CreatableTopicConfig"](name="retention.ms", value=big),)),),
+            timeout=datetime.timedelta(seconds=30), validate_only=False), version=4)
+        assert [x.error_code for x in r.topics] == [ErrorCode.invalid_config], r
+    log = broker.log_tail(10**9)[log_before:]
+    assert "bug:" not in log and "Traceback" not in log, log[-3000:]
