@@ -1,13 +1,14 @@
 """The metrics endpoint's HTTP server: ``GET /metrics`` answered with ``BrokerMetrics.render()``
-(broker/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``MAX_CONNECTIONS``
-connections at once, each request within ``REQUEST_DEADLINE_S`` in all (issue 26 row 8).
+(broker/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``max_connections``
+connections at once, each request within ``request_deadline_s`` in all (issue 26 row 8; the
+values are broker/metrics.py's ``MAX_CONNECTIONS`` and ``REQUEST_DEADLINE_S``, passed by
+``BrokerMetrics.serve``: this module imports nothing of metrics.py, which imports it).
 Imported only when ``metrics.listen`` is set."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oncelog.broker.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE_S
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 if TYPE_CHECKING:
@@ -15,13 +16,14 @@ if TYPE_CHECKING:
 
 
 class MetricsHTTPServer(BoundedHTTPServer):
-    """``GET /metrics`` (and ``/``) -> ``BrokerMetrics.render()``; at most MAX_CONNECTIONS
-    connections, each request within REQUEST_DEADLINE_S."""
+    """``GET /metrics`` (and ``/``) -> ``BrokerMetrics.render()``; at most ``max_connections``
+    connections, each request within ``request_deadline_s``."""
 
-    def __init__(self, address: tuple[str, int], metrics: "BrokerMetrics", *, ipv6: bool = False) -> None:
+    def __init__(self, address: tuple[str, int], metrics: "BrokerMetrics", *, max_connections: int,
+                 request_deadline_s: float, ipv6: bool = False) -> None:
         self.metrics = metrics
-        super().__init__(address, MetricsHandler, max_connections=MAX_CONNECTIONS,
-                         request_deadline_s=REQUEST_DEADLINE_S, ipv6=ipv6)
+        super().__init__(address, MetricsHandler, max_connections=max_connections,
+                         request_deadline_s=request_deadline_s, ipv6=ipv6)
 
 
 class MetricsHandler(DeadlineHandler):
