@@ -118,14 +118,16 @@ class Hanging:
 class NotHanging(Exception):
     """An abort refused because the transaction is not hanging: its coordinator knows it and
     will end it (aborting it behind the coordinator's back would tear it). ``producer``: its
-    open transaction on the partition; ``transactional_id`` and ``timeout_ms``: the
+    open transaction on the partition; ``transactional_id``, ``timeout_ms`` and ``state``: the
     coordinator's, for ``TransactionsAdmin.fence``."""
 
-    def __init__(self, message: str, producer: Producer, transactional_id: str, timeout_ms: int) -> None:
+    def __init__(self, message: str, producer: Producer, transactional_id: str, timeout_ms: int,
+                 state: str = "Ongoing") -> None:
         super().__init__(message)
         self.producer = producer
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
+        self.state = state
 
 
 def abort_args(p: Producer) -> tuple[str, ...]:
@@ -438,7 +440,7 @@ class TransactionsAdmin:
                              f"coordinator knows it and will end it (commit or abort, or abort it on timeout), and it "
                              f"has not been open longer than the maximum transaction timeout {max_timeout_ms // 1000} "
                              f"s. Aborting it here would tear it (its producer's commit would commit only its later "
-                             f"records)", p, d.transactional_id, d.timeout_ms)
+                             f"records)", p, d.transactional_id, d.timeout_ms, d.state)
         still = self._still_open([Hanging(p, reason, d.transactional_id if d else None, abort_args(p))],
                                  topic, partition)
         if not still:
@@ -505,7 +507,8 @@ class TransactionsAdmin:
         clock): (the hanging transaction's producer, False) when the marker may be written;
         with ``force``, (the live transaction's producer, True) once it was fenced whole
         through its coordinator (no marker to write), or (None, False) when find-hanging could
-        not decide. Without ``force`` it raises what ``hanging_at`` raises."""
+        not decide; a transaction whose coordinator is committing it (PrepareCommit) raises
+        InvalidTxnState even then. Without ``force`` it raises what ``hanging_at`` raises."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         try:
             return self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, start_offset=start_offset,
@@ -513,6 +516,10 @@ class TransactionsAdmin:
         except NotHanging as exc:
             if not force:
                 raise
+            if exc.state == "PrepareCommit":  # decided: fencing would wait for the commit, then say "aborted"
+                raise error_for(ErrorCode.invalid_txn_state, f"the transaction of {exc.transactional_id!r} is "
+                                "committing (PrepareCommit): its coordinator decided to commit it, and its markers "
+                                "are being written; nothing can abort it") from None
             self.fence(exc.transactional_id, exc.timeout_ms)
             return exc.producer, True
         except KafkaError:
