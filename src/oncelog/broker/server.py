@@ -80,6 +80,7 @@ from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection import Connection
+from oncelog.broker import heap
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 
@@ -95,6 +96,9 @@ SENDFILE_MIN_BYTES = 16 * 1024
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
 YIELD_AFTER = 0.002
+#: After this many connections have closed, the sweep gives freed heap pages back (heap.trim):
+#: what thousands of TLS connections held is returned once they are gone.
+TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
@@ -146,6 +150,7 @@ class Server:
         self._reserve_fd: int | None = None
         self._conns: set[Connection] = set()
         self._handshaking: dict[TlsProtocol, str] = {}  # TLS connections not through the handshake -> ip
+        self._closed_since_trim = 0
         self._per_ip: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -275,6 +280,7 @@ class Server:
         log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip or "?", reason)
 
     def _release_ip(self, ip: str) -> None:
+        self._closed_since_trim += 1
         self._per_ip[ip] -= 1
         if self._per_ip[ip] <= 0:
             del self._per_ip[ip]
@@ -307,6 +313,9 @@ class Server:
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
+            if self._closed_since_trim >= TRIM_AFTER_CLOSES:
+                self._closed_since_trim = 0
+                heap.trim()
             for conn in list(self._conns):
                 if (conn.partial_since is not None and not conn.reading_paused
                         and now - conn.partial_since > self.receive_timeout_s):
