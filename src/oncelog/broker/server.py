@@ -277,10 +277,10 @@ class Server:
         ip = self._handshaking.pop(proto, None)
         if ip is not None:
             self._release_ip(ip)
+        self._closed_since_trim += 1
         log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip or "?", reason)
 
     def _release_ip(self, ip: str) -> None:
-        self._closed_since_trim += 1
         self._per_ip[ip] -= 1
         if self._per_ip[ip] <= 0:
             del self._per_ip[ip]
@@ -409,6 +409,7 @@ class Server:
             conn.close()
             self._conns.discard(conn)
             self._release_ip(conn.peer_host)
+            self._closed_since_trim += 1
 
     async def _authenticate(self, conn: Connection, session: SaslSession, frame: bytes, client: Client) -> list[Any] | None:
         """One frame through the SASL gate (auth/gate.py): ApiVersions is dispatched, the SASL
