@@ -74,13 +74,13 @@ import ssl
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
+from oncelog.broker import heap
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection import Connection
-from oncelog.broker import heap
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 

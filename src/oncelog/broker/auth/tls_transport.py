@@ -123,6 +123,7 @@ class TlsProtocol(asyncio.Protocol):
         self.closing = False
         self.reading_paused = False
         self._lost = False
+        self._failed_reported = False  # on_failed was called
         self._pending: list[bytes] = []  # plaintext the SSL object could not take yet (WantRead)
         self._timer: asyncio.TimerHandle | None = None
         self._drain_scheduled = False
@@ -174,8 +175,6 @@ class TlsProtocol(asyncio.Protocol):
             self.app.resume_writing()
 
     # -- the handshake ---------------------------------------------------------------------------
-
-    _failed_reported = False
 
     def _handshake(self) -> None:
         assert self.ssl_object is not None
