@@ -156,7 +156,9 @@ def _sasl_corpus() -> list[bytes]:
         for mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI"):
             out.append(framing.encode_request(apis.SASL_HANDSHAKE, v, 2, "f", cls(apis.SASL_HANDSHAKE, v)(mechanism=mech)))
     tokens = [b"\0alice\0" + PASSWORD.encode(), b"alice\0alice\0wrong", b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL",
-              b"n,,n=nobody,r=abc", b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="]
+              b"n,,n=nobody,r=abc", b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=",
+              # issue 26: names no user can have (over 32,767 bytes; 100 KB of SCRAM SASLprep)
+              b"\0" + b"u" * 40_000 + b"\0pw", b"n,,n=" + b"u" * 100_000 + b",r=abc"]
     for v in (0, 1, 2):
         for t in tokens:
             out.append(framing.encode_request(apis.SASL_AUTHENTICATE, v, 3, "f", cls(apis.SASL_AUTHENTICATE, v)(auth_bytes=t)))
@@ -215,6 +217,7 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
             create_topic(client, broker.bootstrap, name, 2)
     rng = random.Random(SEED)
     sasl_corpus = _sasl_corpus()
+    auth_frames = [f for f in sasl_corpus if f[4:6] == struct.pack(">h", apis.SASL_AUTHENTICATE)]
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     hello = _client_hello(ctx)
     sent = closed = 0
@@ -225,19 +228,18 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
     with Bystander(broker.bootstrap) as bystander, Bystander(f"127.0.0.1:{ports['SASL_SSL']}", sasl_security) as tls_bystander:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and sent < 50_000:
+            if rng.random() < 0.02:  # a mutated ClientHello on a connection of its own, then leave
+                with socket.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=5) as raw:
+                    try:
+                        raw.sendall(_mutate_tls(rng, hello))
+                        select.select([raw], [], [], 0.005)
+                    except OSError:
+                        pass
+                sent += 1
+                per_listener["TLS hello"] += 1
             if sock is None:
                 target = rng.choice(["PLAINTEXT", "PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"])
                 raw = socket.create_connection(("127.0.0.1", ports[target]), timeout=5)
-                if target == "SASL_SSL" and rng.random() < 0.2:  # a mutated ClientHello, then leave
-                    try:
-                        raw.sendall(_mutate_tls(rng, hello))
-                        select.select([raw], [], [], 0.01)
-                    except OSError:
-                        pass
-                    raw.close()
-                    sent += 1
-                    per_listener["TLS hello"] += 1
-                    continue
                 try:
                     sock = ctx.wrap_socket(raw, server_hostname="localhost") if target == "SASL_SSL" else raw
                     if target != "PLAINTEXT" and rng.random() < 0.5:  # reach the mechanisms
@@ -245,6 +247,8 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
                         v = rng.choice([0, 1])
                         sock.sendall(framing.encode_request(apis.SASL_HANDSHAKE, v, 1, "f",
                                                             apis.message_class(apis.SASL_HANDSHAKE, v, False)(mechanism=mech)))
+                        if v == 1 and rng.random() < 0.5:  # a whole token first: the mechanism runs
+                            sock.sendall(rng.choice(auth_frames))
                 except OSError:
                     raw.close()
                     closed += 1
@@ -276,9 +280,9 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
             sock.close()
     lines = broker.log_path.read_text(errors="replace").splitlines()
     bugs = [i for i, line in enumerate(lines) if "bug:" in line or "Traceback" in line]
-    assert not bugs, f"seed {SEED}: a handler raised:\n" + "\n".join(lines[bugs[0]:bugs[0] + 12])
+    assert not bugs, f"seed {SEED}: a handler raised:\n" + "\n".join(line[:300] for line in lines[bugs[0]:bugs[0] + 12])
     assert sent > 500 and closed > 10, (sent, closed, per_listener)
-    assert min(per_listener.values()) > 20, (SEED, per_listener)
+    assert min(per_listener.values()) > 10, (SEED, per_listener)
     assert bystander.worst < 2.0, f"seed {SEED}: bystander waited {bystander.worst:.2f} s"
     assert tls_bystander.worst < 2.0, f"seed {SEED}: the SASL_SSL bystander waited {tls_bystander.worst:.2f} s"
     produce("confluent", broker.bootstrap, "after-fuzz", [(0, None, b"alive")])
