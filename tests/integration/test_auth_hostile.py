@@ -359,3 +359,30 @@ def test_connections_in_their_tls_handshake_count_against_max_connections(tmp_pa
             s.close()
         assert b.stop() == 0, b.log_tail()
     assert "max.connections=20 reached" in b.log_path.read_text()
+
+
+def test_a_tls_client_pipelining_past_the_queue_bound_gets_every_answer_in_order(env: Env) -> None:
+    """Row 5 (the TLS features that exist keep working): the broker's own TLS protocol pauses
+    reading when more than 1,000 requests are queued and resumes with what waits decrypted, and
+    its writes follow the socket's flow control: 3,000 pipelined ApiVersions (allowed before
+    authentication) over SASL_SSL, unread until all are sent, are all answered, in order."""
+    ctx = ssl.create_default_context(cafile=str(env.pki.ca))
+    m = apis.message_class(apis.API_VERSIONS, 3, False)(client_software_name="x", client_software_version="1")
+    n = 3000
+    data = b"".join(framing.encode_request(apis.API_VERSIONS, 3, i, "x", m) for i in range(n))
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", env.ports["SASL_SSL"]), timeout=30),
+                         server_hostname="localhost") as s:
+        s.sendall(data)
+        buf = bytearray()
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < n and time.monotonic() < deadline:
+            chunk = s.recv(1 << 20)
+            assert chunk, f"closed after {got} answers"
+            buf += chunk
+            while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+                size = int.from_bytes(buf[:4], "big")
+                assert int.from_bytes(buf[4:8], "big") == got, "an answer out of order"
+                del buf[:4 + size]
+                got += 1
+        assert got == n
