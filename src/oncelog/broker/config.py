@@ -112,6 +112,10 @@ class BrokerConfig:
     sasl_jaas_config: str | None = field(default=None, metadata={"kafka": "sasl.jaas.config", "parse": str})
     connection_failed_authentication_delay_ms: int = field(
         default=100, metadata={"kafka": "connection.failed.authentication.delay.ms", "parse": int})
+    #: the largest request a connection on a SASL listener may send before it is authenticated
+    #: (Kafka's name and default): a longer size prefix closes the connection before anything is read
+    sasl_server_max_receive_size: int = field(
+        default=524_288, metadata={"kafka": "sasl.server.max.receive.size", "parse": int})
     ssl_keystore_type: str = field(default="PEM", metadata={"kafka": "ssl.keystore.type", "parse": str})
     ssl_keystore_location: str | None = field(default=None, metadata={"kafka": "ssl.keystore.location", "parse": str})
     ssl_keystore_certificate_chain: str | None = field(
