@@ -202,11 +202,12 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
 
     label = ("embedded" if brokers == 0 else f"B={brokers}") + (" (baseline)" if baseline else "")
     env = {"PYTHONPATH": str(baseline / "src")} if baseline else None
+    overrides = {} if baseline else dict(kv.split("=", 1) for kv in args.override)
     db = f"scale_{brokers}_{time.time_ns()}"
     dsn = pg.create_database(db) if brokers else None
     n = max(brokers, 1)
     procs = [BrokerProcess(work / f"{db}-b{i}", node_id=i, store=dsn, log_path=work / f"{db}-b{i}.log",
-                           env=env)
+                           env=env, overrides=overrides)
              for i in range(1, n + 1)]
     stats = psycopg.connect(pg.dsn(db), autocommit=True, connect_timeout=10) if brokers else None
     ctx = mp.get_context("spawn")
@@ -368,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, metavar="DIR",
                     help="also run the brokers from this source tree (e.g. `git archive main src`), each "
                          "configuration right before the current one")
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker property for the current tree's brokers (not the baseline's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from oncelog_tools.pgserver import PgServer
