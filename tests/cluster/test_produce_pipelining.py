@@ -25,12 +25,15 @@ import psycopg
 
 import kafka_clients as kc
 from cluster_procs import brokers
+from oncelog.broker.config import BrokerConfig
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, framing, records
 from oncelog.protocol.messages import make
 
 TOPIC = "pipelined"
 PARTITIONS = 8
+#: the first test's topic: wide enough to hold PARTITIONS partitions on one group committer
+WIDE = 4 * PARTITIONS
 
 
 def _produce_frame(c: ProtocolClient, corr: int, partition: int, batch: bytes, version: int = 9) -> bytes:
@@ -51,23 +54,23 @@ def _answers(c: ProtocolClient, corrs: list[int], version: int = 9) -> list[tupl
     return out
 
 
-def _wait_for_leader(bootstrap: str) -> None:
+def _wait_for_leader(bootstrap: str, partitions: int = PARTITIONS) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for _ in range(150):  # bounded: 30 s
         t = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
-        if t is not None and t.error is None and len(t.partitions) == PARTITIONS \
+        if t is not None and t.error is None and len(t.partitions) == partitions \
                 and all(p.leader == 1 for p in t.partitions.values()):
             return
         time.sleep(0.2)
     raise AssertionError("the partitions got no leader within 30 s")
 
 
-def _warm_up(c: ProtocolClient) -> None:
-    """One record at offset 0 of every partition, each Produce retried until the broker has
-    loaded the partition it leads (NOT_LEADER_OR_FOLLOWER until then); bounded to 30 s."""
-    for p in range(PARTITIONS):
+def _warm_up(c: ProtocolClient, partitions: list[int]) -> None:
+    """One record at offset 0 of each of ``partitions``, each Produce retried until the broker
+    has loaded the partition it leads (NOT_LEADER_OR_FOLLOWER until then); bounded to 30 s."""
+    for p in partitions:
         for _ in range(150):
             batch = records.build_batch([(None, b"warm", ())], timestamp_ms=int(time.time() * 1000))
             c.send_raw(_produce_frame(c, 1, p, batch))
@@ -89,19 +92,37 @@ def _commit_rounds(dsn: str) -> int:
             "ON p.id = b.partition_id WHERE p.topic = %s AND b.base_offset > 0", (TOPIC,)).fetchone()[0]
 
 
+def _on_one_committer(dsn: str) -> list[int]:
+    """PARTITIONS partitions of the topic that the broker's default number of group committers
+    (``store.commit.connections``, cluster/commit_pool.py; 1 before issue 28) puts on the same
+    committer (by store id), so their rounds are one connection's, one after the other."""
+    n = getattr(BrokerConfig(), "store_commit_connections", 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT partition, id FROM oncelog_partition WHERE topic = %s ORDER BY partition",
+                            (TOPIC,)).fetchall()
+    by_committer: dict[int, list[int]] = {}
+    for partition, pid in rows:
+        by_committer.setdefault(pid % n, []).append(partition)
+    chosen = max(by_committer.values(), key=len)
+    assert len(chosen) >= PARTITIONS, by_committer
+    return chosen[:PARTITIONS]
+
+
 def test_produce_requests_pipelined_on_one_connection_share_commit_rounds(pg_dsn: str, tmp_path: Path) -> None:
-    """Eight Produce requests (one per partition, as librdkafka sends them) written at once on
-    one connection: all answered, in order, by at most four commit rounds (one per request,
-    eight, before issue 28; typically two now: the first request's round, then the others')."""
+    """Eight Produce requests (one per partition, as librdkafka sends them; partitions of one
+    group committer) written at once on one connection: all answered, in order, by at most four
+    commit rounds (one per request, eight, before issue 28; typically two now: the first
+    request's round, then the others')."""
     with brokers(pg_dsn, tmp_path, {}, (1,)) as (b,):
-        kc.create_topic("confluent", b.bootstrap, TOPIC, PARTITIONS)
-        _wait_for_leader(b.bootstrap)
+        kc.create_topic("confluent", b.bootstrap, TOPIC, WIDE)
+        _wait_for_leader(b.bootstrap, WIDE)
+        parts = _on_one_committer(pg_dsn)
         now = int(time.time() * 1000)
         with ProtocolClient(b.bootstrap, timeout=60) as c:
-            _warm_up(c)
+            _warm_up(c, parts)
             corrs = list(range(1000, 1000 + PARTITIONS))
             frames = [_produce_frame(c, corr, p, records.build_batch([(None, b"v%d" % p, ())] * 10, timestamp_ms=now))
-                      for p, corr in enumerate(corrs)]
+                      for p, corr in zip(parts, corrs)]
             c.send_raw(b"".join(frames))
             got = _answers(c, corrs)
         assert [g[0] for g in got] == corrs, "answers out of request order"
@@ -119,7 +140,7 @@ def test_a_producers_batches_pipelined_to_one_partition_go_in_in_order(pg_dsn: s
         _wait_for_leader(b.bootstrap)
         now = int(time.time() * 1000)
         with ProtocolClient(b.bootstrap, timeout=60) as c:
-            _warm_up(c)
+            _warm_up(c, [3])
             m = c.classes(apis.INIT_PRODUCER_ID, 4)
             init = c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id=None,
                                                          transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
