@@ -159,3 +159,21 @@ def test_a_producers_batches_pipelined_to_one_partition_go_in_in_order(pg_dsn: s
             corr, _md = framing.decode_response(apis.METADATA, 9, c.recv_frame())
         assert [g[0] for g in got] == corrs and corr == 2005, "answers out of request order"
         assert [(g[1], g[2]) for g in got] == [(0, 1 + 4 * i) for i in range(5)]
+
+
+def test_a_produce_refused_at_once_is_answered_after_the_earlier_ones(pg_dsn: str, tmp_path: Path) -> None:
+    """A Produce that fails before it submits anything (a partition that does not exist),
+    between two that wait for their COMMITs: the three answers come in request order."""
+    with brokers(pg_dsn, tmp_path, {}, (1,)) as (b,):
+        kc.create_topic("confluent", b.bootstrap, TOPIC, PARTITIONS)
+        _wait_for_leader(b.bootstrap)
+        now = int(time.time() * 1000)
+        with ProtocolClient(b.bootstrap, timeout=60) as c:
+            _warm_up(c, [0, 1])
+            batch = records.build_batch([(None, b"x", ())], timestamp_ms=now)
+            c.send_raw(_produce_frame(c, 3001, 0, batch) + _produce_frame(c, 3002, PARTITIONS + 5, batch)
+                       + _produce_frame(c, 3003, 1, batch))
+            got = _answers(c, [3001, 3002, 3003])
+        assert [g[0] for g in got] == [3001, 3002, 3003], "answers out of request order"
+        assert got[0][1:] == (0, 1) and got[2][1:] == (0, 1)
+        assert got[1][1] != 0

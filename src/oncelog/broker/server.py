@@ -335,7 +335,11 @@ class Server:
         try:
             while True:
                 if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_produce()):
-                    # answer the oldest pipelined Produce before reading further (in order)
+                    # answer the oldest pipelined Produce before reading further (in order);
+                    # what is held goes out first if that answer is not ready yet
+                    if held and not pending[0].done():
+                        await self._send(conn, held)
+                        held, held_bytes = [], 0
                     parts = await pending[0]
                     pending.popleft()
                     conn.busy = bool(pending)
@@ -379,7 +383,7 @@ class Server:
                                                   "expired (connections.max.reauth.ms) without re-authentication")
                         if self.pipeline_produce and frame[:2] == _PRODUCE_KEY:
                             task = await self._start_pipelined(frame, client)
-                            if not task.done():
+                            if pending or not task.done():
                                 pending.append(task)  # answered in order above; the next Produce may start
                                 continue
                             parts = task.result()
