@@ -198,7 +198,7 @@ class BrokerConfig:
     )
     #: oncelog's own (issue 28, cluster/commit_pool.py): group-commit connections per broker, i.e.
     #: rounds in flight at once (a partition always on the same one, so its order is kept)
-    store_commit_connections: int = field(default=4, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})
+    store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})
     # ACLs (issue 18, docs/ACLS.md): Kafka's switch and settings; empty authorizer = ACLs off
     authorizer_class_name: str = field(default="", metadata={"kafka": "authorizer.class.name", "parse": _authorizer})
     super_users: str = field(default="", metadata={"kafka": "super.users", "parse": str})
