@@ -197,7 +197,8 @@ class BrokerConfig:
         default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
     )
     #: oncelog's own (issue 28, cluster/commit_pool.py): group-commit connections per broker, i.e.
-    #: rounds in flight at once (a partition always on the same one, so its order is kept)
+    #: rounds in flight at once (a partition always on the same one, so its order is kept); 1:
+    #: on 2 cores more measured slower (smaller rounds), meant for many-core machines
     store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})
     # ACLs (issue 18, docs/ACLS.md): Kafka's switch and settings; empty authorizer = ACLs off
     authorizer_class_name: str = field(default="", metadata={"kafka": "authorizer.class.name", "parse": _authorizer})
