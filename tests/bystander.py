@@ -14,8 +14,9 @@ from oncelog.protocol import apis
 class Bystander:
     """An innocent client doing ApiVersions round trips in a thread; records each latency."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.client = ProtocolClient(bootstrap, timeout=120)
+    def __init__(self, bootstrap: str, security: dict[str, str] | None = None) -> None:
+        """``security``: the client properties of a TLS / SASL listener (ProtocolClient's)."""
+        self.client = ProtocolClient(bootstrap, timeout=120, security=security)
         self.latencies: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -6,6 +6,13 @@ producers, consumer groups, offset commits) through a recording proxy in front o
 Each frame is then mutated (bytes flipped, lengths made huge or null, frames cut short) and
 sent to a fresh broker while a bystander keeps making requests. The broker must stay up, keep
 answering the bystander quickly, never hit a handler bug ("bug:" in its log), and stop cleanly.
+
+The broker has three listeners (issue 26): PLAINTEXT, SASL_PLAINTEXT and SASL_SSL. Each fuzzing
+connection goes to one of them at random: on the SASL ones the mutated frames meet the SASL gate
+(after a valid SaslHandshake half of the time, so they reach the mechanisms), mixed with mutated
+SASL exchanges (handshakes, PLAIN and SCRAM tokens); on SASL_SSL through real TLS, and some
+connections send a mutated TLS ClientHello instead. Two bystanders, one on PLAINTEXT and one
+logged in over SASL_SSL, must be answered within the bound throughout.
 Every loop is bounded in count and time; the random generator is seeded, and the seed is in
 the failure message.
 """
@@ -16,15 +23,21 @@ import os
 import random
 import select
 import socket
+import ssl
 import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from kafka_clients import consume, create_topic, produce
+from oncelog.client import ProtocolClient
 from oncelog.process import BrokerProcess, free_port
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import UnsupportedVersion
+from oncelog_tools.tls_certs import Pki, make_pki
 from oncelog_tools.verify.proxy import Proxy
 from txn_clients import TxnProducer
 
@@ -130,32 +143,135 @@ def test_decoder_takes_mutated_client_frames(corpus: list[bytes]) -> None:
     assert n > 1000
 
 
+PASSWORD = "fuzz-alice-pw"
+
+
+def _sasl_corpus() -> list[bytes]:
+    """Valid frames of SASL exchanges (every handshake and SaslAuthenticate version, PLAIN and
+    SCRAM tokens, a bare v0 token), to be mutated like the recorded corpus."""
+    cls = lambda k, v: apis.message_class(k, v, False)  # noqa: E731
+    out = [framing.encode_request(apis.API_VERSIONS, 3, 1, "f", cls(apis.API_VERSIONS, 3)(
+        client_software_name="fuzz", client_software_version="1"))]
+    for v in (0, 1):
+        for mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI"):
+            out.append(framing.encode_request(apis.SASL_HANDSHAKE, v, 2, "f", cls(apis.SASL_HANDSHAKE, v)(mechanism=mech)))
+    tokens = [b"\0alice\0" + PASSWORD.encode(), b"alice\0alice\0wrong", b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL",
+              b"n,,n=nobody,r=abc", b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=",
+              # issue 26: names no user can have (over 32,767 bytes; 100 KB of SCRAM SASLprep)
+              b"\0" + b"u" * 40_000 + b"\0pw", b"n,,n=" + b"u" * 100_000 + b",r=abc"]
+    for v in (0, 1, 2):
+        for t in tokens:
+            out.append(framing.encode_request(apis.SASL_AUTHENTICATE, v, 3, "f", cls(apis.SASL_AUTHENTICATE, v)(auth_bytes=t)))
+    out += [len(t).to_bytes(4, "big") + t for t in tokens]  # bare tokens (after a v0 handshake)
+    return out
+
+
+def _client_hello(ctx: ssl.SSLContext) -> bytes:
+    """A real TLS ClientHello, as this client would send it."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def _mutate_tls(rng: random.Random, hello: bytes) -> bytes:
+    b = bytearray(hello)
+    kind = rng.randrange(3)
+    if kind == 0:
+        for _ in range(rng.randint(1, 6)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+    elif kind == 1:
+        del b[rng.randrange(1, len(b)):]
+    else:  # a record or handshake length made huge
+        pos = rng.choice([3, 6])
+        b[pos:pos + 2] = b"\xff\xff"
+    return bytes(b)
+
+
+def _fuzz_broker(broker_factory, tmp_path: Path) -> tuple[BrokerProcess, Pki, dict[str, int]]:
+    """A broker with PLAINTEXT, SASL_PLAINTEXT and SASL_SSL listeners and the user alice."""
+    pki = make_pki(tmp_path / "pki")
+    r = subprocess.run([sys.executable, "-m", "oncelog", "users", "add", "alice", "--password", PASSWORD,
+                        "--mechanism", "SCRAM-SHA-256", "--data-dir", str(tmp_path / "fuzzed")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
+    b = broker_factory("fuzzed", port=ports["PLAINTEXT"], overrides={
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "ssl.keystore.location": str(pki.server), "ssl.handshake.timeout.ms": "3000"})
+    return b, pki, ports
+
+
 @pytest.mark.parametrize("seconds", [10.0, pytest.param(30.0, marks=pytest.mark.long)], ids=["10s", "30s"])
-def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[bytes], broker, seconds: float) -> None:
+def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[bytes], broker_factory,
+                                                                   tmp_path: Path, seconds: float) -> None:
     from test_hostile_clients import Bystander
 
     seconds = float(FUZZ_SECONDS) if FUZZ_SECONDS else seconds
+    broker, pki, ports = _fuzz_broker(broker_factory, tmp_path)
     for client in ("confluent",):  # the topics the corpus names exist, so requests reach handlers
         for name in ("corpus-confluent", "corpus-kafka-python", "corpus-aiokafka"):
             create_topic(client, broker.bootstrap, name, 2)
     rng = random.Random(SEED)
+    sasl_corpus = _sasl_corpus()
+    auth_frames = [f for f in sasl_corpus if f[4:6] == struct.pack(">h", apis.SASL_AUTHENTICATE)]
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    hello = _client_hello(ctx)
     sent = closed = 0
+    per_listener = {"PLAINTEXT": 0, "SASL_PLAINTEXT": 0, "SASL_SSL": 0, "TLS hello": 0}
     sock: socket.socket | None = None
-    with Bystander(broker.bootstrap) as bystander:
+    sasl_security = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca), "sasl.mechanism": "SCRAM-SHA-256",
+                     "sasl.username": "alice", "sasl.password": PASSWORD}
+    with Bystander(broker.bootstrap) as bystander, Bystander(f"127.0.0.1:{ports['SASL_SSL']}", sasl_security) as tls_bystander:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and sent < 50_000:
-            if sock is None:
-                sock = socket.create_connection((broker.host, broker.port), timeout=5)
-                sock.setblocking(False)
-            try:
-                sock.sendall(_mutate(rng, rng.choice(corpus)))
+            if rng.random() < 0.02:  # a mutated ClientHello on a connection of its own, then leave
+                with socket.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=5) as raw:
+                    try:
+                        raw.sendall(_mutate_tls(rng, hello))
+                        select.select([raw], [], [], 0.005)
+                    except OSError:
+                        pass
                 sent += 1
+                per_listener["TLS hello"] += 1
+            if sock is None:
+                target = rng.choice(["PLAINTEXT", "PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"])
+                raw = socket.create_connection(("127.0.0.1", ports[target]), timeout=5)
+                try:
+                    sock = ctx.wrap_socket(raw, server_hostname="localhost") if target == "SASL_SSL" else raw
+                    if target != "PLAINTEXT" and rng.random() < 0.5:  # reach the mechanisms
+                        mech = rng.choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+                        v = rng.choice([0, 1])
+                        sock.sendall(framing.encode_request(apis.SASL_HANDSHAKE, v, 1, "f",
+                                                            apis.message_class(apis.SASL_HANDSHAKE, v, False)(mechanism=mech)))
+                        if v == 1 and rng.random() < 0.5:  # a whole token first: the mechanism runs
+                            sock.sendall(rng.choice(auth_frames))
+                except OSError:
+                    raw.close()
+                    closed += 1
+                    continue
+                sock.settimeout(2)
+            frames = corpus if target == "PLAINTEXT" or rng.random() < 0.4 else sasl_corpus
+            try:
+                sock.sendall(_mutate(rng, rng.choice(frames)))
+                sent += 1
+                per_listener[target] += 1
                 readable, _, _ = select.select([sock], [], [], 0.002)
-                if readable and not sock.recv(1 << 20):
-                    raise ConnectionResetError
+                if readable:
+                    sock.setblocking(False)
+                    try:
+                        if not sock.recv(1 << 20):
+                            raise ConnectionResetError
+                    except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        pass
+                    finally:
+                        sock.settimeout(2)
             except (BlockingIOError, InterruptedError):
                 pass
-            except OSError:
+            except OSError:  # ssl.SSLError included
                 closed += 1
                 sock.close()
                 sock = None
@@ -163,10 +279,14 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
         if sock is not None:
             sock.close()
     lines = broker.log_path.read_text(errors="replace").splitlines()
-    bugs = [i for i, line in enumerate(lines) if "bug:" in line]
-    assert not bugs, f"seed {SEED}: a handler raised:\n" + "\n".join(lines[bugs[0]:bugs[0] + 12])
-    assert sent > 500 and closed > 10
+    bugs = [i for i, line in enumerate(lines) if "bug:" in line or "Traceback" in line]
+    assert not bugs, f"seed {SEED}: a handler raised:\n" + "\n".join(line[:300] for line in lines[bugs[0]:bugs[0] + 12])
+    assert sent > 500 and closed > 10, (sent, closed, per_listener)
+    assert min(per_listener.values()) > 10, (SEED, per_listener)
     assert bystander.worst < 2.0, f"seed {SEED}: bystander waited {bystander.worst:.2f} s"
+    assert tls_bystander.worst < 2.0, f"seed {SEED}: the SASL_SSL bystander waited {tls_bystander.worst:.2f} s"
     produce("confluent", broker.bootstrap, "after-fuzz", [(0, None, b"alive")])
     assert consume("aiokafka", broker.bootstrap, "after-fuzz", [0], expected=1, timeout=30)[-1][3] == b"alive"
-
+    with ProtocolClient(f"127.0.0.1:{ports['SASL_PLAINTEXT']}", security={**sasl_security, "security.protocol": "SASL_PLAINTEXT"}) as c:
+        assert c.request(apis.API_VERSIONS, apis.message_class(apis.API_VERSIONS, 3, False)(
+            client_software_name="x", client_software_version="1"), version=3).error_code == 0

@@ -18,7 +18,7 @@ from oncelog.broker.auth.credentials import (
 )
 from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import (
-    TRANSITIONS, AuthenticationFailed, Event, IllegalSaslState, SaslSession, State,
+    TRANSITIONS, AuthenticationFailed, Event, IllegalSaslState, SaslSession, State, shown,
 )
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import apis, framing
@@ -164,6 +164,55 @@ def test_gate_frames() -> None:
     _, body = framing.decode_response(apis.SASL_AUTHENTICATE, 2, b"".join(out.parts)[4:])
     assert body.error_code == ErrorCode.sasl_authentication_failed and "bad" not in body.error_message
     assert gate(SaslSession(ALL, lambda: _store()), b"\x00").close  # a frame too short for a header
+
+
+def test_scram_user_names_are_checked_before_the_scram_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26 row 1: a name with no credential, or too long to exist, fails before scramp (whose
+    SASLprep costs ~6 µs a character) sees it; an escaped name (=2C, =3D) is looked up unescaped."""
+    called: list[str] = []
+    s = SaslSession(ALL, lambda: _store(user="a,b=c"))
+    assert s.handshake("SCRAM-SHA-256", 1)
+    import scramp.core
+
+    original = scramp.core.ScramServer.set_client_first
+    monkeypatch.setattr(scramp.core.ScramServer, "set_client_first",
+                        lambda self, text: (called.append(text), original(self, text))[1])
+    for name in ("x" * 400_000, "nobody", "é" * 20_000):
+        s = SaslSession(ALL, lambda: _store(user="a,b=c"))
+        assert s.handshake("SCRAM-SHA-256", 1)
+        with pytest.raises(AuthenticationFailed) as e:
+            s.token(f"n,,n={name},r=abcdef".encode())
+        assert len(str(e.value)) < 200  # the log line shows at most 64 characters of the name
+        assert e.value.client_message == ("Authentication failed during authentication due to invalid credentials "
+                                          "with SASL mechanism SCRAM-SHA-256")
+    assert called == []
+    _scram_login(SaslSession(ALL, lambda: _store(user="a,b=c")), "SCRAM-SHA-256", "a,b=c", "pw")
+    assert len(called) == 1
+
+
+def test_no_client_string_is_echoed_or_logged_whole() -> None:
+    """Issue 26 row 2: every refusal's client message is fixed text; the log text cuts the
+    client's strings (``shown``)."""
+    huge = "u" * 40_000
+    for mech, token in (("PLAIN", b"\0" + huge.encode() + b"\0pw"), ("PLAIN", huge.encode() + b"\0alice\0pw"),
+                        ("PLAIN", b"\0alice\0" + b"\xff" * 10), ("SCRAM-SHA-512", b"\xff" * 40_000),
+                        ("SCRAM-SHA-512", b"garbage-" * 5000)):
+        s = SaslSession(ALL, lambda: _store())
+        assert s.handshake(mech, 1)
+        with pytest.raises(AuthenticationFailed) as e:
+            s.token(token)
+        assert "uuuuuuuuuu" not in e.value.client_message and len(e.value.client_message) < 120
+        assert len(str(e.value)) < 300
+    for v in (0, 1, 2):  # the gate's answer is encodable in every version, and echoes nothing
+        s = SaslSession(ALL, lambda: _store())
+        assert gate(s, _frame(apis.SASL_HANDSHAKE, 1, mechanism="PLAIN")).close is None
+        out = gate(s, _frame(apis.SASL_AUTHENTICATE, v, auth_bytes=b"\0" + huge.encode() + b"\0pw"))
+        assert out.failed and out.close and len(out.close) < 300
+        _, body = framing.decode_response(apis.SASL_AUTHENTICATE, v, b"".join(out.parts)[4:])
+        assert body.error_code == ErrorCode.sasl_authentication_failed and "uuuu" not in body.error_message
+    out = gate(SaslSession(ALL, lambda: _store()), _frame(apis.SASL_HANDSHAKE, 1, mechanism="M" * 30_000))
+    assert out.close and len(out.close) < 300
+    assert shown("x" * 1000) == repr("x" * 64) + "… (1000 characters)" and shown(b"ab") == "b'ab'"
 
 
 # -- credentials ---------------------------------------------------------------------------------

@@ -128,6 +128,7 @@ class Broker:
             lifetime = cfg.connections_max_reauth_ms
             sasl = lambda: SaslSession(enabled, lambda: self.users.store, lifetime_ms=lifetime)  # noqa: E731
         server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl)
+        server.pipeline_produce = bool(self.store)  # issue 28: Produce waits for a COMMIT only in cluster mode
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
             server.handle = Dispatcher(_ListenerView(self, lst, server), routes).handle
         return server

@@ -32,6 +32,13 @@ def _bool(v: str) -> bool:
     raise ValueError(f"not a boolean: {v!r}")
 
 
+def _commit_connections(v: str) -> int:
+    n = int(v)
+    if not 1 <= n <= 32:
+        raise ValueError("must be 1 to 32")
+    return n
+
+
 #: ``authorizer.class.name`` values that turn ACLs on (issue 18): Kafka's two and oncelog's short name
 AUTHORIZER_NAMES = frozenset({
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer", "oncelog",
@@ -112,6 +119,10 @@ class BrokerConfig:
     sasl_jaas_config: str | None = field(default=None, metadata={"kafka": "sasl.jaas.config", "parse": str})
     connection_failed_authentication_delay_ms: int = field(
         default=100, metadata={"kafka": "connection.failed.authentication.delay.ms", "parse": int})
+    #: the largest request a connection on a SASL listener may send before it is authenticated
+    #: (Kafka's name and default): a longer size prefix closes the connection before anything is read
+    sasl_server_max_receive_size: int = field(
+        default=524_288, metadata={"kafka": "sasl.server.max.receive.size", "parse": int})
     ssl_keystore_type: str = field(default="PEM", metadata={"kafka": "ssl.keystore.type", "parse": str})
     ssl_keystore_location: str | None = field(default=None, metadata={"kafka": "ssl.keystore.location", "parse": str})
     ssl_keystore_certificate_chain: str | None = field(
@@ -209,6 +220,10 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = field(
         default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
     )
+    #: oncelog's own (issue 28, cluster/commit_pool.py): group-commit connections per broker, i.e.
+    #: rounds in flight at once (a partition always on the same one, so its order is kept); 1:
+    #: on 2 cores more measured slower (smaller rounds), meant for many-core machines
+    store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})
     # ACLs (issue 18, docs/ACLS.md): Kafka's switch and settings; empty authorizer = ACLs off
     authorizer_class_name: str = field(default="", metadata={"kafka": "authorizer.class.name", "parse": _authorizer})
     super_users: str = field(default="", metadata={"kafka": "super.users", "parse": str})

@@ -10,7 +10,10 @@ Invariants (R22: one client can neither exhaust the broker nor hold it up):
   ``MAX_QUEUED_FRAMES`` of them are queued, and resumes when the serving task has taken half.
   The frame still arriving is not counted: it is bounded by ``socket.request.max.bytes`` (its
   size prefix is checked first), so a request of any allowed size is always read whole (a
-  5 MB produce used to stall at the 4 MiB mark forever).
+  5 MB produce used to stall at the 4 MiB mark forever). Before a connection on a SASL listener
+  is authenticated the bound is ``sasl.server.max.receive.size`` instead (512 KB, Kafka's): the
+  server lowers ``max_bytes`` (``limit`` names the property in the error) until it is, so an
+  unauthenticated client can make the broker hold at most that much for it (issue 26).
 * A connection the client closed, or half-closed (EOF: Kafka closes on it too), is closed at
   once: the transport (and its descriptor) is released, queued frames are dropped, and
   ``closed`` (a future) is resolved so a request parked on purpose (a Fetch long poll) returns
@@ -42,6 +45,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, on_open: Callable[["Connection"], None], max_request_bytes: int) -> None:
         self._on_open = on_open
         self.max_bytes = max_request_bytes
+        self.limit = "socket.request.max.bytes"  # the property behind max_bytes (in the error)
         self._loop = asyncio.get_running_loop()  # the factory runs inside the loop
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -88,7 +92,7 @@ class Connection(asyncio.Protocol):
         pos, end = 0, len(buf)
         while end - pos >= 4:
             try:
-                size = framing.frame_size(bytes(buf[pos : pos + 4]), self.max_bytes)
+                size = framing.frame_size(bytes(buf[pos : pos + 4]), self.max_bytes, self.limit)
             except framing.FrameError as exc:
                 self.error = exc
                 break

@@ -10,7 +10,10 @@ broker's log handler cuts repeats (``oncelog.logs``), so an attack is never a lo
 Serving. One task per connection (``connection.Connection`` cuts frames and does flow control).
 Requests on a connection are handled one at a time, in arrival order, so responses go out in
 request order; this is what Kafka does too (it mutes a connection while one of its requests is
-in flight). A connection that has requests queued gives the event loop back at least every
+in flight). One exception, in cluster mode (``pipeline_produce``): a Produce waits for a
+PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
+started too (up to ``MAX_PIPELINED``; broker/pipelining.py), and their answers still go out in
+request order; any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
 a closed connection's queued requests are dropped at once (connection.py). A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
@@ -24,12 +27,18 @@ network: the moment no further Produce is queued, everything held goes out. Requ
 wait on purpose (a Fetch long poll, a JoinGroup) never have answers held behind them.
 
 Listeners and authentication (issue 18). One ``Server`` per listener (broker/listeners.py).
-On a TLS listener the handshake runs in its own task, bounded by ``ssl.handshake.timeout.ms``,
-so a client that stalls mid-handshake holds up nobody; a client that speaks plaintext to it
-fails the handshake and is closed. The client's principal is its certificate's subject
+On a TLS listener TLS is run by the broker's own small protocol (auth/tls_transport.py: no
+256 KiB buffer per connection, as asyncio's and uvloop's have); the handshake is driven by the
+client's bytes and bounded by ``ssl.handshake.timeout.ms``, so a client that stalls mid-handshake
+holds up nobody and is dropped; a client that speaks plaintext to it fails the handshake and is
+closed. A connection still in its handshake counts against ``max.connections`` and
+``max.connections.per.ip`` like any other. The client's principal is its certificate's subject
 (auth/tls.py). On a SASL listener every frame goes through the connection's SASL gate
 (auth/gate.py) until the connection is authenticated; then ``Client.principal`` is the
-authenticated user, on every later request of that connection.
+authenticated user, on every later request of that connection. Until then a frame may not be
+longer than ``sasl.server.max.receive.size`` (checked on its size prefix, before it is read: the
+connection is closed, as Kafka's InvalidReceiveException), so an unauthenticated client can make
+the broker hold at most that much.
 
 Bad input never takes the broker down (R22): an oversize or malformed frame, an unknown API or
 version, or a peer that disconnects mid-request ends that one connection with one log line.
@@ -59,6 +68,8 @@ us; the frame size is already promised, so the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
 import dataclasses
 import errno
 import logging
@@ -68,9 +79,11 @@ import ssl
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
+from oncelog.broker import heap, pipelining
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
+from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection import Connection
 from oncelog.broker.context import Client, CloseConnection
@@ -88,7 +101,13 @@ SENDFILE_MIN_BYTES = 16 * 1024
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
 YIELD_AFTER = 0.002
+#: After this many connections have closed, the sweep gives freed heap pages back (heap.trim):
+#: what thousands of TLS connections held is returned once they are gone.
+TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
+_PRODUCE_KEY = (0).to_bytes(2, "big")
+#: At most this many Produce requests of one connection are handled at once (pipelining).
+MAX_PIPELINED = 8
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -130,6 +149,7 @@ class Server:
         self.port = port
         cfg = config
         self.max_request_bytes = cfg.socket_request_max_bytes
+        self.sasl_max_bytes = min(cfg.sasl_server_max_receive_size, cfg.socket_request_max_bytes)
         self.max_connections = cfg.max_connections
         self.max_connections_per_ip = cfg.max_connections_per_ip
         self.idle_s = cfg.connections_max_idle_ms / 1000
@@ -137,15 +157,20 @@ class Server:
         self._sock: socket.socket | None = None
         self._reserve_fd: int | None = None
         self._conns: set[Connection] = set()
+        self._handshaking: dict[TlsProtocol, str] = {}  # TLS connections not through the handshake -> ip
+        self._closed_since_trim = 0
         self._per_ip: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
         self._sendfile_wanted = sendfile
         self.sendfile = False  # decided in start(), once the loop is known
+        #: cluster mode (set by the broker): a connection's Produce requests are pipelined
+        #: (broker/pipelining.py); the embedded broker answers a Produce without waiting
+        self.pipeline_produce = False
 
     @property
     def connection_count(self) -> int:
-        return len(self._conns)
+        return len(self._conns) + len(self._handshaking)
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
@@ -176,6 +201,8 @@ class Server:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._sock is not None:
             self._sock.close()
+        for proto in list(self._handshaking):
+            proto.abort()
         for conn in list(self._conns):
             conn.close()
         for task in list(self._tasks):
@@ -224,7 +251,7 @@ class Server:
                 client.setblocking(False)
             ip = str(addr[0])
             reason = None
-            if len(self._conns) >= self.max_connections:
+            if self.connection_count >= self.max_connections:
                 reason = f"max.connections={self.max_connections} reached"
             elif self._per_ip[ip] >= self.max_connections_per_ip:
                 reason = f"max.connections.per.ip={self.max_connections_per_ip} reached for {ip}"
@@ -232,30 +259,42 @@ class Server:
                 log.warning("refusing a connection from %s: %s", ip, reason)
                 client.close()
                 continue
-            if self.ssl_context is not None:
-                # The TLS handshake runs in its own task, bounded: a client stalling in it holds
-                # up neither the accept loop nor anyone else.
-                task = loop.create_task(self._set_up(client, ip, max_bytes))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            else:
-                await self._set_up(client, ip, max_bytes)
+            await self._set_up(client, ip, max_bytes)
 
     async def _set_up(self, client: socket.socket, ip: str, max_bytes: int) -> None:
+        """Make the connection's transport. On a TLS listener the handshake then runs as the
+        client's bytes come (TlsProtocol, bounded by ssl.handshake.timeout.ms): nobody waits for it."""
         loop = asyncio.get_running_loop()
+        proto: asyncio.Protocol = Connection(self._start_serving, max_bytes)
+        if self.ssl_context is not None:
+            proto = TlsProtocol(self.ssl_context, proto, self.handshake_timeout_s, self._tls_ready, self._tls_failed)
+            self._handshaking[proto] = ip
+            self._per_ip[ip] += 1
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.ssl_context is None:
-                await loop.connect_accepted_socket(lambda: Connection(self._start_serving, max_bytes), client)
-            else:
-                await loop.connect_accepted_socket(lambda: Connection(self._start_serving, max_bytes), client,
-                                                   ssl=self.ssl_context, ssl_handshake_timeout=self.handshake_timeout_s)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-            if self.ssl_context is not None:
-                log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip, exc or type(exc).__name__)
-            else:
-                log.warning("could not set up a connection from %s: %s", ip, exc)
+            await loop.connect_accepted_socket(lambda: proto, client)
+        except OSError as exc:
+            log.warning("could not set up a connection from %s: %s", ip, exc)
+            if isinstance(proto, TlsProtocol) and self._handshaking.pop(proto, None) is not None:
+                self._release_ip(ip)
             client.close()
+
+    def _tls_ready(self, proto: TlsProtocol) -> None:
+        ip = self._handshaking.pop(proto, None)
+        if ip is not None:
+            self._release_ip(ip)  # counted again as a connection (_start_serving)
+
+    def _tls_failed(self, proto: TlsProtocol, reason: str) -> None:
+        ip = self._handshaking.pop(proto, None)
+        if ip is not None:
+            self._release_ip(ip)
+        self._closed_since_trim += 1
+        log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip or "?", reason)
+
+    def _release_ip(self, ip: str) -> None:
+        self._per_ip[ip] -= 1
+        if self._per_ip[ip] <= 0:
+            del self._per_ip[ip]
 
     async def _refuse_without_descriptors(self, sock: socket.socket, exc: OSError) -> None:
         """Out of descriptors with a connection waiting: accept it with the reserve descriptor
@@ -285,6 +324,9 @@ class Server:
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
+            if self._closed_since_trim >= TRIM_AFTER_CLOSES:
+                self._closed_since_trim = 0
+                heap.trim()
             for conn in list(self._conns):
                 if (conn.partial_since is not None and not conn.reading_paused
                         and now - conn.partial_since > self.receive_timeout_s):
@@ -299,6 +341,8 @@ class Server:
     # -- serving ---------------------------------------------------------------------------------
 
     def _start_serving(self, conn: Connection) -> None:
+        if self.new_sasl_session is not None:  # unauthenticated: Kafka's bound until it is
+            conn.max_bytes, conn.limit = self.sasl_max_bytes, "sasl.server.max.receive.size"
         self._conns.add(conn)
         self._per_ip[conn.peer_host] += 1
         task = asyncio.get_running_loop().create_task(self._serve(conn))
@@ -319,8 +363,28 @@ class Server:
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0
         last_yield = loop.time()
+        pending: collections.deque[asyncio.Task[Any]] = collections.deque()  # pipelined Produce, oldest first
         try:
             while True:
+                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_produce()):
+                    # answer the oldest pipelined Produce before reading further (in order);
+                    # what is held goes out first if that answer is not ready yet
+                    if held and not pending[0].done():
+                        await self._send(conn, held)
+                        held, held_bytes = [], 0
+                    parts = await pending[0]
+                    pending.popleft()
+                    conn.busy = bool(pending)
+                    if conn.is_closed:
+                        return
+                    if parts is not None:
+                        held.extend(parts)
+                        held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
+                    if held and (held_bytes >= MAX_HELD_BYTES or not (conn.next_is_produce() or (
+                            pending and pending[0].done()))):
+                        await self._send(conn, held)
+                        held, held_bytes = [], 0
+                    continue
                 frame = await conn.next_frame()
                 if frame is None:
                     if conn.lost_mid_frame:
@@ -341,6 +405,7 @@ class Server:
                                 raise CloseConnection(f"listener {self.name}: re-authentication as {session.principal} "
                                                       f"on a connection of {client.principal}")
                             client = dataclasses.replace(client, principal=session.principal)
+                            conn.max_bytes, conn.limit = self.max_request_bytes, "socket.request.max.bytes"
                             expires = loop.time() + self.reauth_s if self.reauth_s else None
                             log.info("listener %s: %s %s as %s with %s", self.name, peer,
                                      "re-authenticated" if reauthenticating else "authenticated",
@@ -349,9 +414,17 @@ class Server:
                         if expires is not None and loop.time() > expires:
                             raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
                                                   "expired (connections.max.reauth.ms) without re-authentication")
-                        parts = await self.handle(frame, client)
+                        if self.pipeline_produce and frame[:2] == _PRODUCE_KEY:
+                            task = await self._start_pipelined(frame, client)
+                            if pending or not task.done():
+                                pending.append(task)  # answered in order above; the next Produce may start
+                                continue
+                            parts = task.result()
+                        else:
+                            assert not pending  # only a Produce is read while others are pending
+                            parts = await self.handle(frame, client)
                 finally:
-                    conn.busy = False
+                    conn.busy = bool(pending)
                 if conn.is_closed:
                     return  # nobody to answer
                 if parts is not None:
@@ -374,18 +447,46 @@ class Server:
         except Exception:  # a bug: one rate-limited line (oncelog.logs), never asyncio's unlimited report
             log.exception("bug: closing connection from %s", peer)
         finally:
+            for task in pending:  # their appends run on (shielded); nobody waits for the answers
+                task.cancel()
+                task.add_done_callback(_drop_outcome)
             conn.close()
             self._conns.discard(conn)
-            self._per_ip[conn.peer_host] -= 1
-            if self._per_ip[conn.peer_host] <= 0:
-                del self._per_ip[conn.peer_host]
+            self._release_ip(conn.peer_host)
+            self._closed_since_trim += 1
+
+    async def _start_pipelined(self, frame: bytes, client: Client) -> "asyncio.Task[Any]":
+        """Start handling a Produce frame as a task that may release the connection early
+        (broker/pipelining.py); returns it once it is done or has released the connection."""
+        loop = asyncio.get_running_loop()
+        released: asyncio.Future[None] = loop.create_future()
+
+        def release() -> None:
+            if not released.done():
+                released.set_result(None)
+
+        ctx = contextvars.copy_context()
+        ctx.run(pipelining.release_with, release)
+        task = loop.create_task(self.handle(frame, client), context=ctx)
+        try:
+            await asyncio.wait((task, released), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            task.add_done_callback(_drop_outcome)
+            raise
+        return task
 
     async def _authenticate(self, conn: Connection, session: SaslSession, frame: bytes, client: Client) -> list[Any] | None:
         """One frame through the SASL gate (auth/gate.py): ApiVersions is dispatched, the SASL
         requests answered; a failed authentication is answered after
         ``connection.failed.authentication.delay.ms`` (throttling password guessing), and the
         connection closed (CloseConnection) once the answer is out."""
-        outcome = gate(session, frame)
+        try:
+            outcome = gate(session, frame)
+        except Exception as exc:  # a bug: one short line (no traceback: it may hold what the client sent)
+            log.error("bug: the SASL gate of listener %s raised %s on a request from %s", self.name,
+                      type(exc).__name__, client.peer)
+            raise CloseConnection(f"listener {self.name}: internal error in the SASL gate") from None
         if outcome.dispatch:
             return await self.handle(frame, client)
         if outcome.failed and self.failed_auth_delay_s > 0:
@@ -449,3 +550,9 @@ def _pread(part: Any) -> bytes:
     if len(data) != part.length:
         raise ConnectionError(f"log file shrank under a fetch ({len(data)} of {part.length} bytes)")
     return data
+
+
+def _drop_outcome(task: "asyncio.Future[Any]") -> None:
+    """Retrieve the outcome of a task nobody waits for any more (no 'never retrieved' noise)."""
+    if not task.cancelled():
+        task.exception()

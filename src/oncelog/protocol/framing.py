@@ -45,13 +45,14 @@ class FrameError(Exception):
     """The peer sent something that is not a valid request: close the connection."""
 
 
-def frame_size(prefix: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> int:
-    """The size announced by a 4-byte frame prefix; raises FrameError if negative or too big."""
+def frame_size(prefix: bytes, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES, limit: str = "socket.request.max.bytes") -> int:
+    """The size announced by a 4-byte frame prefix; raises FrameError if negative or too big
+    (``limit``: the property that set ``max_bytes``, named in the error)."""
     (size,) = _SIZE.unpack(prefix)
     if size < _HEADER_PREFIX.size:
         raise FrameError(f"frame size {size} is smaller than a request header")
     if size > max_bytes:
-        raise FrameError(f"frame size {size} exceeds socket.request.max.bytes={max_bytes}")
+        raise FrameError(f"frame size {size} exceeds {limit}={max_bytes}")
     return size
 
 

@@ -5,6 +5,10 @@ first (``gate``). Pure: it decodes the frame, steps the connection's ``SaslSessi
 the answer; the server (server.py) sends it, waits ``connection.failed.authentication.delay.ms``
 first when authentication failed, and closes the connection when told to. Once the session is
 authenticated the server stops calling it: frames go straight to the dispatcher.
+
+Nothing a client sent is echoed (issue 26): a failed authentication answers the mechanism's fixed
+message (``AuthenticationFailed.client_message``), and a ``close`` reason (logged by the server
+in one rate-limited line) shows a client's string only through ``sasl.shown`` (cut short).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.broker.auth.sasl import AuthenticationFailed, IllegalSaslState, SaslSession
+from oncelog.broker.auth.sasl import AuthenticationFailed, IllegalSaslState, SaslSession, shown
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.messages import Builder
@@ -48,7 +52,7 @@ def gate(session: SaslSession, frame: bytes) -> Outcome:
     try:
         head = framing.peek_head(frame)
     except (framing.FrameError, KafkaError, ValueError, IndexError) as exc:
-        return Outcome(close=f"malformed request before authentication: {exc}")
+        return Outcome(close=f"malformed request before authentication: {shown(str(exc), 200)}")
     key = head.api_key
     try:
         if key == apis.API_VERSIONS:
@@ -59,7 +63,7 @@ def gate(session: SaslSession, frame: bytes) -> Outcome:
         try:
             request = framing.decode_request(frame)
         except (framing.FrameError, KafkaError, ValueError) as exc:
-            return Outcome(close=f"malformed {apis.api_name(key)} request before authentication: {exc}")
+            return Outcome(close=f"malformed {apis.api_name(key)} request before authentication: {shown(str(exc), 200)}")
         v = request.api_version
         if key == SASL_HANDSHAKE:
             ok = session.handshake(request.body.mechanism, v)
@@ -68,14 +72,14 @@ def gate(session: SaslSession, frame: bytes) -> Outcome:
             parts = framing.encode_response(key, v, head.correlation_id, body)
             if ok:
                 return Outcome(parts=parts)
-            return Outcome(parts=parts, close=f"SASL mechanism {request.body.mechanism!r} is not enabled "
+            return Outcome(parts=parts, close=f"SASL mechanism {shown(request.body.mechanism)} is not enabled "
                                               f"(sasl.enabled.mechanisms={','.join(session.enabled)})")
         m = Builder(key, v)
         try:
             out = session.token(request.body.auth_bytes)
         except AuthenticationFailed as exc:
             body = m.SaslAuthenticateResponse(error_code=ErrorCode.sasl_authentication_failed,
-                                              error_message=f"Authentication failed: {exc}", auth_bytes=b"",
+                                              error_message=exc.client_message, auth_bytes=b"",
                                               session_lifetime=datetime.timedelta(0))
             return Outcome(parts=framing.encode_response(key, v, head.correlation_id, body), failed=True,
                            close=f"authentication failed: {exc}")

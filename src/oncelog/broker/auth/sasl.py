@@ -19,6 +19,16 @@ against the same store: the salted password is computed with the user's stored s
 iteration count and its stored key compared (constant time) with the stored one, so one
 ``oncelog users add`` serves both mechanisms and no password is kept anywhere (Kafka's PLAIN
 reads ``user_NAME="password"`` from a JAAS file instead; oncelog has no JAAS).
+
+Hostile input (issue 26). Everything here runs on the event loop, so nothing a client sizes may
+cost more than a pass over its bytes: the frame itself is at most ``sasl.server.max.receive.size``
+(512 KB, connection.py), and a SCRAM client-first message is looked at here first (its user name
+is cut out as Kafka's ``ScramFormatter.username`` does: ``=2C`` and ``=3D`` unescaped): a name
+longer than ``MAX_USER_NAME_BYTES`` or without a credential for the mechanism fails at once, so
+the SCRAM library (whose SASLprep costs about 6 µs per character: a 4 MB name froze the broker
+for 8 s) only ever sees names an operator created. Nothing a client sends is echoed back: the
+error message a client gets is fixed per failure (Kafka's wording), and what is logged shows at
+most ``SHOWN_CHARS`` characters of a client's string (``shown``).
 """
 
 from __future__ import annotations
@@ -29,14 +39,31 @@ from typing import Callable
 
 from oncelog.broker.auth.credentials import CredentialStore, derive, salted_password
 
-__all__ = ["AuthenticationFailed", "Event", "IllegalSaslState", "SaslSession", "State", "TRANSITIONS",
-           "SUPPORTED_MECHANISMS"]
+__all__ = ["AuthenticationFailed", "Event", "IllegalSaslState", "MAX_USER_NAME_BYTES", "SaslSession", "State",
+           "TRANSITIONS", "SUPPORTED_MECHANISMS", "shown"]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: scramp's verdicts that mean a wrong user name or password (the rest: a malformed message):
 #: ``scramp.utils.ServerError`` members, by value. scramp is imported by the first SCRAM
 #: exchange, not with this module (about 50 ms of a broker's start-up, issue 19).
 _BAD_CREDENTIALS = ("unknown-user", "invalid-proof")
+#: No user can have a longer name: Kafka's protocol strings (AlterUserScramCredentials) stop here.
+MAX_USER_NAME_BYTES = 32767
+#: A client's string in a log line is cut to this many characters.
+SHOWN_CHARS = 64
+_SCRAM_INVALID = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
+_SCRAM_MALFORMED = "Authentication failed: malformed SCRAM message with SASL mechanism {}"
+_PLAIN_INVALID = "Authentication failed: Invalid username or password"
+
+
+def shown(text: str | bytes, limit: int = SHOWN_CHARS) -> str:
+    """``repr`` of a client's string for a log line, cut to ``limit`` characters (plus its length
+    when cut): never more than about ``limit`` + 30 characters, whatever the client sent."""
+    cut = text[:limit]
+    out = repr(cut)
+    if len(text) > limit:
+        out += f"… ({len(text)} {'bytes' if isinstance(text, bytes) else 'characters'})"
+    return out
 
 
 class State(enum.Enum):
@@ -87,8 +114,13 @@ class IllegalSaslState(Exception):
 
 
 class AuthenticationFailed(Exception):
-    """The client's credentials were refused. ``str()`` is safe to log and to send: it names the
-    user and mechanism, never a password or a token."""
+    """The client's credentials were refused. ``str()`` is for the log: it names the mechanism and
+    the user (cut by ``shown``), never a password or a token. ``client_message`` is what the
+    client is told: fixed text, nothing the client sent (Kafka's wording)."""
+
+    def __init__(self, log_text: str, client_message: str = "Authentication failed") -> None:
+        super().__init__(log_text)
+        self.client_message = client_message
 
 
 class _Mechanism:
@@ -104,19 +136,24 @@ class _Plain(_Mechanism):
     def step(self, token: bytes) -> tuple[bytes, str | None]:
         parts = token.split(b"\0")
         if len(parts) != 3:
-            raise AuthenticationFailed("PLAIN: malformed token (expected authzid NUL user NUL password)")
+            raise AuthenticationFailed("PLAIN: malformed token (expected authzid NUL user NUL password)",
+                                       "Authentication failed: Invalid SASL/PLAIN response: expected 3 tokens")
         authzid, user_b, password_b = parts
         try:
             user, password, authz = user_b.decode(), password_b.decode(), authzid.decode()
         except UnicodeDecodeError:
-            raise AuthenticationFailed("PLAIN: token is not UTF-8") from None
+            raise AuthenticationFailed("PLAIN: token is not UTF-8", _PLAIN_INVALID) from None
         if not user or not password:
-            raise AuthenticationFailed("PLAIN: empty user name or password")
+            raise AuthenticationFailed("PLAIN: empty user name or password",
+                                       "Authentication failed: username or password not specified")
         if authz and authz != user:
-            raise AuthenticationFailed(f"PLAIN: user {user!r} may not act as authorization id {authz!r}")
-        creds = self.store().any_of(user)
+            raise AuthenticationFailed(f"PLAIN: user {shown(user)} may not act as authorization id {shown(authz)}",
+                                       "Authentication failed: Client requested an authorization id that is "
+                                       "different from username")
+        creds = self.store().any_of(user) if len(user_b) <= MAX_USER_NAME_BYTES else []
         if not creds or not self._matches(creds[0], password):
-            raise AuthenticationFailed(f"invalid credentials for user {user!r} with SASL mechanism PLAIN")
+            raise AuthenticationFailed(f"invalid credentials for user {shown(user)} with SASL mechanism PLAIN",
+                                       _PLAIN_INVALID)
         return b"", user
 
     @staticmethod
@@ -133,6 +170,8 @@ class _Scram(_Mechanism):
         self.mechanism = mechanism
         self.user: str | None = None
 
+        self.store = store
+
         def auth_info(user: str) -> tuple[bytes, bytes, bytes, int] | None:
             self.user = user
             cred = store().get(user, mechanism)
@@ -148,9 +187,11 @@ class _Scram(_Mechanism):
         try:
             text = token.decode()
         except UnicodeDecodeError:
-            raise AuthenticationFailed(f"{self.mechanism}: token is not UTF-8") from None
+            raise AuthenticationFailed(f"{self.mechanism}: token is not UTF-8",
+                                       _SCRAM_MALFORMED.format(self.mechanism)) from None
         try:
             if self.round == 1:
+                self._check_user(text)
                 self.server.set_client_first(text)
                 return self.server.get_server_first().encode(), None
             if self.round == 2:
@@ -159,14 +200,31 @@ class _Scram(_Mechanism):
         except AuthenticationFailed:
             raise
         except Exception as exc:  # scramp.ScramException, or a parse error on a garbage token
-            who = f"user {self.user!r}" if self.user else "an unknown user"
+            who = f"user {shown(self.user)}" if self.user else "an unknown user"
             import scramp
 
             known = (isinstance(exc, scramp.ScramException)
                      and getattr(exc.server_error, "value", exc.server_error) in _BAD_CREDENTIALS)
             reason = "invalid credentials" if known else "a malformed SCRAM message"
-            raise AuthenticationFailed(f"{reason} for {who} with SASL mechanism {self.mechanism}") from None
-        raise AuthenticationFailed(f"{self.mechanism}: unexpected token after the exchange ended")
+            raise AuthenticationFailed(f"{reason} for {who} with SASL mechanism {self.mechanism}",
+                                       (_SCRAM_INVALID if known else _SCRAM_MALFORMED).format(self.mechanism)) from None
+        raise AuthenticationFailed(f"{self.mechanism}: unexpected token after the exchange ended",
+                                   _SCRAM_MALFORMED.format(self.mechanism))
+
+    def _check_user(self, client_first: str) -> None:
+        """Fail at once, before the SCRAM library, for a client-first message whose user name
+        (``gs2-header n=NAME,...``) is too long to exist or has no credential for this mechanism
+        (a pass over the message: cheap whatever its size). A message of another shape is left to
+        the library, which refuses it (its parsing is linear too; only the name is slow)."""
+        fields = client_first.split(",", 3)
+        if len(fields) < 3 or not fields[2].startswith("n="):
+            return
+        name = fields[2][2:].replace("=2C", ",").replace("=3D", "=")
+        self.user = name
+        if len(name) > MAX_USER_NAME_BYTES or len(name.encode()) > MAX_USER_NAME_BYTES \
+                or self.store().get(name, self.mechanism) is None:
+            raise AuthenticationFailed(f"invalid credentials for user {shown(name)} with SASL mechanism {self.mechanism}",
+                                       _SCRAM_INVALID.format(self.mechanism))
 
 
 class SaslSession:

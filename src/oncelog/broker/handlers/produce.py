@@ -8,7 +8,9 @@ byte-for-byte what kio would write), since this is the broker's hottest path. ac
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
 answer goes out (R2). In cluster mode (a partition on PostgreSQL) every partition's batch is
-submitted to the group commit first and the answer waits for their COMMITs together.
+submitted to the group commit first and the answer waits for their COMMITs together; once all
+are submitted (each in its place in its producer's line) the connection's next Produce may be
+handled meanwhile (broker/pipelining.py), so a producer's requests share commit rounds.
 
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by the
 broker's coordinators; a client's batch for one is refused with INVALID_TOPIC_EXCEPTION, as
@@ -35,6 +37,7 @@ import asyncio
 from typing import Any, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
+from oncelog.broker import pipelining
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
@@ -108,7 +111,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                                               header.producer_epoch, tp)
                 if part.commits_asynchronously:  # cluster mode: answered after the group COMMIT
                     waiting.append((results, len(results), t.name, p.index,
-                                    part.append_validated_async(p.records, header, now)))
+                                    part.append_validated_soon(p.records, header, now)))
                     results.append(None)  # type: ignore[arg-type]  # filled below
                     continue
                 res = part.append_validated(p.records, header, now)
@@ -127,6 +130,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc)))
         topics.append((t.name, results))
     if waiting:
+        pipelining.submitted()  # every batch has its place in its producer's line: the next request may start
         outcomes = await asyncio.gather(*(w[4] for w in waiting), return_exceptions=True)
         for (results, i, name, index, _), out in zip(waiting, outcomes):
             if isinstance(out, KafkaError):
