@@ -156,6 +156,26 @@ def test_missing_object_is_object_not_found() -> None:
         run(store.get_range("k", 0, 4))
 
 
+def test_every_call_raises_only_kafka_errors() -> None:
+    """A missing bucket answers NotFound to a PUT or a LIST: the caller sees a KafkaError
+    (the dispatcher's boundary translates it), never the backend's internal exceptions."""
+    store, _, _ = make([NotFound("no such bucket")])
+    with pytest.raises(ObjectStoreFailed, match="no such bucket"):
+        run(store.put_if_absent("k", b"x"))
+
+    async def collect():
+        return [o async for o in store.list("a/")]
+
+    store, _, _ = make([NotFound("no such bucket")])
+    with pytest.raises(ObjectStoreFailed, match="no such bucket"):
+        run(collect())
+    store, _, _ = make([AlreadyExists("?")])
+    with pytest.raises(ObjectStoreFailed):
+        run(store.get_range("k", 0, 1))
+    store, _, _ = make([NotFound("gone")])
+    run(store.delete(["k"]))  # deleting what is not there is not an error
+
+
 def test_a_short_read_is_refused() -> None:
     store, _, _ = make([b"ab"])
     with pytest.raises(ObjectStoreFailed, match="2 bytes returned, 4 expected"):

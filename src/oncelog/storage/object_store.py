@@ -23,7 +23,8 @@ a delay drawn with "full jitter" (uniform in ``[0, min(backoff_max, backoff_init
 deadline passes, the call fails with ``ObjectStoreTimeout`` (REQUEST_TIMED_OUT) if its last
 attempt timed out, otherwise ``ObjectStoreUnavailable`` (KAFKA_STORAGE_ERROR); both are
 retriable Kafka errors, so a producer told either retries. Permanent failures are
-``ObjectStoreFailed`` and a missing object ``ObjectNotFound`` (KAFKA_STORAGE_ERROR). The clock,
+``ObjectStoreFailed`` and a missing object ``ObjectNotFound`` (KAFKA_STORAGE_ERROR). Every call
+raises only these (and ``ValueError`` for a bad key or range, a caller's bug). The clock,
 the sleep and the random source are injected, so the policy is unit-tested without waiting.
 
 The library is obstore (Rust's object_store; bench/object_store.py and docs/DISKLESS.md say why),
@@ -290,6 +291,8 @@ class ObjectStore:
         try:
             await self._call(f"PUT {full}", attempt, a)
             return True
+        except NotFound as exc:  # the bucket itself is missing
+            raise ObjectStoreFailed(f"PUT {full}: {exc}") from None
         except AlreadyExists:
             if a.count > 1 and a.outcome_unknown:
                 # an earlier attempt may have created it: ours if the content is ours
@@ -309,6 +312,8 @@ class ObjectStore:
         try:
             data = await self._call(f"GET {full} [{start}, {end})",
                                     lambda _left: self.backend.get_range(full, start, end))
+        except AlreadyExists as exc:  # not an answer a GET can have
+            raise ObjectStoreFailed(f"GET {full}: {exc}") from None
         except NotFound:
             raise ObjectNotFound(f"object {full} not found") from None
         if len(data) != end - start:
@@ -325,13 +330,18 @@ class ObjectStore:
             await self._call(f"DELETE {len(full)} object(s)", lambda _left: self.backend.delete(full))
         except NotFound:
             return
+        except AlreadyExists as exc:  # not an answer a DELETE can have
+            raise ObjectStoreFailed(f"DELETE: {exc}") from None
 
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         """Every object under ``prefix`` (relative to the store's), in key order, page by page."""
         base = self._prefix + prefix
         after: str | None = None
         while True:
-            page, more = await self._call(f"LIST {base}", lambda _left: self.backend.list_page(base, after))
+            try:
+                page, more = await self._call(f"LIST {base}", lambda _left: self.backend.list_page(base, after))
+            except (NotFound, AlreadyExists) as exc:  # the bucket itself is missing
+                raise ObjectStoreFailed(f"LIST {base}: {exc}") from None
             for info in page:
                 after = info.key
                 yield ObjectInfo(info.key[len(self._prefix):], info.size, info.last_modified, info.etag)
