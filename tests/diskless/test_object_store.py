@@ -17,6 +17,8 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.object_store import (ObjectNotFound, ObjectStore, ObjectStoreTimeout,
                                           ObjectStoreUnavailable)
 
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
 #: patient enough for a loaded 2-core machine, short enough for a test
 FAST = {"diskless.storage.request.timeout.ms": 2000, "diskless.storage.call.deadline.ms": 6000,
         "diskless.storage.retry.backoff.ms": 20, "diskless.storage.retry.backoff.max.ms": 200}

@@ -11,6 +11,8 @@ import pytest
 
 import seaweedfs
 
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
 
 def test_serves_s3_on_loopback_only_and_keeps_objects_across_a_kill(own_seaweed) -> None:
     srv = own_seaweed
