@@ -7,7 +7,8 @@ Theory of operation. ``ObjectStore`` offers what the diskless engine needs and n
   created the object, False when an object was already there (written by someone else). After
   an attempt whose outcome is unknown (a timeout, a dropped connection) a retry that finds the
   object compares its ETag with the MD5 of ``data`` (S3's ETag of a single-part upload) and
-  answers True when it is our own upload;
+  answers True when it is our own upload (where the ETag is not the MD5 — SSE-KMS — the answer
+  is False, the safe side: the engine uploads again under a new key);
 - ``get_range(key, start, end)`` — bytes ``[start, end)``, exactly ``end - start`` of them;
 - ``delete(keys)`` — idempotent (an absent key is not an error);
 - ``list(prefix)`` — an async iterator of ``ObjectInfo`` (key, size, last modified), for the
