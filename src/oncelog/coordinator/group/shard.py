@@ -128,13 +128,14 @@ class GroupShard:
                        expire_timestamp: int = -1) -> Result:
         """OffsetCommit. A commit with generation -1 from outside any group (a consumer that
         assigns partitions itself) is accepted while the group has no members; a member of a
-        group must name its member id and the current generation. Raises IllegalGeneration,
+        group must name its member id and the current generation. Raises GroupIdNotFound (a
+        generation for a group that does not exist), IllegalGeneration,
         UnknownMemberId, FencedInstanceId, RebalanceInProgress, CoordinatorNotAvailable;
         per-partition errors (OffsetMetadataTooLarge) in ``response``."""
         group = self.groups.get(group_id)
         if group is None:
-            if generation >= 0:
-                raise IllegalGeneration(f"group {group_id} does not exist: generation {generation} is not current")
+            if generation >= 0:  # the handler answers ILLEGAL_GENERATION below OffsetCommit v9, as Kafka
+                raise GroupIdNotFound(f"group {group_id} does not exist: generation {generation} is not current")
         elif group.is_(D):
             raise CoordinatorNotAvailable(f"group {group_id} is being deleted")
         elif group.is_static_member_fenced(instance_id, member_id):
