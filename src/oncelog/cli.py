@@ -187,10 +187,14 @@ def topics_delete(name: str, bootstrap: str = BOOTSTRAP) -> None:
 # -- consumer groups ----------------------------------------------------------------------------
 
 
+#: OffsetCommit and OffsetFetch name topics by id from v10 (KIP-848): the CLI names them by name
+BY_NAME_MAX_VERSION = {apis.OFFSET_COMMIT: 9, apis.OFFSET_FETCH: 9}
+
+
 def _group_request(c: ProtocolClient, api_key: int, cls: str, **fields: object) -> object:
     from oncelog.protocol.messages import make
 
-    v = c.version_for(api_key)
+    v = min(c.version_for(api_key), BY_NAME_MAX_VERSION.get(api_key, 1 << 15))
     return c.request(api_key, make(c.classes(api_key, v)[cls], **fields), version=v)
 
 
@@ -202,7 +206,7 @@ def _describe_group(c: ProtocolClient, group: str) -> object:
 
 def _committed(c: ProtocolClient, group: str) -> dict[tuple[str, int], int]:
     """Every committed offset of ``group``."""
-    v = c.version_for(apis.OFFSET_FETCH)
+    v = min(c.version_for(apis.OFFSET_FETCH), BY_NAME_MAX_VERSION[apis.OFFSET_FETCH])
     m = c.classes(apis.OFFSET_FETCH, v)
     from oncelog.protocol.messages import make
 
@@ -326,7 +330,7 @@ def groups_reset_offsets(
         if d.members:  # type: ignore[attr-defined]
             console.print(f"[red]group {group} has {len(d.members)} active member(s); stop them first[/red]")  # type: ignore[attr-defined]
             raise typer.Exit(1)
-        m = c.classes(apis.OFFSET_COMMIT)
+        m = c.classes(apis.OFFSET_COMMIT, min(c.version_for(apis.OFFSET_COMMIT), BY_NAME_MAX_VERSION[apis.OFFSET_COMMIT]))
         from oncelog.protocol.messages import make
 
         by_topic: dict[str, list[object]] = {}
