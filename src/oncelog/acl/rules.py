@@ -76,6 +76,7 @@ RULES: dict[int, dict[str, Need]] = {
                                                      "key type TRANSACTION")},
     apis.JOIN_GROUP: _MEMBER,
     apis.HEARTBEAT: _MEMBER,
+    apis.CONSUMER_GROUP_HEARTBEAT: _MEMBER,  # issue 30 (KIP-848): READ on the group
     apis.LEAVE_GROUP: _MEMBER,
     apis.SYNC_GROUP: _MEMBER,
     apis.DESCRIBE_GROUPS: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},

@@ -42,7 +42,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if offsets:
             errors = await groups.commit_offsets(
                 req.group_id, req.generation_id_or_member_epoch, req.member_id, getattr(req, "group_instance_id", None),
-                offsets, retention_ms=ms(retention) if retention is not None else -1,
+                offsets, retention_ms=ms(retention) if retention is not None else -1, api_version=request.api_version,
             )
             for tp, err in errors.items():
                 codes[tp] = ErrorCode.none if err is None else err.code

@@ -3,8 +3,8 @@
 v1: one group, errors per partition; v2..v7: one group, a top-level error, and a null topic list
 asks for every committed offset; v7: ``require_stable`` (KIP-447) — a partition with offsets
 pending in a transaction answers UNSTABLE_OFFSET_COMMIT; v8: many groups, an error per group;
-v9: a member id and epoch per group, for consumer groups (KIP-848): a classic group ignores them,
-as Kafka's does; v10: topics named by id (an unknown id: UNKNOWN_TOPIC_ID; asked for every
+v9: a member id and epoch per group, checked for consumer groups (KIP-848: UNKNOWN_MEMBER_ID,
+STALE_MEMBER_EPOCH); a classic group ignores them, as Kafka's does; v10: topics named by id (an unknown id: UNKNOWN_TOPIC_ID; asked for every
 offset, topics that no longer exist are left out, having no id to name them by).
 Offsets pending in a transaction are never returned; a partition without a committed offset
 gets offset -1.
@@ -37,7 +37,7 @@ def _known_id(broker: BrokerContext, name: str) -> Any:
 
 
 def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bool,
-           g: _acl.Gate | None) -> tuple[list[Any], ErrorCode]:
+           g: _acl.Gate | None, member_id: str | None = None, member_epoch: int = -1) -> tuple[list[Any], ErrorCode]:
     """[(tp, committed or None, error code)] in request order (or all committed), group error.
     ACLs (issue 18): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on each
     topic, else TOPIC_AUTHORIZATION_FAILED for a named partition, and left out of "all"."""
@@ -46,7 +46,7 @@ def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bo
         groups = broker.groups
         validate_group_id(group_id, allow_empty=True)
         _acl.check(g, "group", group_id)
-        rows = groups.fetch_offsets(group_id, wanted, require_stable)
+        rows = groups.fetch_offsets(group_id, wanted, require_stable, member_id, member_epoch)
     except KafkaError as exc:
         return [(tp, None, exc.code) for tp in wanted or ()], exc.code
     out = [
@@ -95,7 +95,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     if v >= 8:
         out = []
         for g in req.groups:
-            rows, code = _fetch(broker, g.group_id, g.topics, require_stable, gate)
+            rows, code = _fetch(broker, g.group_id, g.topics, require_stable, gate,
+                                getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             if code != ErrorCode.none:
                 rows = []  # a group-level error carries no partitions (as Kafka)
             ids = None
