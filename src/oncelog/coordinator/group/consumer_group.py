@@ -330,7 +330,6 @@ class ConsumerGroups:
                     member_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
                     now + self.settings.session_timeout_ms,
                 )
-                group.group_epoch += 1
             else:  # rejoining with epoch 0: it lost everything
                 member.assigned, member.revoking = {}, {}
                 member.state, member.member_epoch, member.previous_epoch = MemberState.STABLE, 0, -1
@@ -340,7 +339,8 @@ class ConsumerGroups:
                 raise UnknownMemberId(f"member {req.member_id} is not in group {req.group_id}")
             self._check_epoch(member, req.member_epoch, req.owned)
         member.session_deadline = now + self.settings.session_timeout_ms
-        changed = False
+        changed = req.member_epoch == 0 and member.member_epoch == 0 and not member.subscribed_names \
+            and member.subscribed_regex is None  # a new member
         if req.rebalance_timeout_ms > 0:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.instance_id is not None:
@@ -353,9 +353,8 @@ class ConsumerGroups:
             member.subscribed_regex, changed = req.subscribed_regex or None, True
         if req.server_assignor != member.server_assignor and req.server_assignor is not None:
             member.server_assignor, changed = req.server_assignor, True
-        if changed:
-            group.group_epoch += 1
-        self._refresh_topics(group, topics)
+        if self._refresh_topics(group, topics) or changed:
+            group.group_epoch += 1  # once per heartbeat, whatever changed
         if group.group_epoch > group.assignment_epoch:
             self._assign(group, topics)
         self._reconcile(group, member, req.owned, now)
@@ -392,15 +391,17 @@ class ConsumerGroups:
         if epoch < member.member_epoch and (epoch != member.previous_epoch or not _subset(owned, member.assigned)):
             raise FencedMemberEpoch(f"member epoch {epoch} is behind the coordinator's {member.member_epoch}")
 
-    def _refresh_topics(self, group: ConsumerGroup, topics: Topics) -> None:
-        """A change in the subscribed topics (created, deleted, more partitions) bumps the epoch."""
+    def _refresh_topics(self, group: ConsumerGroup, topics: Topics) -> bool:
+        """Whether the subscribed topics changed (created, deleted, more partitions): the
+        caller then bumps the group epoch."""
         names: set[str] = set()
         for m in group.members.values():
             names.update(_subscribed(m, topics))
         seen = {n: topics[n] for n in sorted(names)}
-        if seen != group.subscribed_topics:
-            group.subscribed_topics = seen
-            group.group_epoch += 1
+        if seen == group.subscribed_topics:
+            return False
+        group.subscribed_topics = seen
+        return True
 
     def _assign(self, group: ConsumerGroup, topics: Topics) -> None:
         members = list(group.members.values())

@@ -56,6 +56,7 @@ from oncelog.protocol.errors import (
     NonEmptyGroup,
     OffsetMetadataTooLarge,
     ProducerFenced,
+    StaleMemberEpoch,
     UnknownMemberId,
     UnstableOffsetCommit,
 )
@@ -205,7 +206,10 @@ class GroupShard:
             )
         consumer = self._consumer_group(group_id)
         if consumer is not None:  # KIP-447 under KIP-848: the member's epoch fences a zombie
-            self.consumers.validate_commit(consumer, member_id, generation, transactional=True, api_version=None)
+            try:
+                self.consumers.validate_commit(consumer, member_id, generation, transactional=True, api_version=None)
+            except StaleMemberEpoch as exc:  # TxnOffsetCommit answers ILLEGAL_GENERATION, as Kafka
+                raise IllegalGeneration(str(exc)) from None
             records, errors = self._offset_records(group_id, offsets, now, -1)
             return Result(records, errors, producer=(producer_id, producer_epoch))
         group = self.groups.get(group_id)
