@@ -28,11 +28,14 @@ MS = datetime.timedelta(milliseconds=1)
 FAST = {"group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "500"}
 
 
-def _consumer(bootstrap: str, group: str, topics: list[str]) -> Any:
+def _consumer(bootstrap: str, group: str, topics: list[str], instance: str | None = None) -> Any:
     from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 500})
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 500}
+    if instance is not None:
+        conf["group.instance.id"] = instance
+    c = Consumer(conf)
     c.subscribe(topics)
     return c
 
@@ -96,6 +99,48 @@ def test_a_regex_subscription_picks_up_a_new_topic(broker_factory) -> None:  # t
         assert not any(t == "other" for t, _ in _assigned(c))
     finally:
         c.close()
+
+
+def test_a_static_member_restarts_without_a_rebalance(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """group.instance.id: the closing member leaves with epoch -2 and keeps its partitions; its
+    successor with the same instance id takes them over at once and the other member's
+    assignment never changes (no rebalance)."""
+    b = broker_factory("kip848-static", FAST)
+    topic = "static848"
+    create_topic("confluent", b.bootstrap, topic, 4)
+    every = {(topic, p) for p in range(4)}
+    first = _consumer(b.bootstrap, "g-static", [topic], instance="s-1")
+    other = _consumer(b.bootstrap, "g-static", [topic])
+    successor = None
+    try:
+        _poll_until([first, other], lambda: _split([first, other], every), 60, "two members to split the partitions")
+        mine, theirs = _assigned(first), _assigned(other)
+        first.close()
+        changes: list[set] = []
+        gap = time.monotonic() + 4  # a restart's gap: several heartbeats of the other member
+        while time.monotonic() < gap:
+            other.poll(0.1)
+            if _assigned(other) != theirs:
+                changes.append(_assigned(other))
+        assert changes == [], f"the other member took the departed static member's partitions: {changes[0]}"
+        successor = _consumer(b.bootstrap, "g-static", [topic], instance="s-1")
+
+        def back() -> bool:
+            if _assigned(other) != theirs:
+                changes.append(_assigned(other))
+            return _assigned(successor) == mine
+        took = _poll_until([successor, other], back, 40, "the successor to own the first member's partitions")
+        assert took < 30, "the successor waited for a session timeout"
+        settle = time.monotonic() + 3  # a few more heartbeats: nothing moves
+        while time.monotonic() < settle:
+            back()
+            for c in (successor, other):
+                c.poll(0.1)
+        assert changes == [], f"the other member's assignment changed: {changes}"
+    finally:
+        for c in (successor, other):
+            if c is not None:
+                c.close()
 
 
 # -- crafted requests ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from oncelog.protocol.errors import (
     InvalidRequest,
     StaleMemberEpoch,
     UnknownMemberId,
+    UnreleasedInstanceId,
     UnsupportedAssignor,
     UnsupportedVersion,
 )
@@ -222,3 +223,30 @@ def _with_group(join: JoinRequest, group: str) -> JoinRequest:
     from dataclasses import replace
 
     return replace(join, group_id=group)
+
+
+def test_a_static_member_restarts_without_a_rebalance() -> None:
+    g = cg.ConsumerGroups(SETTINGS, lambda: "x")
+
+    def static(member: str, epoch: int, owned: cg.Assignment | None = None, names: tuple[str, ...] | None = ("t",)) -> cg.HeartbeatRequest:
+        from dataclasses import replace
+
+        return replace(req(member, epoch, owned, names=names), instance_id="i-1")
+
+    a = g.heartbeat(static("a", 0), TOPICS, 0)
+    b = g.heartbeat(req("b", 0), TOPICS, 0)
+    a = g.heartbeat(static("a", a.member_epoch, a.assignment, None), TOPICS, 0)
+    a = g.heartbeat(static("a", a.member_epoch, a.assignment, None), TOPICS, 0)
+    b = g.heartbeat(req("b", b.member_epoch, {}, names=None), TOPICS, 0)
+    epoch = g.groups["g"].group_epoch
+    with pytest.raises(UnreleasedInstanceId):  # the instance id is still in use
+        g.heartbeat(static("a2", 0), TOPICS, 0)
+    assert g.heartbeat(static("a", cg.STATIC_LEAVE_EPOCH, None, None), TOPICS, 1_000).member_epoch == cg.STATIC_LEAVE_EPOCH
+    b2 = g.heartbeat(req("b", b.member_epoch, b.assignment, names=None), TOPICS, 2_000)
+    assert parts(b2.assignment) == parts(b.assignment)  # b does not get a's partitions meanwhile
+    a2 = g.heartbeat(static("a2", 0), TOPICS, 3_000)  # the restarted instance
+    assert (a2.member_epoch, parts(a2.assignment)) == (a.member_epoch, parts(a.assignment))
+    assert g.groups["g"].group_epoch == epoch and "a" not in g.groups["g"].members
+    # a departed static member that never comes back goes with its session
+    g.heartbeat(static("a2", cg.STATIC_LEAVE_EPOCH, None, None), TOPICS, 4_000)
+    assert ("g", "a2") not in g.tick(4_000 + 44_999) and ("g", "a2") in g.tick(4_000 + 45_000)

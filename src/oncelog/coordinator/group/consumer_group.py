@@ -28,8 +28,12 @@ RE2/J on the broker; Python's ``re`` is used here for the syntax the two agree o
 else is refused with INVALID_REGULAR_EXPRESSION). Topics are identified by id in assignments;
 the caller passes the current topics (name -> id, partition count) into every call.
 
-Not yet (issue 30): static membership (group.instance.id, epoch -2 is answered as a leave),
-durable records in ``__consumer_offsets`` (the membership is in memory only: after a broker
+Static members (``group.instance.id``) leave with epoch -2 and keep their place and partitions
+for their session timeout: the next member with the same instance id takes them over with the
+same epoch, and the group does not rebalance; while the old member has not left, a new one with
+its instance id is UNRELEASED_INSTANCE_ID.
+
+Not yet (issue 30): durable records in ``__consumer_offsets`` (the membership is in memory only: after a broker
 restart members get UNKNOWN_MEMBER_ID and rejoin; committed offsets are durable as always), and
 cluster mode.
 
@@ -51,6 +55,7 @@ from oncelog.protocol.errors import (
     InvalidRequest,
     StaleMemberEpoch,
     UnknownMemberId,
+    UnreleasedInstanceId,
     UnsupportedAssignor,
 )
 
@@ -134,6 +139,8 @@ class ConsumerMember:
     revoking: Assignment = field(default_factory=dict)
     #: when a revocation must be acknowledged (None: none pending)
     revocation_deadline: int | None = None
+    #: a static member that left with epoch -2: its place waits for its instance id
+    departed: bool = False
 
 
 @dataclass(slots=True)
@@ -316,14 +323,27 @@ class ConsumerGroups:
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             if group is None or req.member_id not in group.members:
                 raise UnknownMemberId(f"member {req.member_id} is not in group {req.group_id}")
-            self._remove(group, req.member_id)
+            leaving = group.members[req.member_id]
+            if req.member_epoch == STATIC_LEAVE_EPOCH and leaving.instance_id is not None:
+                # a static member's temporary leave: it keeps its place and partitions until its
+                # session times out, for the next member with its instance id
+                leaving.departed = True
+                leaving.session_deadline = now + self.settings.session_timeout_ms
+            else:
+                self._remove(group, req.member_id)
             return HeartbeatAnswer(req.member_id, req.member_epoch, self.settings.heartbeat_interval_ms, None)
         if group is None:
             group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
         if req.member_epoch == 0:
             member_id = req.member_id or self.new_member_id()
             member = group.members.get(member_id)
-            if member is None:
+            static = None if req.instance_id is None else next(
+                (m for m in group.members.values() if m.instance_id == req.instance_id and m.member_id != member_id), None)
+            if static is not None:
+                if not static.departed:
+                    raise UnreleasedInstanceId(f"instance {req.instance_id} is still member {static.member_id}")
+                member = self._replace_static(group, static, member_id)
+            elif member is None:
                 if len(group.members) >= self.settings.max_size:
                     raise GroupMaxSizeReached(f"group {req.group_id} has {len(group.members)} members")
                 member = group.members[member_id] = ConsumerMember(
@@ -337,6 +357,8 @@ class ConsumerGroups:
             member = group.members.get(req.member_id)
             if member is None:
                 raise UnknownMemberId(f"member {req.member_id} is not in group {req.group_id}")
+            if member.departed:
+                raise FencedMemberEpoch(f"static member {req.member_id} left the group")
             self._check_epoch(member, req.member_epoch, req.owned)
         member.session_deadline = now + self.settings.session_timeout_ms
         changed = req.member_epoch == 0 and member.member_epoch == 0 and not member.subscribed_names \
@@ -446,6 +468,18 @@ class ConsumerGroups:
             if member.member_epoch != group.assignment_epoch:
                 member.previous_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
         assert member.state in MEMBER_STATES[before]
+
+    @staticmethod
+    def _replace_static(group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
+        """The static member ``old`` (departed) comes back as ``member_id``: same epoch, same
+        partitions, same target; the group does not rebalance."""
+        old_id = old.member_id
+        del group.members[old_id]
+        old.member_id, old.departed = member_id, False
+        group.members[member_id] = old
+        if old_id in group.target:
+            group.target[member_id] = group.target.pop(old_id)
+        return old
 
     def _remove(self, group: ConsumerGroup, member_id: str) -> None:
         del group.members[member_id]
