@@ -418,3 +418,20 @@ def test_offsets_by_topic_id_v10(wire: Wire) -> None:
         "group_id": "ids", "member_id": "someone", "member_epoch": 3,
         "topics": (("OffsetFetchRequestTopics", {"name": "t", "partition_indexes": (1,)}),)}),)).groups[0]
     assert res.error_code == ErrorCode.none and res.topics[0].partitions[0].committed_offset == 5
+
+
+def test_txn_offset_commit_fences_a_stale_member_epoch_of_a_consumer_group(wire: Wire) -> None:
+    """KIP-447 under KIP-848 (issue 30): a zombie's TxnOffsetCommit with a member epoch that is no
+    longer the member's is refused (ILLEGAL_GENERATION, as Kafka maps STALE_MEMBER_EPOCH there)."""
+    hb = wire.call(apis.CONSUMER_GROUP_HEARTBEAT, 1, group_id="kip848-txn", member_id="m-1", member_epoch=0,
+                   rebalance_timeout=30_000 * MS, subscribed_topic_names=("t",), topic_partitions=())
+    assert hb.error_code == ErrorCode.none and hb.member_epoch >= 1
+    tid = "kip848-txn-id"
+    pid, epoch = _txn_producer(wire, tid)
+    wire.call(apis.ADD_OFFSETS_TO_TXN, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id="kip848-txn")
+    assert _txn_commit(wire, tid, "kip848-txn", pid, epoch, {("t", 0): 1}, hb.member_epoch - 1, "m-1") == {
+        ("t", 0): ErrorCode.illegal_generation}
+    assert _txn_commit(wire, tid, "kip848-txn", pid, epoch, {("t", 0): 1}, hb.member_epoch, "zombie") == {
+        ("t", 0): ErrorCode.unknown_member_id}
+    assert _txn_commit(wire, tid, "kip848-txn", pid, epoch, {("t", 0): 1}, hb.member_epoch, "m-1") == {
+        ("t", 0): ErrorCode.none}
