@@ -212,3 +212,34 @@ def test_commits_and_fetches_are_fenced_by_the_member_epoch(broker) -> None:  # 
         # the member leaves (epoch -1); the empty consumer group keeps accepting admin commits
         assert _heartbeat(c, "fence", "member-a", -1, None, None).member_epoch == -1
         assert _commit(c, 9, "fence", "", -1) == ErrorCode.none
+
+
+def test_consumer_group_describe_and_the_cli_show_members_epochs_and_targets(broker) -> None:  # type: ignore[no-untyped-def]
+    """ConsumerGroupDescribe (69) and ``oncelog groups describe|list`` for a consumer group."""
+    import subprocess
+    import sys
+
+    create_topic("confluent", broker.bootstrap, "cf", 2)
+    with ProtocolClient(broker.bootstrap) as c:
+        a = _heartbeat(c, "shown", "member-a", 0)
+        b = _heartbeat(c, "shown", "member-b", 0)
+        assert a.error_code == b.error_code == ErrorCode.none
+        d = _call(c, apis.CONSUMER_GROUP_DESCRIBE, 1, "ConsumerGroupDescribeRequest", group_ids=("shown", "nobody"),
+                  include_authorized_operations=False)
+        shown, nobody = d.groups
+        assert nobody.error_code == ErrorCode.group_id_not_found and nobody.error_message
+        assert (shown.error_code, shown.group_state, shown.assignor_name) == (ErrorCode.none, "Reconciling", "uniform")
+        assert shown.assignment_epoch == shown.group_epoch >= 2
+        by = {m.member_id: m for m in shown.members}
+        assert by["member-a"].member_epoch == a.member_epoch and by["member-b"].member_epoch == b.member_epoch
+        assert by["member-a"].subscribed_topic_names == ("cf",) and by["member-a"].member_type == 1
+        targets = [{p for t in m.target_assignment.topic_partitions for p in t.partitions} for m in shown.members]
+        assert sorted(map(len, targets)) == [1, 1] and set().union(*targets) == {0, 1}
+        assert by["member-a"].assignment.topic_partitions[0].topic_name == "cf"
+    out = subprocess.run([sys.executable, "-m", "oncelog", "groups", "describe", "shown", "-b", broker.bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "consumer group (KIP-848)" in out.stdout and "member-a" in out.stdout and "target" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "oncelog", "groups", "list", "-b", broker.bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "shown" in out.stdout and "consumer" in out.stdout, out.stderr

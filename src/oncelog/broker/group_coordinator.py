@@ -324,6 +324,10 @@ class GroupCoordinator:
         return {name: (meta.topic_id, meta.num_partitions) for name, meta in self.replicas.topics.items()
                 if not meta.internal}
 
+    def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
+        """The consumer group as the shard has it (read only: the caller must not change it)."""
+        return self._shard(group_id).describe_consumer_group(group_id)
+
     async def consumer_heartbeat(self, req: cg.HeartbeatRequest) -> cg.HeartbeatAnswer:
         return await self._run(req.group_id, lambda shard, now: shard.consumer_heartbeat(req, self._topics(), now))
 

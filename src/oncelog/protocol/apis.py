@@ -84,6 +84,7 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DESCRIBE_TOPIC_PARTITIONS = 75
 CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 #: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
 #: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
@@ -136,6 +137,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # issue 30 (KIP-848); v1: subscription by regex
+    CONSUMER_GROUP_DESCRIBE: (0, 1),  # issue 30; v1: member type
 }
 
 

@@ -102,6 +102,15 @@ class GroupShard:
                 del self.groups[req.group_id]
         return Result([], self.consumers.heartbeat(req, topics, now))
 
+    def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
+        """ConsumerGroupDescribe: the group as it is. Raises GroupIdNotFound for a group that
+        does not exist or is a classic group."""
+        group = self._consumer_group(group_id)
+        if group is None:
+            kind = "is not a consumer group" if group_id in self.groups else "not found"
+            raise GroupIdNotFound(f"Group {group_id} {kind}.")
+        return group
+
     def _consumer_group(self, group_id: str) -> cg.ConsumerGroup | None:
         return None if group_id in self.groups else self.consumers.groups.get(group_id)
 
