@@ -146,10 +146,17 @@ def test_bad_heartbeats_are_refused() -> None:
         g.heartbeat(req("a", 0, assignor="sticky"), TOPICS, 0)
 
 
-@pytest.mark.parametrize("pattern", ["(?=t)t", "(?!x).*", "(?<=a)b", r"(a)\1", "(?>a)", "a*+", "(?P<n>a)", r"a\Z", "[", ""])
-def test_regexes_python_and_re2j_read_differently_are_refused(pattern: str) -> None:
+@pytest.mark.parametrize("pattern", ["(?=t)t", "(?!x).*", "(?<=a)b", r"(a)\1", "(?>a)", "a*+", r"a\Z", "[", "", r"a\C"])
+def test_patterns_re2j_refuses_are_refused(pattern: str) -> None:
     with pytest.raises(InvalidRegularExpression):
         cg.compile_regex(pattern)
+
+
+def test_a_pathological_pattern_matches_in_linear_time() -> None:
+    """RE2 never backtracks: (a*)*b against a 249-character topic name is answered at once (a
+    backtracking engine such as Python's re takes exponential time on it)."""
+    assert cg.compile_regex("(a*)*b").fullmatch("a" * 249) is None
+    assert cg.compile_regex("(?P<n>rx)-.*").fullmatch("rx-1") is not None
 
 
 def test_a_regex_subscription_picks_up_a_new_topic() -> None:

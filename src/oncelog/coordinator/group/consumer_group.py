@@ -23,9 +23,10 @@ it is copied). The coordinator computes every assignment itself:
   FENCED_MEMBER_EPOCH; an OffsetCommit/OffsetFetch/TxnOffsetCommit whose epoch is not the
   member's current one is STALE_MEMBER_EPOCH (``validate_commit``, ``validate_fetch``).
 
-Subscriptions are topic names or a regular expression (``SubscriptionRegex``: Kafka evaluates
-RE2/J on the broker; Python's ``re`` is used here for the syntax the two agree on, and anything
-else is refused with INVALID_REGULAR_EXPRESSION). Topics are identified by id in assignments;
+Subscriptions are topic names or a regular expression, evaluated on the broker with RE2 (the
+``google-re2`` bindings; Kafka uses RE2/J, the Java port of the same library), matching whole
+topic names, never internal ones; a pattern RE2 refuses, or RE2 syntax RE2/J lacks, is
+INVALID_REGULAR_EXPRESSION (``compile_regex``). Topics are identified by id in assignments;
 the caller passes the current topics (name -> id, partition count) into every call.
 
 Static members (``group.instance.id``) leave with epoch -2 and keep their place and partitions
@@ -42,11 +43,13 @@ Pure and synchronous: no I/O, time passed in as ``now`` (milliseconds).
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Mapping
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+import re2  # google-re2: the RE2 library Kafka's RE2/J ports
 
 from oncelog.protocol.errors import (
     FencedMemberEpoch,
@@ -94,27 +97,28 @@ MEMBER_STATES: dict[MemberState, frozenset[MemberState]] = {
 
 # -- regular expressions ----------------------------------------------------------------------------
 
-#: Python ``re`` constructs RE2/J does not have (or reads differently): refused, since the broker
-#: could otherwise match topics a Java broker would not (lookaround, backreferences, atomic groups
-#: and possessive quantifiers, conditionals, Python's named-group syntax, \Z, inline flags other
-#: than i/m/s)
-_NOT_RE2 = re.compile(
-    r"\(\?[=!]|\(\?<[=!]|\\[1-9]|\(\?>|\(\?\(|\(\?P|\\Z|[*+?}]\+|\(\?[a-z]*[^imsU:)\-a-z]"
-)
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a client's bad pattern is its error answer, not a broker log line
+#: RE2 (C++) syntax that RE2/J, which Kafka uses, does not have: ``\C`` (any byte)
+_NOT_RE2J = ("\\C",)
 
 
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """The subscription regex, matched against whole topic names as RE2/J's ``matches()`` does.
-    Raises InvalidRegularExpression for a pattern Python cannot compile, or one using syntax
-    where Python's ``re`` and RE2/J differ."""
+@lru_cache(maxsize=1024)
+def compile_regex(pattern: str) -> Any:
+    """The subscription regex, compiled by RE2 (linear-time matching, as Kafka's RE2/J: no
+    pattern can make matching a topic name slow) and matched against whole topic names as
+    RE2/J's ``matches()`` does (``fullmatch``). Raises InvalidRegularExpression for a pattern RE2
+    refuses (lookaround, backreferences, possessive quantifiers, ...) or one using RE2 syntax
+    RE2/J lacks."""
     if not pattern:
         raise InvalidRegularExpression("the subscription regex is empty")
-    if _NOT_RE2.search(pattern):
+    if any(s in pattern for s in _NOT_RE2J):
         raise InvalidRegularExpression(f"regex {pattern!r} uses syntax RE2/J does not have")
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise InvalidRegularExpression(f"regex {pattern!r} is not valid: {exc}") from None
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise InvalidRegularExpression(f"regex {pattern!r} is not valid: {reason}") from None
 
 
 # -- state ----------------------------------------------------------------------------------------
