@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group.shard import GroupShard
@@ -257,3 +259,28 @@ def test_a_static_member_restarts_without_a_rebalance() -> None:
     # a departed static member that never comes back goes with its session
     g.heartbeat(static("a2", cg.STATIC_LEAVE_EPOCH, None, None), TOPICS, 4_000)
     assert ("g", "a2") not in g.tick(4_000 + 44_999) and ("g", "a2") in g.tick(4_000 + 45_000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(counts=st.lists(st.integers(1, 12), min_size=1, max_size=4), members=st.integers(1, 7),
+       subsets=st.booleans(), data=st.data())
+def test_uniform_assigns_every_partition_once_balanced_and_sticky(counts: list, members: int, subsets: bool,
+                                                                   data: st.DataObject) -> None:
+    topics = {f"t{i}": (uuid.UUID(int=i + 1), n) for i, n in enumerate(counts)}
+    names = sorted(topics)
+    subs = [tuple(data.draw(st.lists(st.sampled_from(names), min_size=1, unique=True))) if subsets else tuple(names)
+            for _ in range(members)]
+    ms = [cg.ConsumerMember(f"m{i}", "", "", 1, 0, subscribed_names=s) for i, s in enumerate(subs)]
+    out = cg.assign_uniform(ms, topics, {})
+    owned = [(t, p, mid) for mid, a in out.items() for t, ps in a.items() for p in ps]
+    wanted = {(topics[n][0], p) for s in subs for n in s for p in range(topics[n][1])}
+    assert sorted((t, p) for t, p, _ in owned) == sorted(wanted)  # each exactly once
+    by_id = {tid: n for n, (tid, _) in topics.items()}
+    assert all(by_id[t] in dict(zip((m.member_id for m in ms), subs))[mid] for t, _, mid in owned)
+    if not subsets:
+        sizes = [len(parts(out[m.member_id])) for m in ms]
+        assert max(sizes) - min(sizes) <= 1
+        more = ms + [cg.ConsumerMember("new", "", "", 1, 0, subscribed_names=tuple(names))]
+        after = cg.assign_uniform(more, topics, out)
+        moved = sum(len(parts(out[m]) - parts(after[m])) for m in out)
+        assert moved <= -(-len(wanted) // (members + 1))  # only the new member's share moves

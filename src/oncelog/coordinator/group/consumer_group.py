@@ -206,11 +206,15 @@ class HeartbeatAnswer:
 # -- assignors ------------------------------------------------------------------------------------
 
 
+def _matching(pattern: str, topics: Topics) -> set[str]:
+    rx = compile_regex(pattern)
+    return {n for n in topics if not n.startswith("__") and rx.fullmatch(n)}
+
+
 def _subscribed(member: ConsumerMember, topics: Topics) -> list[str]:
     names = set(n for n in member.subscribed_names if n in topics)
     if member.subscribed_regex is not None:
-        rx = compile_regex(member.subscribed_regex)
-        names |= {n for n in topics if not n.startswith("__") and rx.fullmatch(n)}
+        names |= _matching(member.subscribed_regex, topics)
     return sorted(names)
 
 
@@ -242,6 +246,8 @@ def assign_uniform(members: list[ConsumerMember], topics: Topics, previous: Mapp
         return {}
     partitions = [(name, topics[name][0], p) for name in sorted({n for s in subs.values() for n in s})
                   for p in range(topics[name][1])]
+    if all(subs[mid] == subs[ids[0]] for mid in ids):
+        return _uniform_homogeneous(ids, [(tid, p) for _n, tid, p in partitions], previous)
     eligible = {(tid, p): [mid for mid in ids if name in subs[mid]] for name, tid, p in partitions}
     total = len(partitions)
     quota = -(-total // len(ids))  # ceil: nobody keeps more than this
@@ -261,19 +267,55 @@ def assign_uniform(members: list[ConsumerMember], topics: Topics, previous: Mapp
             mid = min(who, key=lambda m: (count[m], m))
             owner[(tid, p)] = mid
             count[mid] += 1
-    # 3. balance: move partitions from the fullest to an eligible member with 2+ fewer (bounded)
-    for _ in range(total):
+    # 3. balance (members with different subscriptions): a partition moves from a member to an
+    # eligible one with two or more fewer; a few passes over the partitions, O(passes x P x M)
+    for _ in range(4):
         moved = False
-        for key, mid in sorted(owner.items(), key=lambda kv: (-count[kv[1]], str(kv[0][0]), kv[0][1])):
+        for key in sorted(owner, key=lambda k: (str(k[0]), k[1])):
+            mid = owner[key]
             target = min(eligible[key], key=lambda m: (count[m], m))
             if count[target] + 1 < count[mid]:
                 owner[key] = target
                 count[mid] -= 1
                 count[target] += 1
                 moved = True
-                break
         if not moved:
             break
+    out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in ids}
+    for (tid, p), mid in owner.items():
+        out[mid].setdefault(tid, set()).add(p)
+    return {mid: {t: frozenset(ps) for t, ps in a.items()} for mid, a in out.items()}
+
+
+def _uniform_homogeneous(ids: list[str], partitions: list[tuple[uuid.UUID, int]],
+                         previous: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    """``uniform`` when every member subscribes to the same topics, in O(P + M): each member
+    keeps its previous partitions up to its share (P // M, one more for the first P % M members
+    to reach it), the rest go to the members below their share."""
+    floor, extra = divmod(len(partitions), len(ids))
+    wanted = set(partitions)
+    owner: dict[tuple[uuid.UUID, int], str] = {}
+    count = {mid: 0 for mid in ids}
+    bigger = extra  # members that may still get floor + 1
+    for mid in ids:
+        for tid, ps in sorted(previous.get(mid, {}).items(), key=lambda kv: str(kv[0])):
+            for p in sorted(ps):
+                key = (tid, p)
+                if key not in wanted or key in owner:
+                    continue
+                if count[mid] < floor or (count[mid] == floor and bigger > 0):
+                    if count[mid] == floor:
+                        bigger -= 1
+                    owner[key] = mid
+                    count[mid] += 1
+    free = iter(k for k in partitions if k not in owner)
+    for mid in ids:
+        share = floor + 1 if count[mid] > floor else floor  # above floor: it took a bigger share
+        if share == floor and bigger > 0:
+            share, bigger = floor + 1, bigger - 1
+        while count[mid] < share:
+            owner[next(free)] = mid
+            count[mid] += 1
     out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in ids}
     for (tid, p), mid in owner.items():
         out[mid].setdefault(tid, set()).add(p)
@@ -421,8 +463,13 @@ class ConsumerGroups:
         """Whether the subscribed topics changed (created, deleted, more partitions): the
         caller then bumps the group epoch."""
         names: set[str] = set()
-        for m in group.members.values():
-            names.update(_subscribed(m, topics))
+        patterns: set[str] = set()
+        for m in group.members.values():  # each distinct regex scans the topics once
+            names.update(n for n in m.subscribed_names if n in topics)
+            if m.subscribed_regex is not None:
+                patterns.add(m.subscribed_regex)
+        for pattern in patterns:
+            names |= _matching(pattern, topics)
         seen = {n: topics[n] for n in sorted(names)}
         if seen == group.subscribed_topics:
             return False
