@@ -35,8 +35,8 @@ same epoch, and the group does not rebalance; while the old member has not left,
 its instance id is UNRELEASED_INSTANCE_ID.
 
 Not yet (issue 30): durable records in ``__consumer_offsets`` (the membership is in memory only: after a broker
-restart members get UNKNOWN_MEMBER_ID and rejoin; committed offsets are durable as always), and
-cluster mode.
+restart or a coordinator failover members get UNKNOWN_MEMBER_ID and rejoin; committed offsets
+are durable as always).
 
 Pure and synchronous: no I/O, time passed in as ``now`` (milliseconds).
 """
