@@ -190,6 +190,23 @@ class BrokerConfig:
         default=1_800_000, metadata={"kafka": "group.max.session.timeout.ms", "parse": int}
     )
     group_max_size: int = field(default=2_147_483_647, metadata={"kafka": "group.max.size", "parse": int})
+    # the consumer rebalance protocol (KIP-848, issue 30): Kafka's names and defaults
+    group_consumer_session_timeout_ms: int = field(
+        default=45_000, metadata={"kafka": "group.consumer.session.timeout.ms", "parse": int})
+    group_consumer_min_session_timeout_ms: int = field(
+        default=45_000, metadata={"kafka": "group.consumer.min.session.timeout.ms", "parse": int})
+    group_consumer_max_session_timeout_ms: int = field(
+        default=60_000, metadata={"kafka": "group.consumer.max.session.timeout.ms", "parse": int})
+    group_consumer_heartbeat_interval_ms: int = field(
+        default=5_000, metadata={"kafka": "group.consumer.heartbeat.interval.ms", "parse": int})
+    group_consumer_min_heartbeat_interval_ms: int = field(
+        default=5_000, metadata={"kafka": "group.consumer.min.heartbeat.interval.ms", "parse": int})
+    group_consumer_max_heartbeat_interval_ms: int = field(
+        default=15_000, metadata={"kafka": "group.consumer.max.heartbeat.interval.ms", "parse": int})
+    group_consumer_assignors: str = field(
+        default="uniform,range", metadata={"kafka": "group.consumer.assignors", "parse": str})
+    group_consumer_max_size: int = field(
+        default=2_147_483_647, metadata={"kafka": "group.consumer.max.size", "parse": int})
     offset_metadata_max_bytes: int = field(default=4096, metadata={"kafka": "offset.metadata.max.bytes", "parse": int})
     offsets_retention_check_interval_ms: int = field(
         default=600_000, metadata={"kafka": "offsets.retention.check.interval.ms", "parse": int}
