@@ -47,7 +47,7 @@ def own_seaweed() -> Iterator["seaweedfs.SeaweedServer"]:
 def _store_config(server: "seaweedfs.SeaweedServer", *, endpoint: str | None = None, tuning: dict | None = None):
     """An ObjectStoreConfig on ``server``'s bucket under a fresh prefix, built as a broker
     builds it: from the contract's properties and the AWS_* environment variables."""
-    from oncelog.storage.object_store import ObjectStoreConfig
+    from oncelog.diskless.object_store import ObjectStoreConfig
 
     props = {"diskless.storage.url": f"s3://{server.bucket}/t{os.getpid()}-{next(_prefixes)}",
              "diskless.storage.endpoint": endpoint or server.endpoint}

@@ -1,4 +1,4 @@
-"""The object-store client (src/oncelog/storage/object_store.py, issue 29) against a real
+"""The object-store client (src/oncelog/diskless/object_store.py, issue 29) against a real
 SeaweedFS S3 server on loopback: the four calls, the conditional create, a SIGKILL and restart
 of the server in the middle of a sequence, and slow / failing / refusing calls through a loopback
 fault proxy (tests/faultproxy.py)."""
@@ -14,7 +14,7 @@ import pytest
 
 from faultproxy import FaultProxy
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage.object_store import (ObjectNotFound, ObjectStore, ObjectStoreTimeout,
+from oncelog.diskless.object_store import (ObjectNotFound, ObjectStore, ObjectStoreTimeout,
                                           ObjectStoreUnavailable)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

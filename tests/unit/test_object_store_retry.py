@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
-from oncelog.storage.object_store import (AlreadyExists, NotFound, ObjectInfo, ObjectNotFound, ObjectStore,
+from oncelog.diskless.object_store import (AlreadyExists, NotFound, ObjectInfo, ObjectNotFound, ObjectStore,
                                           ObjectStoreConfig, ObjectStoreFailed, ObjectStoreTimeout,
                                           ObjectStoreUnavailable, RetryPolicy, Transient)
 
@@ -255,6 +255,6 @@ def test_config_from_the_contract_properties() -> None:
 def test_the_client_library_is_imported_only_when_a_store_is_opened() -> None:
     """The embedded broker never needs the `diskless` extra: importing the module (and the
     broker) does not import obstore."""
-    code = ("import sys; import oncelog.storage.object_store, oncelog.broker.broker; "
+    code = ("import sys; import oncelog.diskless.object_store, oncelog.broker.broker; "
             "assert 'obstore' not in sys.modules, 'obstore imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
