@@ -213,3 +213,20 @@ def test_brokers_and_applications_killed_while_the_outbox_drains(cluster: list[B
     with psycopg.connect(pg_dsn) as c:
         assert sorted(r[0] for r in c.execute("SELECT id FROM ledger")) == sorted(committed)
         assert c.execute("SELECT count(*) FROM oncelog.outbox").fetchone()[0] == 0
+
+
+def test_rows_committed_while_no_broker_listens_are_drained_by_the_poll(pg_dsn: str, tmp_path: Path) -> None:
+    """The notification of a COMMIT made while no broker listened is lost; the poll drains it."""
+    from oncelog.cluster import schema, topics
+
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        schema.ensure_schema(c)
+        topics.create(c, "late", 2)
+    _role, app_dsn = _app_role(pg_dsn, "late")
+    with psycopg.connect(app_dsn) as conn, conn.transaction():
+        for i in range(5):
+            db.send(conn, "late", f"late-{i}", key="same")
+    with brokers(pg_dsn, tmp_path, SMALL, (1,)) as procs:
+        out = read_from_start(procs[0].bootstrap, "late", 2, lambda o: len(o) >= 5, group="g-late",
+                              isolation="read_committed", timeout=60, settle=1.0)
+    assert [v for _, _, v in sorted(out)] == [f"late-{i}".encode() for i in range(5)]
