@@ -10,6 +10,8 @@ bytes, keyed, then COMMIT, for ``--seconds``.
 * ``oncelog``: the records are sent with ``oncelog.send`` in the transaction; the brokers drain
   them. records/s = records committed / (time from the first COMMIT until the pending table is
   empty), i.e. until every record is in the log.
+* ``oncelog-many``: the same with ``oncelog.db.send_many`` (the transaction's records in one
+  pipeline: one round trip, still one ``oncelog.send`` call each).
 * ``relay``: the records go to the application's own table ``app_outbox`` in the transaction; one
   relay thread polls it (``SELECT … ORDER BY id LIMIT 500``), produces with an idempotent acks=all
   confluent-kafka producer, waits for delivery, then deletes the rows (at-least-once: a relay
@@ -94,8 +96,11 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, per_txn: int,
                 while time.monotonic() < load_end:
                     with conn.transaction():
                         conn.execute("INSERT INTO ledger (note) VALUES ('w')")
-                        for j in range(per_txn):
-                            send(conn, f"w{w}-{n}-{j}".encode(), payload)
+                        if mode == "oncelog-many":
+                            odb.send_many(conn, topic, [(payload, f"w{w}-{n}-{j}".encode()) for j in range(per_txn)])
+                        else:
+                            for j in range(per_txn):
+                                send(conn, f"w{w}-{n}-{j}".encode(), payload)
                     n += 1
                     counts[w] += per_txn
 
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-txn", type=int, default=10)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--modes", nargs="+", default=["idle", "oncelog", "relay"])
+    ap.add_argument("--modes", nargs="+", default=["idle", "oncelog", "oncelog-many", "relay"])
     args = ap.parse_args(argv)
     import psutil
 
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
           "backlog drained after the load (s) | commit-to-visible p50 ms | p99 ms | probes unseen |")
     print("|---|---|---|---|---|---|---|")
     labels = {"idle": "oncelog.send, idle (probes only)", "oncelog": "oncelog.send under load",
+              "oncelog-many": "oncelog.db.send_many (one pipeline per transaction) under load",
               "relay": "own outbox table + relay (confluent-kafka idempotent), under load"}
     for mode in args.modes:
         rs = [r for r in results if r["mode"] == mode]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["send"]
+__all__ = ["send", "send_many"]
 
 Headers = Mapping[str, "str | None"] | Sequence[tuple[str, "str | None"]]
 
@@ -35,12 +35,39 @@ def send(conn: Any, topic: str, value: bytes | str | None, key: bytes | str | No
     (murmur2), and one partition per transaction for keyless records. Returns the partition.
     Raises the psycopg error of a refusal (unknown topic, partition out of range, record too
     large, no Write ACL, ...): the transaction is then aborted, as any failed statement does."""
+    row = conn.execute(_SEND, _params(topic, value, key, headers, partition)).fetchone()
+    return int(row[0])
+
+
+def send_many(conn: Any, topic: str, records: Sequence[tuple]) -> list[int]:
+    """``send`` for many records in one pipeline (psycopg's ``executemany``: one round trip
+    for all, each still one ``oncelog.send`` call, in order). ``records``: tuples ``(value,)``,
+    ``(value, key)``, ``(value, key, headers)`` or ``(value, key, headers, partition)``.
+    Returns the partitions, in order. A refusal raises and aborts the transaction, as ``send``."""
+    params = [_params(topic, *r) for r in records]
+    if not params:
+        return []
+    out: list[int] = []
+    with conn.cursor() as cur:
+        cur.executemany(_SEND, params, returning=True)
+        while True:
+            out.append(int(cur.fetchone()[0]))
+            if not cur.nextset():
+                break
+    return out
+
+
+_SEND = "SELECT oncelog.send(%s, %s, %s, %s, %s)"
+
+
+def _params(topic: str, value: bytes | str | None, key: bytes | str | None = None, headers: Headers | None = None,
+            partition: int | None = None) -> tuple:
     from psycopg.types.json import Jsonb
 
-    if headers is not None and not isinstance(headers, Mapping):
-        headers = [[str(k), v] for k, v in headers]
-    row = conn.execute("SELECT oncelog.send(%s, %s, %s, %s, %s)",
-                       (topic, _bytes(key, "key"), _bytes(value, "value"),
-                        None if headers is None else Jsonb(headers if not isinstance(headers, Mapping) else dict(headers)),
-                        partition)).fetchone()
-    return int(row[0])
+    if headers is None:
+        hdrs = None
+    elif isinstance(headers, Mapping):
+        hdrs = Jsonb(dict(headers))
+    else:
+        hdrs = Jsonb([[str(k), v] for k, v in headers])
+    return (topic, _bytes(key, "key"), _bytes(value, "value"), hdrs, partition)

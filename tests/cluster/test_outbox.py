@@ -130,6 +130,23 @@ def test_records_are_readable_iff_the_application_transaction_commits(cluster: l
         assert by_offset[b"o0-2"] < by_offset[b"after-long"]
     with psycopg.connect(pg_dsn) as c:
         assert c.execute("SELECT count(*) FROM oncelog.outbox").fetchone()[0] == 0  # every row drained
+    # keys, headers and producer fields as a client sees them
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g-headers", "enable.auto.commit": False})
+    c.assign([TopicPartition("orders", sent[b"o4-1"], 0)])
+    try:
+        found = None
+        deadline = time.monotonic() + 30
+        while found is None and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error() is None and m.value() == b"o4-1":
+                    found = m
+        assert found is not None
+        assert found.key() == b"o4" and found.headers() == [("seq", b"1")]
+        assert abs(found.timestamp()[1] / 1000 - time.time()) < 600
+    finally:
+        c.close()
 
 
 _APP_KILLED = """

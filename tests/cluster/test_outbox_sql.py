@@ -194,3 +194,17 @@ def test_drain_deletes_its_rows_with_the_append_all_or_nothing(store: Store, app
     assert _pending(store) == []
     assert store.conn.execute("SELECT count(*) FROM oncelog_batch").fetchone()[0] == 1
     assert isinstance(AppendRequest.__dataclass_fields__["drained"].default, tuple)
+
+
+def test_send_many_is_send_in_one_pipeline(store: Store, app) -> None:
+    role, conn = app
+    _allow(store.conn, f"User:{role}", "orders")
+    with conn.transaction():
+        got = db.send_many(conn, "orders", [(f"v{i}", f"key-{i}", [("h", str(i))]) for i in range(50)])
+    assert got == [(_murmur2(f"key-{i}".encode()) & 0x7FFFFFFF) % 3 for i in range(50)]
+    assert [r[1] for r in _pending(store)] == [f"v{i}".encode() for i in range(50)]
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        with conn.transaction():
+            db.send_many(conn, "orders", [("ok",), ("bad", None, None, 7)])
+    assert len(_pending(store)) == 50  # the refusal took the whole transaction with it
+    assert db.send_many(conn, "orders", []) == []
