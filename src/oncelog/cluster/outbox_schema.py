@@ -112,17 +112,20 @@ $$;
 
 -- May the caller's principal Write to the topic? Kafka's rules (see outbox_schema.py)
 CREATE OR REPLACE FUNCTION oncelog.may_write(p_principal text, p_host text, p_topic text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    WITH applicable AS (
-        SELECT permission, operation FROM oncelog_acl
-        WHERE resource_type = 2
-          AND ((pattern_type = 3 AND (name = p_topic OR name = '*'))
-               OR (pattern_type = 4 AND starts_with(p_topic, name)))
-          AND (principal = p_principal OR principal = 'User:*')
-          AND (host = '*' OR host = p_host)
-          AND operation IN (2, 4))
-    SELECT NOT EXISTS (SELECT 1 FROM applicable WHERE permission = 2)
-       AND EXISTS (SELECT 1 FROM applicable WHERE permission = 3)
+LANGUAGE plpgsql STABLE AS $$  -- PL/pgSQL: its plan is cached per session (a SQL function's is not)
+DECLARE
+    denied boolean;
+    allowed boolean;
+BEGIN
+    SELECT bool_or(permission = 2), bool_or(permission = 3) INTO denied, allowed FROM oncelog_acl
+    WHERE resource_type = 2
+      AND ((pattern_type = 3 AND (name = p_topic OR name = '*'))
+           OR (pattern_type = 4 AND starts_with(p_topic, name)))
+      AND (principal = p_principal OR principal = 'User:*')
+      AND (host = '*' OR host = p_host)
+      AND operation IN (2, 4);
+    RETURN NOT coalesce(denied, false) AND coalesce(allowed, false);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION oncelog.send(topic text, key bytea, value bytea, headers jsonb DEFAULT NULL,
