@@ -208,3 +208,26 @@ def test_send_many_is_send_in_one_pipeline(store: Store, app) -> None:
             db.send_many(conn, "orders", [("ok",), ("bad", None, None, 7)])
     assert len(_pending(store)) == 50  # the refusal took the whole transaction with it
     assert db.send_many(conn, "orders", []) == []
+
+
+def test_a_store_role_that_may_not_create_the_schema_still_gets_the_cluster(pg_dsn: str, caplog) -> None:
+    """ensure_schema installs the outbox in a savepoint: a role with CREATE on schema public but
+    not on the database gets every cluster table, no outbox, and one warning."""
+    from oncelog.cluster import schema
+
+    role = f"limited_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute(f"CREATE ROLE {role} LOGIN")
+        c.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {role}")
+    info = psycopg.conninfo.conninfo_to_dict(pg_dsn)
+    info["user"] = role
+    try:
+        with psycopg.connect(psycopg.conninfo.make_conninfo(**info), autocommit=True) as conn:
+            schema.ensure_schema(conn)
+            assert conn.execute("SELECT to_regclass('oncelog_batch') IS NOT NULL, "
+                                "to_regclass('oncelog.outbox') IS NULL").fetchone() == (True, True)
+        assert "database outbox" in caplog.text
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as c:
+            c.execute(f"DROP OWNED BY {role}")
+            c.execute(f"DROP ROLE {role}")

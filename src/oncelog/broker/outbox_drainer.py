@@ -97,14 +97,24 @@ class OutboxDrainer:
         self._poller: asyncio.Task[None] | None = None
         self._listener = _Listener(connect, self._notified, f"oncelog-outbox-listen-{node_id}")
         self.drained_records = 0  # since start (tests, logs)
+        self._started = False
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start listening and polling; False (and nothing started) when the store has no
+        outbox (its role could not create the schema ``oncelog``: schema.ensure_schema)."""
+        if not self._reader.query("SELECT to_regclass('oncelog.outbox') IS NOT NULL")[0][0]:
+            log.warning("node %d: no database outbox in the store (schema oncelog): not draining", self._node)
+            return False
         self._loop = asyncio.get_running_loop()
         self._listener.start()
         self._poller = self._loop.create_task(self._poll_forever(), name="outbox poll")
+        self._started = True
+        return True
 
     async def stop(self) -> None:
         """Stop waking drains; wait for the ones running (each ends after its append)."""
+        if not self._started:
+            return
         await asyncio.to_thread(self._listener.close)
         if self._poller is not None:
             self._poller.cancel()

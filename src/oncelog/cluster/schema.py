@@ -67,11 +67,14 @@ deleted, one holding the log start may remain). ``log_end_offset`` is the last b
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
 
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
+
+log = logging.getLogger(__name__)
 
 #: pg_advisory_xact_lock key that serializes concurrent ``ensure_schema`` calls.
 SCHEMA_LOCK = 0x6F6E63656C6F67  # "oncelog"
@@ -244,7 +247,14 @@ def ensure_schema(conn: Any) -> None:
     """Create the tables unless they exist, and the outbox's schema ``oncelog`` (issue 31,
     outbox_schema.py); safe to call from several brokers at once (an advisory lock serializes
     the DDL). Commits. ``conn`` is a psycopg connection."""
+    import psycopg
+
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
-        conn.execute(OUTBOX_DDL)
+        try:
+            with conn.transaction():  # a savepoint: the cluster works without the outbox
+                conn.execute(OUTBOX_DDL)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning("the database outbox (schema oncelog, docs/DATABASE.md) is not installed: the store's "
+                        "role may not create it (%s); grant it CREATE on the database to have it", exc)
