@@ -247,13 +247,37 @@ class Partition:
                 del self._inflight_pids[pid]
             done.set_result(None)
 
+    async def append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                                  drained: tuple[int, ...]) -> AppendResult:
+        """Issue 31: append a batch the outbox drainer built (broker/outbox_drainer.py) from the
+        ``oncelog.outbox`` rows ``drained``, which the store deletes in the transaction that
+        writes the batch. The batch is an idempotent producer's (the broker's own producer id)
+        and takes the produce path: the producer state check (a duplicate is answered with its
+        offsets and writes nothing), LogAppendTime stamping, the group commit, the producer state
+        update after COMMIT. Cluster mode only (an engine with ``submit``)."""
+        return await _shielded(self._append_outbox_async(batch, header, now_ms, drained))
+
+    async def _append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                                   drained: tuple[int, ...]) -> AppendResult:
+        async with self._producer_turn(header.producer_id):
+            dup = self.producers.check(header)
+            if dup is not None:
+                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+            batch, header, stamped = self._stamp(batch, header, now_ms)
+            base, last = await self._append_committed(batch, header, now_ms, drained=drained)
+            return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
+
     async def _append_committed(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                                *, coordinator_epoch: int | None = None) -> tuple[int, int]:
+                                *, coordinator_epoch: int | None = None,
+                                drained: tuple[int, ...] = ()) -> tuple[int, int]:
         """Submit to the background engine, wait for COMMIT, then apply to the producer state.
         Until applied, the batch holds the high watermark below it (``_unapplied``); callers
         that derive more state from the append (a marker's aborted-index entry) do so before
         their next ``await``, so no reader sees the batch without it."""
-        pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
+        if drained:
+            pending = self.log.submit(batch, header, drained=drained)  # type: ignore[attr-defined]
+        else:
+            pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
         self._unapplied[pending.base_offset] = None
         try:
             await asyncio.wrap_future(pending.future)
