@@ -307,8 +307,14 @@ class Partition:
         self._wake()
         return base, last
 
-    def has_open_transaction(self, producer_id: int) -> bool:
-        return producer_id in self.producers.ongoing
+    def has_open_transaction(self, producer_id: int, epoch: int | None = None) -> bool:
+        """Whether ``producer_id`` has a transaction open here (of ``epoch``, when given: a
+        batch of another epoch is not part of it, as Kafka's ``hasOngoingTransaction(pid,
+        epoch)``; under transactions version 2 every end bumps the epoch, so the open one may be
+        the previous transaction, its marker not written yet)."""
+        if producer_id not in self.producers.ongoing:
+            return False
+        return epoch is None or self.producers.entries[producer_id].epoch == epoch
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
