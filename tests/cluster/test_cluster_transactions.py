@@ -312,3 +312,83 @@ def test_transactions_version_2_across_brokers(cluster: list[BrokerProcess]) -> 
         assert tp.offset == 1  # the offsets committed with N (the implicit add on the group's side)
     finally:
         c.close()
+
+
+def test_tv2_a_batch_of_the_next_transaction_waits_for_the_last_ones_marker(cluster: list[BrokerProcess],
+                                                                            pg_dsn: str) -> None:
+    """KIP-890 part 2 across brokers, crafted requests: transaction N's COMMIT marker on a
+    partition led by another broker than the coordinator cannot be written yet (a test
+    transaction holds the partition's row in the store, so the marker's COMMIT waits and the
+    coordinator gives up on it after MARKERS_TIMEOUT_S, to retry later); EndTxn v5 is answered
+    all the same, with the bumped epoch. The producer's first batch of N+1 (the new epoch) on
+    that partition must not go in while N is still open there: it would be appended into N's
+    open transaction (N's marker, retried, then commits it with N, though N+1 never added the
+    partition and may abort) or, after N's marker, open a transaction its coordinator does not
+    know (a hanging transaction). The leader used to skip asking the coordinator whenever the
+    producer had an open transaction on the partition, whatever its epoch; now it asks for a
+    batch of another epoch, and the coordinator, still ending N, answers retriably
+    (NOT_ENOUGH_REPLICAS). Once N is complete, N+1's batch goes in, and its abort hides it."""
+    import datetime
+    import threading
+
+    import psycopg
+
+    from oncelog.protocol import records
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    kc.create_topic("confluent", bootstrap, "tv2next", PARTITIONS)
+    _wait_spread(bootstrap, "tv2next")
+    leaders = _leaders(bootstrap, "tv2next")
+    tid = "tv2-next"
+    coordinator = _coordinator(bootstrap, 1, tid)
+    part = next(p for p, node in leaders.items() if node != coordinator)
+
+    coord = ProtocolClient(_node_bootstrap(cluster, coordinator), transaction_version=2, timeout=60)
+    leader = ProtocolClient(_node_bootstrap(cluster, leaders[part]), transaction_version=2, timeout=60)
+    try:
+        init = coord.classes(apis.INIT_PRODUCER_ID, 5)["InitProducerIdRequest"]
+        resp = coord.request(apis.INIT_PRODUCER_ID, init(transactional_id=tid, producer_id=-1, producer_epoch=-1,
+                                                         transaction_timeout=datetime.timedelta(seconds=60)), version=5)
+        assert resp.error_code == 0
+        pid, e = resp.producer_id, resp.producer_epoch
+
+        def produce(value: bytes, epoch: int) -> int:
+            batch = records.build_batch([(None, value, ())], timestamp_ms=int(time.time() * 1000), producer_id=pid,
+                                        producer_epoch=epoch, base_sequence=0, transactional=True)
+            m = leader.classes(apis.PRODUCE, 12)
+            req = m["ProduceRequest"](transactional_id=tid, acks=-1, timeout=datetime.timedelta(seconds=30),
+                                      topic_data=(m["TopicProduceData"](name="tv2next", partition_data=(
+                                          m["PartitionProduceData"](index=part, records=batch),)),))
+            return int(leader.request(apis.PRODUCE, req, version=12).responses[0].partition_responses[0].error_code)
+
+        def end(commit: bool, epoch: int) -> tuple[int, int, int]:
+            req = coord.classes(apis.END_TXN, 5)["EndTxnRequest"]
+            r = coord.request(apis.END_TXN, req(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                committed=commit), version=5)
+            return r.error_code, r.producer_id, r.producer_epoch
+
+        assert produce(b"n", e) == 0
+        with psycopg.connect(pg_dsn) as lock:
+            lock.execute("SELECT id FROM oncelog_partition WHERE topic = %s AND partition = %s FOR UPDATE",
+                         ("tv2next", part))
+            release = threading.Timer(12.0, lock.rollback)  # N's marker may go in after 12 s
+            release.start()
+            try:
+                assert end(True, e) == (0, pid, e + 1)  # answered after the marker timed out (5 s)
+                first = produce(b"n+1", e + 1)
+            finally:
+                release.join(30)
+        assert first == 19, f"N+1's batch was answered {first} while N was still open on the partition"
+        for _ in range(100):  # bounded: 20 s, until N's marker is retried and N is complete
+            code = produce(b"n+1", e + 1)
+            if code != 19:
+                break
+            time.sleep(0.2)
+        assert code == 0
+        assert end(False, e + 1) == (0, pid, e + 2)
+    finally:
+        coord.sock.close()
+        leader.sock.close()
+    got = kc.consume("confluent", bootstrap, "tv2next", [part], expected=1, isolation="read_committed", timeout=30,
+                     settle=1.0)
+    assert [v for _p, _o, _k, v in got] == [b"n"]

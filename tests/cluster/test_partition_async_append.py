@@ -202,3 +202,28 @@ def test_a_cancelled_caller_does_not_leave_the_producer_state_behind_the_store(p
         asyncio.run(go())
     finally:
         store.close()
+
+
+def test_a_waiter_cancelled_before_its_append_started_gives_the_producers_turn_back(pg_dsn, tmp_path) -> None:
+    """``append_validated_soon`` (issue 28) takes the batch's place in its producer's line at the
+    call. A waiter cancelled at once (a Produce handler cancelled in the same turn of the event
+    loop: a connection torn down, the broker stopping) must neither lose the batch nor keep that
+    place: the append runs on and the producer's next batch goes in after it. Before the fix the
+    task that was to run the append was cancelled before its first step, the append never ran,
+    its place was never given back, and every later append of that producer id on the partition
+    (its batches, its transaction markers) waited for ever."""
+    store = Store(pg_dsn)
+    try:
+        part = Partition.recover(TP, store.lead("orders"), tmp_path, CONFIG)
+
+        async def go() -> None:
+            first, second = _batch(0), _batch(3)
+            fut = part.append_validated_soon(first, R.parse_header(first), 1_000)
+            fut.cancel()  # before the loop ran anything
+            nxt = await asyncio.wait_for(part.append_validated_async(second, R.parse_header(second), 1_001), 10)
+            assert (nxt.base_offset, nxt.duplicate) == (3, False), "the first batch went in before it"
+            assert part.producers.entries[PID].last_seq == 5
+
+        asyncio.run(go())
+    finally:
+        store.close()

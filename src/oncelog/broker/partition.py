@@ -205,11 +205,13 @@ class Partition:
         request handled while an earlier one of its connection still waits for its COMMIT
         (pipelining, server.py) calls this after the earlier one did, so a producer's batches
         on this partition are checked and appended in the order they arrived. The append runs
-        as its own task (it always runs to its end, so the turn it took is always given back);
-        awaiting the future gives its AppendResult or raises its KafkaError; cancelling a
-        waiter leaves the append running (``_shielded``)."""
+        as its own task, created here and never cancelled, so it always runs to its end and the
+        turn it took is always given back; awaiting the returned future gives its AppendResult
+        or raises its KafkaError; cancelling that future, even before the loop has run anything,
+        leaves the append running (a task cancelled before its first step never runs its
+        coroutine: it would have lost the batch and kept the producer's turn for ever)."""
         turn = self._take_turn(header.producer_id)
-        return asyncio.ensure_future(_shielded(self._in_turn(turn, self._append_validated(batch, header, now_ms))))
+        return _detached(asyncio.ensure_future(self._in_turn(turn, self._append_validated(batch, header, now_ms))))
 
     async def _append_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
         dup = self.producers.check(header)
@@ -329,8 +331,14 @@ class Partition:
         self._wake()
         return base, last
 
-    def has_open_transaction(self, producer_id: int) -> bool:
-        return producer_id in self.producers.ongoing
+    def has_open_transaction(self, producer_id: int, epoch: int | None = None) -> bool:
+        """Whether ``producer_id`` has a transaction open here (of ``epoch``, when given: a
+        batch of another epoch is not part of it, as Kafka's ``hasOngoingTransaction(pid,
+        epoch)``; under transactions version 2 every end bumps the epoch, so the open one may be
+        the previous transaction, its marker not written yet)."""
+        if producer_id not in self.producers.ongoing:
+            return False
+        return epoch is None or self.producers.entries[producer_id].epoch == epoch
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
@@ -486,6 +494,14 @@ async def _shielded(coro: Coroutine[Any, Any, _T]) -> _T:
     except asyncio.CancelledError:
         task.add_done_callback(_drop_outcome)
         raise
+
+
+def _detached(task: "asyncio.Task[_T]") -> "asyncio.Future[_T]":
+    """A future with ``task``'s outcome whose cancellation leaves ``task`` running (its outcome
+    then retrieved and dropped)."""
+    outer = asyncio.shield(task)
+    outer.add_done_callback(lambda f: task.add_done_callback(_drop_outcome) if f.cancelled() else None)
+    return outer
 
 
 def _drop_outcome(task: "asyncio.Future[Any]") -> None:

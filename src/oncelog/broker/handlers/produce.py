@@ -115,7 +115,11 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 if header.is_transactional and request.api_version >= TV2_PRODUCE_VERSION and txn_id is not None:
                     # Transactions version 2: the leader adds the partition to the transaction (on
                     # another broker's coordinator: only for the transaction's first batch here)
-                    if broker.transactions.serves(txn_id) or not part.has_open_transaction(header.producer_id):
+                    # (the batch's epoch too: under TV2 an open transaction of an older epoch is the
+                    # previous one, whose marker is not written here yet; the coordinator answers
+                    # retriably until it is, rather than this batch joining it or hanging after it)
+                    if broker.transactions.serves(txn_id) or not part.has_open_transaction(header.producer_id,
+                                                                                           header.producer_epoch):
                         await broker.transactions.add_implicitly(txn_id, header.producer_id, header.producer_epoch, tp)
                 elif _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
                     await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
@@ -160,7 +164,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
 
 
 def _check_transactional(broker: BrokerContext, transactional_id: str | None, tp: TopicPartition,
-                         h: records.BatchHeader, has_open_transaction: Callable[[int], bool]) -> bool:
+                         h: records.BatchHeader, has_open_transaction: Callable[[int, int], bool]) -> bool:
     """A transactional batch needs the request's transactional id and a partition its Ongoing
     transaction added (the coordinator's verification); a plain batch needs no id. Returns True
     when the batch must still be verified by the coordinator on another broker (cluster mode:
@@ -171,7 +175,7 @@ def _check_transactional(broker: BrokerContext, transactional_id: str | None, tp
         if broker.transactions.serves(transactional_id):
             broker.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
             return False
-        return not has_open_transaction(h.producer_id)
+        return not has_open_transaction(h.producer_id, h.producer_epoch)
     if transactional_id is not None:
         raise InvalidRequest(f"non-transactional batch for {tp} in a transactional produce request")
     return False
