@@ -87,6 +87,13 @@ def test_the_product_never_imports_the_tools() -> None:
     assert not bad
 
 
+def test_the_configuration_imports_no_other_part_of_the_broker() -> None:
+    """broker/config.py is below the rest of broker/ (issue 27: it reached metrics.py for its
+    HOST:PORT parser, and metrics reaches the broker): addresses are parsed by oncelog.hostport."""
+    assert not {m for m in GRAPH["oncelog.broker.config"] if m.startswith("oncelog.broker")}
+    assert "oncelog.hostport" in GRAPH["oncelog.broker.config"]
+
+
 def test_the_cluster_storage_imports_only_protocol_storage_and_itself() -> None:
     """cluster/ (issue 15) is a storage layer too: synchronous, no asyncio, no broker."""
     allowed = ("oncelog.cluster", "oncelog.protocol", "oncelog.storage", "oncelog.types", "oncelog.clock",

@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.metrics import PartitionRow, RequestStats, Snapshot, families, lag, parse_listen, request_label
+from oncelog.broker.metrics import PartitionRow, RequestStats, Snapshot, families, lag, request_label
+from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
 

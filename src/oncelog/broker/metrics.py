@@ -47,6 +47,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
 
@@ -71,19 +72,6 @@ REQUEST_DEADLINE_S = 10.0
 #: request latency buckets (seconds): Kafka's request times are graphed from 1 ms to the 500 ms
 #: long-poll cap and beyond
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; port 0 picks a free one) -> (host, port).
-    Raises ValueError with the reason (the config layer turns it into InvalidConfig)."""
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or not host:
-        raise ValueError("expected HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"port {port!r} is not a number in 0..65535")
-    return host, int(port)
 
 
 def request_label(api_key: int) -> str:

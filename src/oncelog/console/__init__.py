@@ -21,10 +21,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from oncelog.broker.metrics import parse_listen
 from oncelog.console.server import ConsoleHTTPServer, StateSource, static_files
 from oncelog.console.snapshot import take
 from oncelog.console.transactions import TxnLink
+from oncelog.hostport import parse_listen
 from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
