@@ -170,7 +170,8 @@ class BrokerMetrics(RequestStats):
         from oncelog.broker.metrics_http import MetricsHTTPServer  # http.server only when serving
 
         self._loop = asyncio.get_running_loop()
-        server = MetricsHTTPServer((self.host, self.port), self, ipv6=":" in self.host)
+        server = MetricsHTTPServer((self.host, self.port), self, max_connections=MAX_CONNECTIONS,
+                                   request_deadline_s=REQUEST_DEADLINE_S, ipv6=":" in self.host)
         self._server = server
         self.host, self.port = server.server_address[:2]
         self._thread = threading.Thread(target=server.serve_forever, name="oncelog-metrics", daemon=True)

@@ -1,14 +1,14 @@
 """The metrics endpoint's HTTP server: ``GET /metrics`` answered with ``BrokerMetrics.render()``
-(broker/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``MAX_CONNECTIONS``
-connections at once, each request within ``REQUEST_DEADLINE_S`` in all (issue 26 row 8).
-Imported only when ``metrics.listen`` is set."""
+(broker/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``max_connections``
+connections at once, each request within ``request_deadline_s`` in all (issue 26 row 8; the
+values are metrics.py's ``MAX_CONNECTIONS`` and ``REQUEST_DEADLINE_S``, passed in: this module
+does not import metrics.py, which imports it). Imported only when ``metrics.listen`` is set."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE_S
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 if TYPE_CHECKING:
@@ -18,13 +18,14 @@ log = logging.getLogger("oncelog.broker.metrics")
 
 
 class MetricsHTTPServer(BoundedHTTPServer):
-    """``GET /metrics`` (and ``/``) -> ``BrokerMetrics.render()``; at most MAX_CONNECTIONS
-    connections, each request within REQUEST_DEADLINE_S."""
+    """``GET /metrics`` (and ``/``) -> ``BrokerMetrics.render()``; at most ``max_connections``
+    connections, each request within ``request_deadline_s``."""
 
-    def __init__(self, address: tuple[str, int], metrics: "BrokerMetrics", *, ipv6: bool = False) -> None:
+    def __init__(self, address: tuple[str, int], metrics: "BrokerMetrics", *, max_connections: int,
+                 request_deadline_s: float, ipv6: bool = False) -> None:
         self.metrics = metrics
-        super().__init__(address, MetricsHandler, max_connections=MAX_CONNECTIONS,
-                         request_deadline_s=REQUEST_DEADLINE_S, ipv6=ipv6)
+        super().__init__(address, MetricsHandler, max_connections=max_connections,
+                         request_deadline_s=request_deadline_s, ipv6=ipv6)
 
 
 class MetricsHandler(DeadlineHandler):
