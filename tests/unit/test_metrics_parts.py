@@ -47,7 +47,7 @@ def test_lag_and_request_label() -> None:
 
 
 class _Families:
-    def __init__(self, snap: Snapshot, now_ms: int) -> None:
+    def __init__(self, snap: BrokerState, now_ms: int) -> None:
         self.snap, self.now_ms = snap, now_ms
 
     def collect(self):  # type: ignore[no-untyped-def]
