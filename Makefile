@@ -56,6 +56,7 @@ bench-cluster: $(STAMP)
 	$(PY) -m bench --cluster
 	$(PY) -m bench --cluster-failover --kills 10 --session-ms 2000 --heartbeat-ms 400
 	$(PY) -m bench --cluster-load
+	$(PY) -m bench --cluster-scale
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist src/*.egg-info

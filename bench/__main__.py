@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(bench.txn_failover)")
     ap.add_argument("--cluster-load", action="store_true",
                     help="PostgreSQL commits/s, WAL bytes/s, connections and CPU under produce (bench.cluster_load)")
+    ap.add_argument("--cluster-scale", action="store_true",
+                    help="issue 28: B brokers on one PostgreSQL and an embedded broker under producers, "
+                         "transactions and consumers at once (bench.cluster_scale)")
     ap.add_argument("--security", action="store_true",
                     help="issue 18: produce/consume over SASL_SSL vs PLAINTEXT and SCRAM connection set-up (bench.security)")
     ap.add_argument("--baseline", type=Path, metavar="DIR",
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plots", type=Path, help="write PNG plots here (matplotlib)")
     argv = sys.argv[1:] if argv is None else list(argv)
     for flag, module in (("--cluster-failover", "cluster_failover"), ("--cluster-load", "cluster_load"),
+                         ("--cluster-scale", "cluster_scale"),
                          ("--txn-failover", "txn_failover"), ("--security", "security")):
         if flag in argv:  # the rest of the command line is that module's own
             import importlib

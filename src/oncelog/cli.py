@@ -187,10 +187,14 @@ def topics_delete(name: str, bootstrap: str = BOOTSTRAP) -> None:
 # -- consumer groups ----------------------------------------------------------------------------
 
 
+#: OffsetCommit and OffsetFetch name topics by id from v10 (KIP-848): the CLI names them by name
+BY_NAME_MAX_VERSION = {apis.OFFSET_COMMIT: 9, apis.OFFSET_FETCH: 9}
+
+
 def _group_request(c: ProtocolClient, api_key: int, cls: str, **fields: object) -> object:
     from oncelog.protocol.messages import make
 
-    v = c.version_for(api_key)
+    v = min(c.version_for(api_key), BY_NAME_MAX_VERSION.get(api_key, 1 << 15))
     return c.request(api_key, make(c.classes(api_key, v)[cls], **fields), version=v)
 
 
@@ -202,7 +206,7 @@ def _describe_group(c: ProtocolClient, group: str) -> object:
 
 def _committed(c: ProtocolClient, group: str) -> dict[tuple[str, int], int]:
     """Every committed offset of ``group``."""
-    v = c.version_for(apis.OFFSET_FETCH)
+    v = min(c.version_for(apis.OFFSET_FETCH), BY_NAME_MAX_VERSION[apis.OFFSET_FETCH])
     m = c.classes(apis.OFFSET_FETCH, v)
     from oncelog.protocol.messages import make
 
@@ -226,16 +230,16 @@ def _partition_count(c: ProtocolClient, topic: str) -> int:
 
 @groups_app.command("list")
 def groups_list(bootstrap: str = BOOTSTRAP) -> None:
-    """Every consumer group, with its protocol type and state."""
+    """Every consumer group, with its protocol type, state and type (classic or consumer)."""
     with ProtocolClient(bootstrap) as c:
-        res = _group_request(c, apis.LIST_GROUPS, "ListGroupsRequest", states_filter=())
+        res = _group_request(c, apis.LIST_GROUPS, "ListGroupsRequest", states_filter=(), types_filter=())
         if res.error_code:  # type: ignore[attr-defined]
             console.print(f"[yellow]partial list: {ErrorCode(res.error_code).name}[/yellow]")  # type: ignore[attr-defined]
         table = Table()
-        for col in ("group", "protocol type", "state"):
+        for col in ("group", "protocol type", "state", "type"):
             table.add_column(col)
         for g in sorted(res.groups, key=lambda g: g.group_id):  # type: ignore[attr-defined]
-            table.add_row(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+            table.add_row(g.group_id, g.protocol_type, getattr(g, "group_state", ""), getattr(g, "group_type", ""))
         console.print(table)
 
 
@@ -246,6 +250,11 @@ def groups_describe(group: str, bootstrap: str = BOOTSTRAP) -> None:
 
     with ProtocolClient(bootstrap) as c:
         d = _describe_group(c, group)
+        if d.group_state == "Dead" or d.error_code == ErrorCode.group_id_not_found:  # type: ignore[attr-defined]
+            consumer = _describe_consumer_group(c, group)
+            if consumer is not None:  # a consumer group (KIP-848)
+                _show_consumer_group(c, group, consumer)
+                return
         _check(d.error_code, f"cannot describe {group}")  # type: ignore[attr-defined]
         console.print(f"group [bold]{group}[/bold]: state {d.group_state}, protocol "  # type: ignore[attr-defined]
                       f"{d.protocol_type or '-'}/{d.protocol_data or '-'}, {len(d.members)} member(s)",  # type: ignore[attr-defined]
@@ -263,20 +272,61 @@ def groups_describe(group: str, bootstrap: str = BOOTSTRAP) -> None:
             members.add_row(mb.member_id, mb.group_instance_id or "-", mb.client_id, mb.client_host, shown or "-")
         if d.members:  # type: ignore[attr-defined]
             console.print(members)
-        committed = _committed(c, group)
-        offsets = Table(title="offsets")
-        for col in ("topic", "partition", "committed", "log end", "lag", "member"):
-            offsets.add_column(col, justify="right" if col in ("partition", "committed", "log end", "lag") else "left")
-        for topic in sorted({t for t, _ in committed} | {t for t, _ in owner}):
-            ends = _offsets(c, topic, _partition_count(c, topic), -1)
-            for p in sorted(ends):
-                if (topic, p) not in committed and (topic, p) not in owner:
-                    continue
-                done = committed.get((topic, p))
-                lag = str(max(ends[p] - done, 0)) if done is not None else "-"
-                offsets.add_row(topic, str(p), "-" if done is None else str(done), str(ends[p]), lag,
-                                owner.get((topic, p), "-"))
-        console.print(offsets)
+        _show_offsets(c, group, owner)
+
+
+def _describe_consumer_group(c: ProtocolClient, group: str) -> object | None:
+    """The group as ConsumerGroupDescribe (KIP-848) has it; None when it is no consumer group."""
+    if apis.CONSUMER_GROUP_DESCRIBE not in c.versions:
+        return None
+    res = _group_request(c, apis.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribeRequest", group_ids=(group,),
+                         include_authorized_operations=False)
+    g = res.groups[0]  # type: ignore[attr-defined]
+    return None if g.error_code == ErrorCode.group_id_not_found else g
+
+
+def _parts(a: object) -> str:
+    return ", ".join(f"{t.topic_name or t.topic_id}:{','.join(map(str, sorted(t.partitions)))}"  # type: ignore[attr-defined]
+                     for t in sorted(a.topic_partitions, key=lambda t: t.topic_name)) or "-"  # type: ignore[attr-defined]
+
+
+def _show_consumer_group(c: ProtocolClient, group: str, g: object) -> None:
+    """Members with their epochs, subscriptions, current and target assignments; offsets."""
+    _check(g.error_code, f"cannot describe {group}")  # type: ignore[attr-defined]
+    console.print(f"group [bold]{group}[/bold]: consumer group (KIP-848), state {g.group_state}, "  # type: ignore[attr-defined]
+                  f"group epoch {g.group_epoch}, target assignment epoch {g.assignment_epoch}, "  # type: ignore[attr-defined]
+                  f"assignor {g.assignor_name}, {len(g.members)} member(s)", highlight=False)  # type: ignore[attr-defined]
+    members = Table(title="members")
+    for col in ("member id", "instance id", "epoch", "client id", "host", "subscription", "assignment", "target"):
+        members.add_column(col)
+    owner: dict[tuple[str, int], str] = {}
+    for mb in g.members:  # type: ignore[attr-defined]
+        for t in mb.assignment.topic_partitions:
+            for p in t.partitions:
+                owner[(t.topic_name, p)] = mb.member_id
+        sub = ", ".join(mb.subscribed_topic_names) + (f" /{mb.subscribed_topic_regex}/" if mb.subscribed_topic_regex else "")
+        members.add_row(mb.member_id, mb.instance_id or "-", str(mb.member_epoch), mb.client_id, mb.client_host,
+                        sub or "-", _parts(mb.assignment), _parts(mb.target_assignment))
+    if g.members:  # type: ignore[attr-defined]
+        console.print(members)
+    _show_offsets(c, group, owner)
+
+
+def _show_offsets(c: ProtocolClient, group: str, owner: dict[tuple[str, int], str]) -> None:
+    committed = _committed(c, group)
+    offsets = Table(title="offsets")
+    for col in ("topic", "partition", "committed", "log end", "lag", "member"):
+        offsets.add_column(col, justify="right" if col in ("partition", "committed", "log end", "lag") else "left")
+    for topic in sorted({t for t, _ in committed} | {t for t, _ in owner}):
+        ends = _offsets(c, topic, _partition_count(c, topic), -1)
+        for p in sorted(ends):
+            if (topic, p) not in committed and (topic, p) not in owner:
+                continue
+            done = committed.get((topic, p))
+            lag = str(max(ends[p] - done, 0)) if done is not None else "-"
+            offsets.add_row(topic, str(p), "-" if done is None else str(done), str(ends[p]), lag,
+                            owner.get((topic, p), "-"))
+    console.print(offsets)
 
 
 @groups_app.command("reset-offsets")
@@ -326,7 +376,7 @@ def groups_reset_offsets(
         if d.members:  # type: ignore[attr-defined]
             console.print(f"[red]group {group} has {len(d.members)} active member(s); stop them first[/red]")  # type: ignore[attr-defined]
             raise typer.Exit(1)
-        m = c.classes(apis.OFFSET_COMMIT)
+        m = c.classes(apis.OFFSET_COMMIT, min(c.version_for(apis.OFFSET_COMMIT), BY_NAME_MAX_VERSION[apis.OFFSET_COMMIT]))
         from oncelog.protocol.messages import make
 
         by_topic: dict[str, list[object]] = {}

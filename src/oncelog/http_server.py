@@ -73,22 +73,32 @@ class DeadlineWriter(io.RawIOBase):
 
 
 class DeadlineHandler(BaseHTTPRequestHandler):
-    """A request handler whose requests each have ``request_deadline_s`` in all (the server's)."""
+    """A request handler whose requests each have ``request_deadline_s`` in all (the server's).
+    Its ``Server`` header is ``server_version`` alone (no Python version), and its access log
+    lines go at debug level to the logger of the subclass's module."""
 
     server: "BoundedHTTPServer"
     protocol_version = "HTTP/1.1"
+    #: when the request being read or answered must be done (monotonic seconds): set as each
+    #: request starts to be awaited (``handle_one_request``), before anything is read
     deadline = 0.0
 
     def setup(self) -> None:
         super().setup()
         self.rfile.close()  # http.server's own file objects, replaced by the bounded ones
-        self.deadline = time.monotonic() + self.server.request_deadline_s
         self.rfile = io.BufferedReader(DeadlineReader(self.connection, self), 64 * 1024)
         self.wfile = DeadlineWriter(self.connection, self)  # unbuffered, as http.server's own
 
     def handle_one_request(self) -> None:
         self.deadline = time.monotonic() + self.server.request_deadline_s
         super().handle_one_request()
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        logging.getLogger(type(self).__module__).debug("%s: %s " + format, self.server_version,
+                                                       self.address_string(), *args)
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):

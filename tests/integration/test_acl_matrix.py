@@ -143,6 +143,18 @@ def heartbeat(c: ProtocolClient) -> E:
                        version=3).error_code)
 
 
+def consumer_group_heartbeat(c: ProtocolClient) -> E:
+    m = cls(c, apis.CONSUMER_GROUP_HEARTBEAT, 1)
+    return E(c.request(apis.CONSUMER_GROUP_HEARTBEAT, m["ConsumerGroupHeartbeatRequest"](
+        group_id=GROUP, member_id="nobody", member_epoch=5, topic_partitions=None), version=1).error_code)
+
+
+def consumer_group_describe(c: ProtocolClient) -> E:
+    m = cls(c, apis.CONSUMER_GROUP_DESCRIBE, 1)
+    return E(c.request(apis.CONSUMER_GROUP_DESCRIBE, m["ConsumerGroupDescribeRequest"](
+        group_ids=(GROUP,), include_authorized_operations=False), version=1).groups[0].error_code)
+
+
 def sync_group(c: ProtocolClient) -> E:
     m = cls(c, apis.SYNC_GROUP, 5)
     return E(c.request(apis.SYNC_GROUP, m["SyncGroupRequest"](
@@ -382,6 +394,8 @@ CASES = [
     Case("JoinGroup", join_group, TA, [(_G, GROUP, Op.READ)], allowed=None),
     Case("Heartbeat", heartbeat, TA, [(_G, GROUP, Op.READ)], allowed=None),
     Case("SyncGroup", sync_group, TA, [(_G, GROUP, Op.READ)], allowed=None),
+    Case("ConsumerGroupHeartbeat", consumer_group_heartbeat, TA, [(_G, GROUP, Op.READ)], allowed=None),
+    Case("ConsumerGroupDescribe", consumer_group_describe, TA, [(_G, GROUP, Op.DESCRIBE)], allowed=None),
     Case("LeaveGroup", leave_group, TA, [(_G, GROUP, Op.READ)], allowed=None),
     Case("ListGroups (filtered)", list_groups_filtered, TA, [(_G, "acl-listed", Op.DESCRIBE)]),
     Case("DescribeGroups", describe_groups, TA, [(_G, GROUP, Op.DESCRIBE)]),

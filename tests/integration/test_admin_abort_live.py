@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import subprocess
 import sys
 
@@ -22,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 import kafka_clients as kc
+from hanging_txn import make_hanging_transaction
 from oncelog.process import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -86,19 +86,7 @@ def test_a_live_transaction_is_aborted_neither_by_the_console_nor_the_cli(broker
 def test_a_hanging_transaction_is_still_aborted_through_the_console(broker_factory) -> None:
     address = f"127.0.0.1:{free_port()}"
     b = broker_factory(overrides={"console.listen": address})
-    kc.create_topic("confluent", b.bootstrap, "hung", 1)
-    kc.produce("confluent", b.bootstrap, "hung", [(0, None, b"before")])
-    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "lost-txn", "linger.ms": 0})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce("hung", b"hanging", partition=0)
-    assert p.flush(30) == 0
-    b.kill()  # ... and its coordinator's record is destroyed: nothing will ever end it
-    for d in b.data_dir.iterdir():
-        if d.name.startswith("__transaction_state-"):
-            shutil.rmtree(d)
-    b.start()
-    kc.produce("confluent", b.bootstrap, "hung", [(0, None, b"after")])
+    p = make_hanging_transaction(b)
 
     status, doc = post_abort(address, "hung", 0, 1)
     assert status == 200 and doc["aborted"], doc

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ from playwright.sync_api import expect
 
 import kafka_clients as kc
 from browser import artifacts_dir, chromium  # noqa: F401 - the fixture
+from hanging_txn import make_hanging_transaction
 from oncelog.process import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -35,24 +35,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 def state(address: str) -> dict:
     with urllib.request.urlopen(f"http://{address}/api/state", timeout=10) as resp:
         return json.load(resp)
-
-
-def make_hanging_transaction(broker) -> None:  # type: ignore[no-untyped-def]
-    """``hung-0``: "before" (0), an open transaction's record (1) whose coordinator record is
-    then destroyed, "after" (2)."""
-    kc.create_topic("confluent", broker.bootstrap, "hung", 1)
-    kc.produce("confluent", broker.bootstrap, "hung", [(0, None, b"before")])
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "lost-txn", "linger.ms": 0})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce("hung", b"hanging", partition=0)
-    assert p.flush(30) == 0
-    broker.kill()
-    for d in broker.data_dir.iterdir():
-        if d.name.startswith("__transaction_state-"):
-            shutil.rmtree(d)
-    broker.start()
-    kc.produce("confluent", broker.bootstrap, "hung", [(0, None, b"after")])
 
 
 def test_console_in_chromium_shows_the_broker_and_aborts_a_hanging_transaction(broker_factory, chromium) -> None:  # noqa: F811

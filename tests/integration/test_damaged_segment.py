@@ -31,6 +31,29 @@ SMALL_SEGMENTS = {"segment.bytes": "16384", "index.interval.bytes": "512"}
 CORRUPT_MESSAGE = 2  # librdkafka calls it INVALID_MSG
 
 
+def _poll(c, until: int, timeout: float) -> tuple[list[int], list[tuple[int, int]]]:  # type: ignore[no-untyped-def]
+    """Poll the confluent-kafka consumer ``c`` (closed after) until it has read offset
+    ``until - 1``, seen 3 consume errors, or ``timeout`` passed: the offsets read, and the
+    errors (offset, Kafka error code)."""
+    got: list[int] = []
+    errors: list[tuple[int, int]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and len(errors) < 3:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                errors.append((msg.offset(), msg.error().code()))
+                continue
+            got.append(msg.offset())
+            if msg.offset() >= until - 1:
+                break
+    finally:
+        c.close()
+    return got, errors
+
+
 def _confluent_read(bootstrap: str, start: int, until: int, timeout: float = 60.0) -> tuple[list[int], list[tuple[int, int]]]:
     """Offsets read from partition 0 starting at ``start`` until offset ``until - 1`` or until
     ``timeout``; also the consume errors seen (offset, Kafka error code)."""
@@ -39,25 +62,7 @@ def _confluent_read(bootstrap: str, start: int, until: int, timeout: float = 60.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "damage-reader", "enable.auto.commit": False,
                   "enable.partition.eof": False, "fetch.error.backoff.ms": 100})
     c.assign([TopicPartition(TOPIC, 0, start)])
-    got: list[int] = []
-    errors: list[tuple[int, int]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                errors.append((msg.offset(), msg.error().code()))
-                if len(errors) >= 3:
-                    break
-                continue
-            got.append(msg.offset())
-            if msg.offset() >= until - 1:
-                break
-    finally:
-        c.close()
-    return got, errors
+    return _poll(c, until, timeout)
 
 
 def _kafka_python_read(bootstrap: str, start: int, until: int, timeout: float = 60.0) -> tuple[list[int], str | None]:
@@ -146,23 +151,8 @@ def _subscribed_read(bootstrap: str, group: str, until: int, timeout: float) -> 
                   "auto.offset.reset": "earliest", "enable.partition.eof": False, "fetch.error.backoff.ms": 100,
                   "session.timeout.ms": 10000})
     c.subscribe([TOPIC])
-    got: list[int] = []
-    errors: list[int] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and len(errors) < 3:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                errors.append(msg.error().code())
-                continue
-            got.append(msg.offset())
-            if msg.offset() >= until - 1:
-                break
-    finally:
-        c.close()
-    return got, errors
+    got, errors = _poll(c, until, timeout)
+    return got, [code for _, code in errors]
 
 
 def test_a_subscribed_consumer_stops_at_the_damage_as_with_kafka_and_delete_records_moves_it_on(

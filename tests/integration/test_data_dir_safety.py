@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bystander import Bystander
 from kafka_clients import consume, create_topic, produce
 from oncelog.protocol.messages import make
 from oncelog.client import ProtocolClient
@@ -82,8 +83,6 @@ def test_an_unreadable_topics_json_stops_the_start_with_a_clear_message(tmp_path
 
 def test_metadata_auto_creating_3000_topics_keeps_the_broker_responsive(broker) -> None:
     """Before: topics.json was rewritten and fsynced per topic (quadratic): 72 s frozen."""
-    from test_hostile_clients import Bystander
-
     names = [f"auto-{i}" for i in range(3000)]
     with Bystander(broker.bootstrap) as bystander:
         t0 = time.monotonic()
@@ -99,8 +98,6 @@ def test_metadata_auto_creating_3000_topics_keeps_the_broker_responsive(broker) 
 
 
 def test_metadata_for_100k_unknown_topics_keeps_the_broker_responsive(broker_factory) -> None:
-    from test_hostile_clients import Bystander
-
     b = broker_factory(overrides={"auto.create.topics.enable": "false"})
     with Bystander(b.bootstrap) as bystander:
         with ProtocolClient(b.bootstrap, timeout=300) as pc:

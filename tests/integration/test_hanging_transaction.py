@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 import kafka_clients as kc
+from hanging_txn import make_hanging_transaction
 from oncelog.process import BrokerProcess
 
 pytestmark = pytest.mark.integration
@@ -34,23 +34,7 @@ def cli(*args: str) -> dict:
 
 
 def test_hanging_transaction_found_and_aborted_with_the_cli(broker: BrokerProcess) -> None:
-    from confluent_kafka import Producer
-
-    kc.create_topic("confluent", broker.bootstrap, TOPIC, 1)
-    kc.produce("confluent", broker.bootstrap, TOPIC, [(0, None, b"before")])
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "lost-txn", "linger.ms": 0})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce(TOPIC, b"hanging", partition=0)
-    assert p.flush(30) == 0  # written, never committed
-
-    broker.kill()
-    removed = [d for d in broker.data_dir.iterdir() if d.name.startswith("__transaction_state-")]
-    assert removed
-    for d in removed:
-        shutil.rmtree(d)
-    broker.start()
-    kc.produce("confluent", broker.bootstrap, TOPIC, [(0, None, b"after")])
+    p = make_hanging_transaction(broker, TOPIC)
 
     seen = kc.consume("confluent", broker.bootstrap, TOPIC, [0], expected=2, isolation="read_committed",
                       timeout=5, settle=0)

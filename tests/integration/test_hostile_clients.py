@@ -13,6 +13,7 @@ import time
 import psutil
 import pytest
 
+from bystander import Bystander  # noqa: F401 - also imported from here by test_fuzz_broker.py
 from kafka_clients import consume, create_topic, produce
 from oncelog.protocol.messages import make
 from oncelog.client import ProtocolClient
@@ -22,40 +23,6 @@ from oncelog.protocol import records as R
 pytestmark = pytest.mark.integration
 #: These tests measure how fast the broker answers: no spare broker starts next to them (conftest.py).
 START_SPARE_BROKER_DURING_TESTS = False
-
-
-class Bystander:
-    """An innocent client doing ApiVersions round trips in a thread; records each latency."""
-
-    def __init__(self, bootstrap: str, security: dict[str, str] | None = None) -> None:
-        """``security``: the client properties of a TLS / SASL listener (ProtocolClient's)."""
-        self.client = ProtocolClient(bootstrap, timeout=120, security=security)
-        self.latencies: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        req = apis.message_class(apis.API_VERSIONS, 3, False)(client_software_name="b", client_software_version="1")
-        for _ in range(100_000):  # bounded; stopped long before
-            if self._stop.is_set():
-                return
-            t0 = time.monotonic()
-            self.client.request(apis.API_VERSIONS, req, version=3)
-            self.latencies.append(time.monotonic() - t0)
-            time.sleep(0.01)
-
-    def __enter__(self) -> "Bystander":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=150)
-        self.client.close()
-
-    @property
-    def worst(self) -> float:
-        return max(self.latencies, default=float("inf"))
 
 
 def _metadata_v1_frame(corr: int) -> bytes:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import socket
 import struct
-import threading
 import time
 import uuid
 
@@ -15,6 +14,7 @@ import crc32c
 
 import pytest
 
+from bystander import Bystander
 from kafka_clients import consume, create_topic, produce
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, messages
@@ -185,39 +185,6 @@ def test_record_timestamps_out_of_the_topics_bounds_are_refused_as_kafka_does(br
 # -- row 9: client-sized arrays ---------------------------------------------------------------
 
 
-class _Bystander:
-    """An innocent client doing ApiVersions round trips in a thread; records each latency."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.client = ProtocolClient(bootstrap, timeout=120)
-        self.latencies: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        req = apis.message_class(apis.API_VERSIONS, 3, False)(client_software_name="b", client_software_version="1")
-        for _ in range(100_000):  # bounded; stopped long before
-            if self._stop.is_set():
-                return
-            t0 = time.monotonic()
-            self.client.request(apis.API_VERSIONS, req, version=3)
-            self.latencies.append(time.monotonic() - t0)
-            time.sleep(0.01)
-
-    def __enter__(self) -> "_Bystander":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=150)
-        self.client.close()
-
-    @property
-    def worst(self) -> float:
-        return max(self.latencies, default=float("inf"))
-
-
 def _closed_within(s: socket.socket, seconds: float) -> bool:
     s.settimeout(seconds)
     try:
@@ -247,7 +214,7 @@ def test_a_request_with_ten_million_entries_is_refused_at_once(broker) -> None:
                + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 100_001) + parts)
     produce = struct.pack(">i", len(produce)) + produce
     log_before = len(broker.log_tail(10**9))
-    with _Bystander(broker.bootstrap) as bystander:
+    with Bystander(broker.bootstrap) as bystander:
         time.sleep(0.2)
         for _ in range(3):  # a client that reconnects and tries again
             for data in (frame, produce):
@@ -284,7 +251,7 @@ def test_a_request_at_the_bound_is_answered_without_holding_up_others(broker) ->
                                  allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
                                  include_topic_authorized_operations=False)
 
-    with _Bystander(broker.bootstrap) as bystander, ProtocolClient(broker.bootstrap, timeout=120) as c:
+    with Bystander(broker.bootstrap) as bystander, ProtocolClient(broker.bootstrap, timeout=120) as c:
         time.sleep(0.2)
         t0 = time.monotonic()
         resp = c.request(apis.METADATA, request([f"missing-{i}" for i in range(99_999)]), version=9)
@@ -310,7 +277,7 @@ def test_describe_configs_naming_one_topic_twenty_thousand_times_is_answered_onc
         m.DescribeConfigsResource(resource_type=2, resource_name="described", configuration_keys=None)
         for _ in range(20_000)) + (m.DescribeConfigsResource(resource_type=2, resource_name="described",
                                                               configuration_keys=("retention.ms",)),))
-    with _Bystander(broker.bootstrap) as bystander, ProtocolClient(broker.bootstrap, timeout=30) as c:
+    with Bystander(broker.bootstrap) as bystander, ProtocolClient(broker.bootstrap, timeout=30) as c:
         time.sleep(0.2)
         t0 = time.monotonic()
         resp = c.request(apis.DESCRIBE_CONFIGS, req, version=4)
@@ -345,3 +312,35 @@ def test_offset_fetch_and_describe_groups_answer_a_group_named_many_times_once(b
         resp = client.request(apis.DESCRIBE_GROUPS, dg.DescribeGroupsRequest(
             groups=("fan",) * 20_000 + ("other",), include_authorized_operations=False), version=5)
         assert [g.group_id for g in resp.groups] == ["fan", "other"]
+
+
+# -- a client's string echoed into an error message ---------------------------------------------
+
+
+def test_an_invalid_config_value_near_32_kb_gets_its_error_code_not_an_unencodable_answer(broker) -> None:
+    """A refused value is echoed into the answer's error message ("invalid value '…' for
+    configuration …"); a value near a Kafka string's 32,767 bytes made that message longer than
+    the non-flexible versions can carry (IncrementalAlterConfigs v0, CreateTopics v0-4). Before:
+    the answer could not be encoded, a ``bug:`` line with a traceback was logged and the whole
+    request was answered UNKNOWN_SERVER_ERROR with no per-resource result. Now every answer's
+    error message is bounded where answers are built (``messages.make``), and the client gets
+    INVALID_CONFIG for the resource, as Kafka answers it."""
+    big = "x" * 32_700
+    log_before = len(broker.log_tail(10**9))
+    with ProtocolClient(broker.bootstrap, timeout=30) as c:
+        create_topic("confluent", broker.bootstrap, "echo", 1)
+        m = c.classes(apis.INCREMENTAL_ALTER_CONFIGS, 0)
+        r = c.request(apis.INCREMENTAL_ALTER_CONFIGS, m["IncrementalAlterConfigsRequest"](resources=(
+            m["AlterConfigsResource"](resource_type=2, resource_name="echo", configs=(
+                m["AlterableConfig"](name="retention.ms", config_operation=0, value=big),)),), validate_only=False),
+            version=0)
+        assert [x.error_code for x in r.responses] == [ErrorCode.invalid_config], r
+        assert "retention.ms" in r.responses[0].error_message and len(r.responses[0].error_message) <= 1024
+        m = c.classes(apis.CREATE_TOPICS, 4)
+        r = c.request(apis.CREATE_TOPICS, m["CreateTopicsRequest"](topics=(m["CreatableTopic"](
+            name="echo-2", num_partitions=1, replication_factor=1, assignments=(),
+            configs=(m["CreatableTopicConfig"](name="retention.ms", value=big),)),),
+            timeout=datetime.timedelta(seconds=30), validate_only=False), version=4)
+        assert [x.error_code for x in r.topics] == [ErrorCode.invalid_config], r
+    log = broker.log_tail(10**9)[log_before:]
+    assert "bug:" not in log and "Traceback" not in log, log[-3000:]

@@ -8,8 +8,10 @@ Now the creation is rolled back and answered KAFKA_STORAGE_ERROR; everything els
 from __future__ import annotations
 
 import datetime
+import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
 from kafka_clients import consume, create_topic, produce
 from oncelog.client import ProtocolClient
@@ -126,6 +128,30 @@ def test_out_of_descriptors_new_connections_are_refused_at_once_without_a_log_st
         assert b.stop() == 0, b.log_tail()
 
 
+def created_then_stopped(b: BrokerProcess, name: str, partitions: int) -> None:
+    """Start ``b``, create topic ``name`` with ``partitions`` partitions, stop ``b`` cleanly."""
+    b.start(timeout=60)
+    try:
+        assert create_raw(b.bootstrap, name, partitions) == ErrorCode.none
+    finally:
+        assert b.stop() == 0, b.log_tail()
+
+
+def killed_by_its_crash_point(b: BrokerProcess, request: Callable[[], object]) -> None:
+    """Start ``b`` (its ``ONCELOG_CRASH_POINT`` set), send ``request``, which reaches the crash
+    point, and see the broker die of a real SIGKILL (faults.py) while it is under way."""
+    b.start(timeout=60)
+    try:
+        try:
+            request()
+        except (OSError, EOFError, socket.timeout, ConnectionError):
+            pass  # the broker was killed mid-request
+        assert b.proc is not None
+        assert b.proc.wait(timeout=30) == -9, "the fault point did not kill the broker"
+    finally:
+        b.kill()
+
+
 def test_sigkill_during_a_creation_beyond_the_limit_never_bricks_the_data_dir(tmp_path: Path) -> None:
     """Issue 26 row 10. Before: topics.json named the topic before its directories existed, so a
     SIGKILL while a creation refused for the descriptor limit was under way left a topic that
@@ -133,21 +159,10 @@ def test_sigkill_during_a_creation_beyond_the_limit_never_bricks_the_data_dir(tm
     partitions are opened first and topics.json is written last: the interrupted creation leaves
     only directories, which the next start removes. The kill is a real SIGKILL of the broker
     process at a fault-injection point (faults.py) after the new topic's first partition opened."""
-    import socket
-
     data = tmp_path / "broker"
     b = LimitedBroker(data, overrides={"group.initial.rebalance.delay.ms": "0"},
                       env={"ONCELOG_CRASH_POINT": "create_topics.partition_opened"})
-    b.start(timeout=60)
-    try:
-        try:
-            create_raw(b.bootstrap, "too-big", 100)
-        except (OSError, EOFError, socket.timeout, ConnectionError):
-            pass  # the broker was killed mid-request
-        assert b.proc is not None
-        assert b.proc.wait(timeout=30) == -9, "the fault point did not kill the broker"
-    finally:
-        b.kill()
+    killed_by_its_crash_point(b, lambda: create_raw(b.bootstrap, "too-big", 100))
     again = LimitedBroker(data, port=b.port, overrides={"group.initial.rebalance.delay.ms": "0"})
     for attempt in range(2):  # twice: the first start cleans up, the second finds nothing to clean
         again.start(timeout=60)  # before: "broker exited with 1 ... Too many open files"
@@ -162,36 +177,24 @@ def test_sigkill_during_a_creation_beyond_the_limit_never_bricks_the_data_dir(tm
     assert not [p for p in data.iterdir() if p.name.startswith("too-big-")]
 
 
-
 def test_sigkill_while_growing_a_topic_beyond_the_limit_never_bricks_the_data_dir(tmp_path: Path) -> None:
     """CreatePartitions, as CreateTopics above: before, topics.json had the new partition count
     before the new partitions were opened, so a SIGKILL while growing beyond the descriptor
     limit left a count no later start could open. Now the count is written last."""
-    import socket
-
     data = tmp_path / "broker"
     b = LimitedBroker(data, overrides={"group.initial.rebalance.delay.ms": "0"})
-    b.start(timeout=60)
-    try:
-        assert create_raw(b.bootstrap, "grows", 2) == ErrorCode.none
-    finally:
-        assert b.stop() == 0, b.log_tail()
+    created_then_stopped(b, "grows", 2)
     killed = LimitedBroker(data, port=b.port, overrides={"group.initial.rebalance.delay.ms": "0"},
                            env={"ONCELOG_CRASH_POINT": "create_partitions.partition_opened"})
-    killed.start(timeout=60)
-    try:
-        try:
-            with ProtocolClient(killed.bootstrap, timeout=60) as c:
-                m = c.classes(apis.CREATE_PARTITIONS, 3)
-                c.request(apis.CREATE_PARTITIONS, make(m["CreatePartitionsRequest"], topics=(
-                    make(m["CreatePartitionsTopic"], name="grows", count=102, assignments=None),),
-                    timeout=datetime.timedelta(seconds=30), validate_only=False), version=3)
-        except (OSError, EOFError, socket.timeout, ConnectionError):
-            pass  # the broker was killed mid-request
-        assert killed.proc is not None
-        assert killed.proc.wait(timeout=30) == -9, "the fault point did not kill the broker"
-    finally:
-        killed.kill()
+
+    def grow() -> None:
+        with ProtocolClient(killed.bootstrap, timeout=60) as c:
+            m = c.classes(apis.CREATE_PARTITIONS, 3)
+            c.request(apis.CREATE_PARTITIONS, make(m["CreatePartitionsRequest"], topics=(
+                make(m["CreatePartitionsTopic"], name="grows", count=102, assignments=None),),
+                timeout=datetime.timedelta(seconds=30), validate_only=False), version=3)
+
+    killed_by_its_crash_point(killed, grow)
     again = LimitedBroker(data, port=b.port, overrides={"group.initial.rebalance.delay.ms": "0"})
     again.start(timeout=60)  # before: "broker exited with 1 ... Too many open files"
     try:
@@ -201,17 +204,14 @@ def test_sigkill_while_growing_a_topic_beyond_the_limit_never_bricks_the_data_di
         assert again.stop() == 0, again.log_tail()
     assert sorted(p.name for p in data.iterdir() if p.name.startswith("grows-")) == ["grows-0", "grows-1"]
 
+
 def test_a_start_short_of_descriptors_for_its_topics_stops_with_one_clear_line(tmp_path: Path) -> None:
     """Topics created under a higher limit, the broker started again under a lower one: as Kafka
     (its log directory fails to load and the broker stops) the start is refused, but with one
     line naming the partition count and the limit to raise, not a traceback."""
     data = tmp_path / "broker"
     b = BrokerProcess(data, overrides={"group.initial.rebalance.delay.ms": "0"})
-    b.start(timeout=60)
-    try:
-        assert create_raw(b.bootstrap, "big", 150) == ErrorCode.none
-    finally:
-        assert b.stop() == 0, b.log_tail()
+    created_then_stopped(b, "big", 150)
     limited = LimitedBroker(data, port=b.port, log_path=tmp_path / "limited.log")
     try:
         limited.start(timeout=60)

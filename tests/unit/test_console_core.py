@@ -135,7 +135,7 @@ def test_abort_errors_map_to_http_statuses(fake: type[FakeAdmin]) -> None:
                         (error_for(ErrorCode.cluster_authorization_failed, "denied"), 403),
                         (error_for(ErrorCode.not_leader_or_follower, "moved"), 409),
                         (ConnectionRefusedError("refused"), 503),
-                        (NotHanging("its coordinator knows it", Producer("t", 0, 1, 0, 0, 0, 0, 1)), 409)):
+                        (NotHanging("its coordinator knows it", Producer("t", 0, 1, 0, 0, 0, 0, 1), "tid", 60_000), 409)):
         fake.abort_error = exc
         with pytest.raises(AbortRefused) as caught:
             link.abort("t", 0, 1)

@@ -11,6 +11,7 @@ from oncelog.coordinator.group.types import GroupSettings, OffsetCommitData
 from oncelog.protocol.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
+    GroupIdNotFound,
     IllegalGeneration,
     NonEmptyGroup,
     OffsetMetadataTooLarge,
@@ -36,9 +37,10 @@ def test_simple_commit_creates_an_empty_group_and_fetch_returns_it() -> None:
     assert (o.leader_epoch, o.metadata, o.commit_timestamp) == (3, "m10", h.now)
 
 
-def test_commit_with_a_generation_to_an_unknown_group_is_illegal() -> None:
+def test_commit_with_a_generation_to_an_unknown_group_is_group_id_not_found() -> None:
+    """GROUP_ID_NOT_FOUND (OffsetCommit v9+; the handler answers ILLEGAL_GENERATION below v9)."""
     h = Harness()
-    with pytest.raises(IllegalGeneration):
+    with pytest.raises(GroupIdNotFound):
         h.commit("nope", {T0: 1}, generation=3, member_id="m")
 
 

@@ -169,3 +169,45 @@ def test_render_is_built_once_and_shared() -> None:
     now[0] += MIN_INTERVAL_S
     assert m.render() != first
     assert b"oncelog_metrics_scrape_builds_total 2.0" in m.render()
+
+
+def test_a_partition_deleted_while_the_snapshot_yields_is_left_out() -> None:
+    """``observe.take`` (the snapshot /metrics renders) lets the loop run between chunks; a
+    partition deleted meanwhile
+    (DeleteTopics: ``PartitionLog.delete``, after which no method may be called) is left out of
+    the snapshot wherever it is in the next chunk, never read. Before, only the first partition
+    of each chunk was checked: a later deleted one was read and reported."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from oncelog.broker.observe import SNAPSHOT_CHUNK, take
+    from oncelog.types import TopicPartition
+
+    class Part:
+        log_start_offset = high_watermark = last_stable_offset = 0
+        producers = SimpleNamespace(entries={}, ongoing={})
+        deleted = False
+
+        def disk_usage(self) -> tuple[int, int]:
+            assert not self.deleted, "a deleted partition's log was read"
+            return 0, 1
+
+    n = SNAPSHOT_CHUNK * 2
+    partitions = {TopicPartition("t", i): Part() for i in range(n)}
+    broker = SimpleNamespace(clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None, node_id=1,
+                             cluster_id="c", cluster=None, advertised_host="127.0.0.1", advertised_port=9092,
+                             bound_listeners=lambda: [], replicas=SimpleNamespace(partitions=partitions),
+                             groups=SimpleNamespace(shards={}, loading=set()))
+    gone = [TopicPartition("t", SNAPSHOT_CHUNK), TopicPartition("t", SNAPSHOT_CHUNK + 3)]
+
+    def delete() -> None:  # what DeleteTopics does while the snapshot waits for its next turn
+        for tp in gone:
+            partitions.pop(tp).deleted = True
+
+    async def main() -> list[int]:
+        asyncio.get_running_loop().call_soon(delete)
+        snap = await take(broker)  # type: ignore[arg-type]
+        return [row.partition for row in snap.partitions]
+
+    got = asyncio.run(main())
+    assert got == [i for i in range(n) if TopicPartition("t", i) not in gone]

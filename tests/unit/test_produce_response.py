@@ -4,6 +4,7 @@ the broker advertises (produce_response's contract; kio is the reference for the
 from __future__ import annotations
 
 import datetime
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -30,12 +31,18 @@ topics = st.lists(
     st.tuples(st.text(min_size=1, max_size=249), st.lists(results, max_size=5)),
     max_size=4,
 )
+ids = st.lists(st.tuples(st.uuids(), st.lists(results, max_size=5)), max_size=4)
+TOPIC_ID_FROM = 13  # Produce v13 names topics by id (KIP-516)
+
+
+def body_for(version: int, draw_names: list, draw_ids: list) -> list:
+    return draw_ids if version >= TOPIC_ID_FROM else draw_names
 
 
 def kio_bytes(version: int, correlation_id: int, body: list[tuple[str, list[PartitionResult]]]) -> bytes:
     m = Builder(apis.PRODUCE, version)
     response = m.ProduceResponse(responses=tuple(
-        m.TopicProduceResponse(name=name, partition_responses=tuple(
+        m.TopicProduceResponse(**({"topic_id": name} if version >= TOPIC_ID_FROM else {"name": name}), partition_responses=tuple(
             m.PartitionProduceResponse(
                 index=r.index, error_code=ErrorCode(r.error_code), base_offset=r.base_offset,
                 log_append_time=None if r.log_append_time < 0 else
@@ -55,13 +62,15 @@ def fast_bytes(version: int, correlation_id: int, body: list[tuple[str, list[Par
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_typical_response_matches_kio(version: int) -> None:
-    body = [("orders", [PartitionResult(3, 0, 1_234_567, 0)])]
+    topic = uuid.UUID(int=0x1234) if version >= TOPIC_ID_FROM else "orders"
+    body = [(topic, [PartitionResult(3, 0, 1_234_567, 0)])]
     assert fast_bytes(version, 42, body) == kio_bytes(version, 42, body)
 
 
 @settings(max_examples=300, deadline=None)
-@given(version=st.sampled_from(VERSIONS), correlation_id=st.integers(-(2**31), 2**31 - 1), body=topics)
-def test_any_response_matches_kio(version: int, correlation_id: int, body: list) -> None:
+@given(version=st.sampled_from(VERSIONS), correlation_id=st.integers(-(2**31), 2**31 - 1), names=topics, by_id=ids)
+def test_any_response_matches_kio(version: int, correlation_id: int, names: list, by_id: list) -> None:
+    body = body_for(version, names, by_id)
     assert fast_bytes(version, correlation_id, body) == kio_bytes(version, correlation_id, body)
 
 
@@ -79,3 +88,10 @@ def test_response_decodes_with_kio() -> None:
 def test_unsupported_version_is_refused(version: int) -> None:
     with pytest.raises(ValueError):
         encode_body(version, [])
+
+
+def test_topic_of_the_wrong_kind_is_refused() -> None:
+    with pytest.raises(ValueError):
+        encode_body(13, [("by-name", [])])
+    with pytest.raises(ValueError):
+        encode_body(12, [(uuid.UUID(int=1), [])])

@@ -112,3 +112,29 @@ def test_abort_args_and_partition_names() -> None:
     assert parse_partition("orders") == ("orders", None)
     assert parse_partition("my-topic") == ("my-topic", None)
     assert parse_partition("my-topic-12") == ("my-topic", 12)
+
+
+def test_a_forced_abort_of_a_committing_transaction_is_refused_not_reported_aborted(monkeypatch) -> None:
+    """``--force`` on a live transaction fences it through its coordinator; but one whose
+    coordinator is committing it (PrepareCommit) is decided: fencing only waits for the commit
+    to finish, and the CLI then said "aborted" for a committed transaction (issue 26 row 6,
+    review). Now it is refused with INVALID_TXN_STATE and nothing is fenced; an Ongoing one is
+    still fenced."""
+    from oncelog.admin.transactions import NotHanging, TransactionsAdmin
+
+    fenced: list[str] = []
+    admin = object.__new__(TransactionsAdmin)  # no connection: the decision alone
+    live = Producer("t", 0, 7, 0, 0, 0, 0, 5)
+
+    def not_hanging(state: str):  # type: ignore[no-untyped-def]
+        def hanging_at(*_a: object, **_k: object) -> None:
+            raise NotHanging("its coordinator knows it", live, "tid", 60_000, state)
+        return hanging_at
+
+    monkeypatch.setattr(admin, "fence", lambda tid, timeout_ms: fenced.append(tid), raising=False)
+    monkeypatch.setattr(admin, "hanging_at", not_hanging("PrepareCommit"), raising=False)
+    with pytest.raises(KafkaError) as caught:
+        admin.abort_at("t", 0, 5, now_ms=0, force=True)
+    assert caught.value.code == ErrorCode.invalid_txn_state and not fenced
+    monkeypatch.setattr(admin, "hanging_at", not_hanging("Ongoing"), raising=False)
+    assert admin.abort_at("t", 0, 5, now_ms=0, force=True) == live and fenced == ["tid"]

@@ -76,9 +76,11 @@ RULES: dict[int, dict[str, Need]] = {
                                                      "key type TRANSACTION")},
     apis.JOIN_GROUP: _MEMBER,
     apis.HEARTBEAT: _MEMBER,
+    apis.CONSUMER_GROUP_HEARTBEAT: _MEMBER,  # issue 30 (KIP-848): READ on the group
     apis.LEAVE_GROUP: _MEMBER,
     apis.SYNC_GROUP: _MEMBER,
     apis.DESCRIBE_GROUPS: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},
+    apis.CONSUMER_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},  # issue 30
     apis.LIST_GROUPS: {"cluster": Need(R.CLUSTER, Op.DESCRIBE, None, FILTER, "every group, or"),
                        "group": Need(R.GROUP, Op.DESCRIBE, None, FILTER, "the groups it may describe")},
     apis.API_VERSIONS: {},

@@ -118,15 +118,16 @@ class Hanging:
 class NotHanging(Exception):
     """An abort refused because the transaction is not hanging: its coordinator knows it and
     will end it (aborting it behind the coordinator's back would tear it). ``producer``: its
-    open transaction on the partition; ``transactional_id`` and ``timeout_ms``: the
-    coordinator's, for ``TransactionsAdmin.fence`` (None / 0 when it could not be described)."""
+    open transaction on the partition; ``transactional_id``, ``timeout_ms`` and ``state``: the
+    coordinator's, for ``TransactionsAdmin.fence``."""
 
-    def __init__(self, message: str, producer: Producer, transactional_id: str | None = None,
-                 timeout_ms: int = 0) -> None:
+    def __init__(self, message: str, producer: Producer, transactional_id: str, timeout_ms: int,
+                 state: str = "Ongoing") -> None:
         super().__init__(message)
         self.producer = producer
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
+        self.state = state
 
 
 def abort_args(p: Producer) -> tuple[str, ...]:
@@ -362,6 +363,17 @@ class TransactionsAdmin:
         unreachable) or a coordinator could not describe one: then "no coordinator knows this
         producer" cannot be told apart from "its coordinator did not answer", and a hanging
         verdict might abort a live transaction."""
+        verdicts, errors = self._judge(now_ms, topic, partition, max_timeout_ms)
+        found = [Hanging(p, reason, d.transactional_id if d else None, abort_args(p))
+                 for p, d, reason in verdicts if reason is not None]
+        return self._still_open(found, topic, partition), errors
+
+    def _judge(self, now_ms: int, topic: str | None, partition: int | None, max_timeout_ms: int
+               ) -> tuple[list[tuple[Producer, Description | None, str | None]], dict[str, str]]:
+        """Every open transaction on the partitions asked for, with what its coordinator says of
+        it (None: no coordinator knows its producer id) and why it hangs (None: it does not,
+        ``hanging_reason``); and the partitions whose producers could not be read. Raises as
+        ``find_hanging``."""
         producers, errors = self.producers(topic, partition)
         open_txns = [p for p in producers if p.current_txn_start_offset >= 0]
         if not open_txns:
@@ -379,13 +391,8 @@ class TransactionsAdmin:
                     continue  # expired between the two requests: unknown
                 raise error_for(exc.code, f"cannot describe {li.transactional_id!r}: {exc}") from None
             by_pid[li.producer_id] = d
-        out = []
-        for p in open_txns:
-            reason = hanging_reason(p, by_pid.get(p.producer_id), now_ms, max_timeout_ms)
-            if reason is not None:
-                d = by_pid.get(p.producer_id)
-                out.append(Hanging(p, reason, d.transactional_id if d else None, abort_args(p)))
-        return self._still_open(out, topic, partition), errors
+        return [(p, by_pid.get(p.producer_id), hanging_reason(p, by_pid.get(p.producer_id), now_ms, max_timeout_ms))
+                for p in open_txns], errors
 
     def _still_open(self, found: list[Hanging], topic: str | None, partition: int | None) -> list[Hanging]:
         """Only those whose transaction is still open at the same start offset after the
@@ -412,42 +419,33 @@ class TransactionsAdmin:
     def hanging_at(self, topic: str, partition: int, now_ms: int, *, max_timeout_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS,
                    start_offset: int | None = None, producer_id: int | None = None) -> Hanging:
         """The hanging transaction on ``topic-partition`` that starts at ``start_offset`` (or
-        belongs to ``producer_id``), by ``find_hanging``'s definition. Raises LookupError when
-        no open transaction is there, NotHanging when there is one but it is not hanging (with
+        belongs to ``producer_id``), by ``find_hanging``'s definition and from the same answers
+        (``_judge``). Raises LookupError when no open transaction is there (or it ended while
+        the coordinators were asked), NotHanging when there is one but it is not hanging (with
         why), or the KafkaError that kept find-hanging from deciding."""
-        found, errors = self.find_hanging(now_ms, topic=topic, partition=partition, max_timeout_ms=max_timeout_ms)
+        verdicts, errors = self._judge(now_ms, topic, partition, max_timeout_ms)
         if errors:
             raise error_for(ErrorCode[next(iter(errors.values())).lower()], f"{topic}-{partition}")
-
-        def matches(p: Producer) -> bool:
-            return (start_offset is None or p.current_txn_start_offset == start_offset) and \
-                (producer_id is None or p.producer_id == producer_id)
-
-        for h in found:
-            if matches(h.producer):
-                return h
-        where = f"at offset {start_offset}" if start_offset is not None else f"of producer {producer_id}"
-        producers, _ = self.producers(topic, partition)
-        live = [p for p in producers if p.current_txn_start_offset >= 0 and matches(p)]
-        if not live:
-            raise LookupError(f"no open transaction {'starts' if start_offset is not None else 'is'} {where} "
-                              f"on {topic}-{partition}")
-        p = live[0]
-        tid, timeout_ms = None, 0
-        listed, _ = self.list(producer_ids=[p.producer_id])
-        for li in listed:
-            try:
-                d = self.describe(li.transactional_id)
-            except KafkaError:
-                continue
-            if d.producer_id == p.producer_id:
-                tid, timeout_ms = d.transactional_id, d.timeout_ms
-        raise NotHanging(f"the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
-                         f"{topic}-{partition} starting at offset {p.current_txn_start_offset} is not hanging: its "
-                         f"coordinator knows it and will end it (commit or abort, or abort it on timeout), and it has "
-                         f"not been open longer than the maximum transaction timeout {max_timeout_ms // 1000} s. "
-                         f"Aborting it here would tear it (its producer's commit would commit only its later records)",
-                         p, tid, timeout_ms)
+        mine = [(p, d, reason) for p, d, reason in verdicts
+                if (start_offset is None or p.current_txn_start_offset == start_offset)
+                and (producer_id is None or p.producer_id == producer_id)]
+        where = f"starts at offset {start_offset}" if start_offset is not None else f"is of producer {producer_id}"
+        if not mine:
+            raise LookupError(f"no open transaction {where} on {topic}-{partition}")
+        p, d, reason = mine[0]
+        if reason is None:
+            assert d is not None  # hanging_reason: an open transaction no coordinator knows hangs
+            raise NotHanging(f"the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
+                             f"{topic}-{partition} starting at offset {p.current_txn_start_offset} is not hanging: its "
+                             f"coordinator knows it and will end it (commit or abort, or abort it on timeout), and it "
+                             f"has not been open longer than the maximum transaction timeout {max_timeout_ms // 1000} "
+                             f"s. Aborting it here would tear it (its producer's commit would commit only its later "
+                             f"records)", p, d.transactional_id, d.timeout_ms, d.state)
+        still = self._still_open([Hanging(p, reason, d.transactional_id if d else None, abort_args(p))],
+                                 topic, partition)
+        if not still:
+            raise LookupError(f"no open transaction {where} on {topic}-{partition}: it ended meanwhile")
+        return still[0]
 
     def fence(self, transactional_id: str, timeout_ms: int, *, retry_s: float = 30.0) -> tuple[int, int]:
         """Abort ``transactional_id``'s open transaction WHOLE through its coordinator and fence
@@ -486,27 +484,12 @@ class TransactionsAdmin:
         producer fenced), and when find-hanging cannot decide, the bare marker is written.
         ``oncelog transactions abort --start-offset`` and the web console's abort button (never
         forced) both call this."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        try:
-            p = self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, start_offset=start_offset).producer
-        except NotHanging as exc:
-            if not force:
-                raise
-            self._fence_live(exc)
-            return exc.producer
-        except KafkaError:
-            if not force:
-                raise
-            p = self.producer_at(topic, partition, start_offset)  # undecidable: the bare marker, as Kafka's
-        self.abort(topic, partition, p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
+        p, fenced = self._checked(topic, partition, now_ms, max_timeout_ms, force, start_offset=start_offset)
+        if p is None:  # forced, and find-hanging could not decide: the bare marker, as Kafka's tool
+            p = self.producer_at(topic, partition, start_offset)
+        if not fenced:
+            self.abort(topic, partition, p.producer_id, p.producer_epoch, max(p.coordinator_epoch, 0))
         return p
-
-    def _fence_live(self, exc: NotHanging) -> None:
-        """A forced abort of a live transaction: fenced whole through its coordinator."""
-        if exc.transactional_id is None:
-            raise error_for(ErrorCode.coordinator_not_available, "the coordinator of producer "
-                            f"{exc.producer.producer_id} could not be described: nothing was aborted") from None
-        self.fence(exc.transactional_id, exc.timeout_ms)
 
     def abort_producer(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int, *, now_ms: int | None = None,
@@ -514,18 +497,35 @@ class TransactionsAdmin:
         """``abort`` with the producer named (the CLI's ``--producer-id``), after the same check
         as ``abort_at``: the producer's open transaction there must be hanging; with ``force``, a
         live one is fenced whole through its coordinator instead (``fence``)."""
+        _, fenced = self._checked(topic, partition, now_ms, max_timeout_ms, force, producer_id=producer_id)
+        if not fenced:
+            self.abort(topic, partition, producer_id, producer_epoch, coordinator_epoch)
+
+    def _checked(self, topic: str, partition: int, now_ms: int | None, max_timeout_ms: int, force: bool, *,
+                 start_offset: int | None = None, producer_id: int | None = None) -> tuple[Producer | None, bool]:
+        """The check both aborts make before a marker (``hanging_at``, at ``now_ms`` or the wall
+        clock): (the hanging transaction's producer, False) when the marker may be written;
+        with ``force``, (the live transaction's producer, True) once it was fenced whole
+        through its coordinator (no marker to write), or (None, False) when find-hanging could
+        not decide; a transaction whose coordinator is committing it (PrepareCommit) raises
+        InvalidTxnState even then. Without ``force`` it raises what ``hanging_at`` raises."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         try:
-            self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, producer_id=producer_id)
+            return self.hanging_at(topic, partition, now, max_timeout_ms=max_timeout_ms, start_offset=start_offset,
+                                   producer_id=producer_id).producer, False
         except NotHanging as exc:
             if not force:
                 raise
-            self._fence_live(exc)
-            return
+            if exc.state == "PrepareCommit":  # decided: fencing would wait for the commit, then say "aborted"
+                raise error_for(ErrorCode.invalid_txn_state, f"the transaction of {exc.transactional_id!r} is "
+                                "committing (PrepareCommit): its coordinator decided to commit it, and its markers "
+                                "are being written; nothing can abort it") from None
+            self.fence(exc.transactional_id, exc.timeout_ms)
+            return exc.producer, True
         except KafkaError:
             if not force:
                 raise
-        self.abort(topic, partition, producer_id, producer_epoch, coordinator_epoch)
+            return None, False
 
     def abort(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:

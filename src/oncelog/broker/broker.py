@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.cluster_parts import ClusterParts
+    from oncelog.broker.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
     from oncelog.console import Console
 
@@ -82,6 +83,7 @@ class Broker:
         self.store = store
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
+        self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
@@ -128,6 +130,7 @@ class Broker:
             lifetime = cfg.connections_max_reauth_ms
             sasl = lambda: SaslSession(enabled, lambda: self.users.store, lifetime_ms=lifetime)  # noqa: E731
         server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl)
+        server.pipeline_produce = bool(self.store)  # issue 28: Produce waits for a COMMIT only in cluster mode
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
             server.handle = Dispatcher(_ListenerView(self, lst, server), routes).handle
         return server
@@ -360,6 +363,11 @@ class Broker:
             parts.close()
             raise
         self.cluster_id = member.cluster_id
+        from oncelog.broker.outbox_drainer import OutboxDrainer
+
+        self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
+                                     self.producer_ids.next_producer_id, self.clock, self.node_id)
+        self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
         self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
@@ -386,6 +394,8 @@ class Broker:
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.groups.stop()
         await self._close_servers()
+        if self._outbox is not None:
+            await self._outbox.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self._peers is not None:

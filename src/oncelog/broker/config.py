@@ -33,6 +33,13 @@ def _bool(v: str) -> bool:
     raise ValueError(f"not a boolean: {v!r}")
 
 
+def _commit_connections(v: str) -> int:
+    n = int(v)
+    if not 1 <= n <= 32:
+        raise ValueError("must be 1 to 32")
+    return n
+
+
 #: ``authorizer.class.name`` values that turn ACLs on (issue 18): Kafka's two and oncelog's short name
 AUTHORIZER_NAMES = frozenset({
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer", "oncelog",
@@ -182,6 +189,23 @@ class BrokerConfig:
         default=1_800_000, metadata={"kafka": "group.max.session.timeout.ms", "parse": int}
     )
     group_max_size: int = field(default=2_147_483_647, metadata={"kafka": "group.max.size", "parse": int})
+    # the consumer rebalance protocol (KIP-848, issue 30): Kafka's names and defaults
+    group_consumer_session_timeout_ms: int = field(
+        default=45_000, metadata={"kafka": "group.consumer.session.timeout.ms", "parse": int})
+    group_consumer_min_session_timeout_ms: int = field(
+        default=45_000, metadata={"kafka": "group.consumer.min.session.timeout.ms", "parse": int})
+    group_consumer_max_session_timeout_ms: int = field(
+        default=60_000, metadata={"kafka": "group.consumer.max.session.timeout.ms", "parse": int})
+    group_consumer_heartbeat_interval_ms: int = field(
+        default=5_000, metadata={"kafka": "group.consumer.heartbeat.interval.ms", "parse": int})
+    group_consumer_min_heartbeat_interval_ms: int = field(
+        default=5_000, metadata={"kafka": "group.consumer.min.heartbeat.interval.ms", "parse": int})
+    group_consumer_max_heartbeat_interval_ms: int = field(
+        default=15_000, metadata={"kafka": "group.consumer.max.heartbeat.interval.ms", "parse": int})
+    group_consumer_assignors: str = field(
+        default="uniform,range", metadata={"kafka": "group.consumer.assignors", "parse": str})
+    group_consumer_max_size: int = field(
+        default=2_147_483_647, metadata={"kafka": "group.consumer.max.size", "parse": int})
     offset_metadata_max_bytes: int = field(default=4096, metadata={"kafka": "offset.metadata.max.bytes", "parse": int})
     offsets_retention_check_interval_ms: int = field(
         default=600_000, metadata={"kafka": "offsets.retention.check.interval.ms", "parse": int}
@@ -212,6 +236,10 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = field(
         default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
     )
+    #: oncelog's own (issue 28, cluster/commit_pool.py): group-commit connections per broker, i.e.
+    #: rounds in flight at once (a partition always on the same one, so its order is kept); 1:
+    #: on 2 cores more measured slower (smaller rounds), meant for many-core machines
+    store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})
     # ACLs (issue 18, docs/ACLS.md): Kafka's switch and settings; empty authorizer = ACLs off
     authorizer_class_name: str = field(default="", metadata={"kafka": "authorizer.class.name", "parse": _authorizer})
     super_users: str = field(default="", metadata={"kafka": "super.users", "parse": str})

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import Clock
+from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import records as rec
 from oncelog.coordinator.group.loader import replay_batch
 from oncelog.coordinator.group.offsets import CommittedOffset
@@ -85,6 +86,18 @@ def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
     return exc
 
 
+def _consumer_settings(config: Any) -> cg.ConsumerSettings:
+    """The group.consumer.* configs (KIP-848): the session timeout and heartbeat interval held
+    within their min/max as Kafka requires, the assignors by name (unknown ones dropped)."""
+    session = min(max(config.group_consumer_session_timeout_ms, config.group_consumer_min_session_timeout_ms),
+                  config.group_consumer_max_session_timeout_ms)
+    interval = min(max(config.group_consumer_heartbeat_interval_ms, config.group_consumer_min_heartbeat_interval_ms),
+                   config.group_consumer_max_heartbeat_interval_ms)
+    names = tuple(n.strip() for n in config.group_consumer_assignors.split(",") if n.strip() in cg.ASSIGNORS)
+    return cg.ConsumerSettings(session_timeout_ms=session, heartbeat_interval_ms=interval,
+                               assignors=names or ("uniform",), max_size=config.group_consumer_max_size)
+
+
 class GroupCoordinator:
     """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
 
@@ -100,6 +113,7 @@ class GroupCoordinator:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             max_metadata_bytes=config.offset_metadata_max_bytes,
             max_group_size=config.group_max_size,
+            consumer=_consumer_settings(config),
         )
         self.retention_check_ms = config.offsets_retention_check_interval_ms
         self.new_member_id = new_member_id
@@ -285,11 +299,11 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                              offsets: dict[TopicPartition, OffsetCommitData], *,
-                             retention_ms: int = -1) -> dict[TopicPartition, KafkaError | None]:
+                             retention_ms: int = -1, api_version: int | None = None) -> dict[TopicPartition, KafkaError | None]:
         def decide(shard: GroupShard, now: int) -> Result:
             expire = now + retention_ms if retention_ms >= 0 else -1
             return shard.commit_offsets(group_id, generation, member_id, instance_id, offsets, now,
-                                        expire_timestamp=expire)
+                                        expire_timestamp=expire, api_version=api_version)
         return await self._run(group_id, decide, offsets=True)
 
     async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
@@ -298,9 +312,24 @@ class GroupCoordinator:
         return await self._run(group_id, lambda shard, now: shard.txn_commit_offsets(
             group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets, now), offsets=True)
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+                      member_id: str | None = None, member_epoch: int = -1,
                       ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
-        return self._shard(group_id).fetch_offsets(group_id, partitions, require_stable)
+        return self._shard(group_id).fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
+
+    # -- consumer groups (KIP-848) ------------------------------------------------------------------
+
+    def _topics(self) -> dict[str, tuple[Any, int]]:
+        """The topics a consumer group may subscribe to: name -> (topic id, partition count)."""
+        return {name: (meta.topic_id, meta.num_partitions) for name, meta in self.replicas.topics.items()
+                if not meta.internal}
+
+    def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
+        """The consumer group as the shard has it (read only: the caller must not change it)."""
+        return self._shard(group_id).describe_consumer_group(group_id)
+
+    async def consumer_heartbeat(self, req: cg.HeartbeatRequest) -> cg.HeartbeatAnswer:
+        return await self._run(req.group_id, lambda shard, now: shard.consumer_heartbeat(req, self._topics(), now))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
         return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now))
@@ -328,11 +357,13 @@ class GroupCoordinator:
 
     # -- administration ---------------------------------------------------------------------------
 
-    def list_groups(self) -> tuple[list[tuple[str, str, str]], bool]:
-        """Every loaded group (id, protocol type, state), and whether some partition is loading."""
+    def list_groups(self) -> tuple[list[tuple[str, str, str, str]], bool]:
+        """Every loaded group (id, protocol type, state, group type: classic or consumer), and
+        whether some partition is loading."""
         out = []
         for shard in self.shards.values():
-            out.extend(shard.list_groups())
+            out.extend((*row, "classic") for row in shard.list_groups())
+            out.extend((*row, "consumer") for row in shard.list_consumer_groups())
         return out, bool(self.loading)
 
     def describe_group(self, group_id: str) -> GroupSummary:

@@ -1,20 +1,18 @@
 """The metrics endpoint's HTTP server: ``GET /metrics`` answered with ``BrokerMetrics.render()``
 (broker/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``max_connections``
 connections at once, each request within ``request_deadline_s`` in all (issue 26 row 8; the
-values are metrics.py's ``MAX_CONNECTIONS`` and ``REQUEST_DEADLINE_S``, passed in: this module
-does not import metrics.py, which imports it). Imported only when ``metrics.listen`` is set."""
+values are broker/metrics.py's ``MAX_CONNECTIONS`` and ``REQUEST_DEADLINE_S``, passed by
+``BrokerMetrics.serve``: this module imports nothing of metrics.py, which imports it).
+Imported only when ``metrics.listen`` is set."""
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 if TYPE_CHECKING:
     from oncelog.broker.metrics import BrokerMetrics
-
-log = logging.getLogger("oncelog.broker.metrics")
 
 
 class MetricsHTTPServer(BoundedHTTPServer):
@@ -31,12 +29,6 @@ class MetricsHTTPServer(BoundedHTTPServer):
 class MetricsHandler(DeadlineHandler):
     server: MetricsHTTPServer
     server_version = "oncelog-metrics"
-
-    def version_string(self) -> str:
-        return self.server_version  # no Python version in the Server header
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("metrics: %s " + format, self.address_string(), *args)
 
     def do_GET(self) -> None:
         self._answer(head=False)

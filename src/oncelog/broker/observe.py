@@ -148,8 +148,8 @@ async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
     for i, (tp, part) in enumerate(list(partitions.items())):
         if i and i % chunk == 0:
             await turn()
-            if partitions.get(tp) is not part:
-                continue  # deleted while the loop served others
+        if partitions.get(tp) is not part:
+            continue  # deleted (or closed) during a turn: any item of a later chunk may be
         size, segments = part.disk_usage()
         snap.partitions.append(PartitionRow(tp.topic, tp.partition, part.log_start_offset, part.high_watermark,
                                             part.last_stable_offset, size, segments, len(part.producers.entries),

@@ -24,10 +24,9 @@ Single-threaded: called only from the broker's event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 import logging
 
@@ -78,7 +77,7 @@ class Partition:
         self.producers = producers
         self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
-        self._inflight_pids: dict[int, asyncio.Future[None]] = {}  # append_validated_async only
+        self._inflight_pids: dict[int, asyncio.Future[None]] = {}  # the last turn taken per producer id (_take_turn)
         #: base offsets of batches handed to a background engine whose producer state is not
         #: applied yet, oldest first (an insertion-ordered dict used as an ordered set). The high
         #: watermark never passes the oldest: the engine's committed end moves on the committer's
@@ -197,43 +196,88 @@ class Partition:
 
         Cancelling the caller does not cancel the append: once submitted, a batch may commit,
         and the producer state must then take it in (``_shielded``)."""
-        return await _shielded(self._append_validated_async(batch, header, now_ms))
+        return await self.append_validated_soon(batch, header, now_ms)
 
-    async def _append_validated_async(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
+    def append_validated_soon(self, batch: bytes, header: records.BatchHeader,
+                              now_ms: int) -> "asyncio.Future[AppendResult]":
+        """``append_validated_async`` with its place in its producer's order taken NOW, at the
+        call, rather than when the returned future's task first runs (issue 28): a Produce
+        request handled while an earlier one of its connection still waits for its COMMIT
+        (pipelining, server.py) calls this after the earlier one did, so a producer's batches
+        on this partition are checked and appended in the order they arrived. The append runs
+        as its own task (it always runs to its end, so the turn it took is always given back);
+        awaiting the future gives its AppendResult or raises its KafkaError; cancelling a
+        waiter leaves the append running (``_shielded``)."""
+        turn = self._take_turn(header.producer_id)
+        return asyncio.ensure_future(_shielded(self._in_turn(turn, self._append_validated(batch, header, now_ms))))
+
+    async def _append_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
+        dup = self.producers.check(header)
+        if dup is not None:
+            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+        batch, header, stamped = self._stamp(batch, header, now_ms)
+        base, last = await self._append_committed(batch, header, now_ms)
+        return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
+
+    def _take_turn(self, pid: int) -> "tuple[int, asyncio.Future[None] | None, asyncio.Future[None]]":
+        """Take the next place in producer ``pid``'s line of async appends (data, coordinator
+        batches, markers), synchronously: (pid, the place before, this place). The places form
+        a chain: each append waits for the one before it only, and ``_in_turn`` completes its
+        own place when it ends, whatever happened; so appends of one producer id run one after
+        the other, in the order their turns were taken, each checked against a producer state
+        that includes the previous one. Producer id -1 (no producer) takes no place."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if pid < 0:
+            return pid, None, done
+        before = self._inflight_pids.get(pid)
+        self._inflight_pids[pid] = done
+        return pid, before, done
+
+    async def _in_turn(self, turn: "tuple[int, asyncio.Future[None] | None, asyncio.Future[None]]",
+                       coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` in the place ``turn`` (``_take_turn``): after the place before it is done."""
+        pid, before, done = turn
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            return await coro
+        finally:
+            coro.close()  # never started if the wait above was cancelled: no "never awaited" warning
+            if pid >= 0 and self._inflight_pids.get(pid) is done:
+                del self._inflight_pids[pid]
+            done.set_result(None)
+
+    async def append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                                  drained: tuple[int, ...]) -> AppendResult:
+        """Issue 31: append a batch the outbox drainer built (broker/outbox_drainer.py) from the
+        ``oncelog.outbox`` rows ``drained``, which the store deletes in the transaction that
+        writes the batch. The batch is an idempotent producer's (the broker's own producer id)
+        and takes the produce path: the producer state check (a duplicate is answered with its
+        offsets and writes nothing), LogAppendTime stamping, the group commit, the producer state
+        update after COMMIT. Cluster mode only (an engine with ``submit``)."""
+        return await _shielded(self._append_outbox_async(batch, header, now_ms, drained))
+
+    async def _append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                                   drained: tuple[int, ...]) -> AppendResult:
         async with self._producer_turn(header.producer_id):
             dup = self.producers.check(header)
             if dup is not None:
                 return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
             batch, header, stamped = self._stamp(batch, header, now_ms)
-            base, last = await self._append_committed(batch, header, now_ms)
+            base, last = await self._append_committed(batch, header, now_ms, drained=drained)
             return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
 
-    @contextlib.asynccontextmanager
-    async def _producer_turn(self, pid: int) -> AsyncIterator[None]:
-        """Async appends of one producer id (data, coordinator batches, markers) one after the
-        other: each is checked against a producer state that includes the previous one."""
-        for _ in range(1000):  # bounded: each turn waits for one earlier append of this producer
-            busy = self._inflight_pids.get(pid) if pid >= 0 else None
-            if busy is None:
-                break
-            await asyncio.shield(busy)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if pid >= 0:
-            self._inflight_pids[pid] = done
-        try:
-            yield
-        finally:
-            if pid >= 0 and self._inflight_pids.get(pid) is done:
-                del self._inflight_pids[pid]
-            done.set_result(None)
-
     async def _append_committed(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                                *, coordinator_epoch: int | None = None) -> tuple[int, int]:
+                                *, coordinator_epoch: int | None = None,
+                                drained: tuple[int, ...] = ()) -> tuple[int, int]:
         """Submit to the background engine, wait for COMMIT, then apply to the producer state.
         Until applied, the batch holds the high watermark below it (``_unapplied``); callers
         that derive more state from the append (a marker's aborted-index entry) do so before
         their next ``await``, so no reader sees the batch without it."""
-        pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
+        if drained:
+            pending = self.log.submit(batch, header, drained=drained)  # type: ignore[attr-defined]
+        else:
+            pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
         self._unapplied[pending.base_offset] = None
         try:
             await asyncio.wrap_future(pending.future)
@@ -262,10 +306,12 @@ class Partition:
 
     async def _append_internal_async(self, batch: bytes, now_ms: int) -> AppendResult:
         header = records.parse_header(batch)
-        async with self._producer_turn(header.producer_id):
-            self.producers.check_epoch(header)
-            base, last = await self._append_committed(batch, header, now_ms)
-            return AppendResult(base, last, self.log.log_start_offset)
+        return await self._in_turn(self._take_turn(header.producer_id), self._append_internal_checked(batch, header, now_ms))
+
+    async def _append_internal_checked(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
+        self.producers.check_epoch(header)
+        base, last = await self._append_committed(batch, header, now_ms)
+        return AppendResult(base, last, self.log.log_start_offset)
 
     def delete_records(self, offset: int) -> None:
         """DeleteRecords: the log start moves up to ``offset`` (the caller checked it is at most
@@ -321,14 +367,19 @@ class Partition:
     async def _append_marker_async(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
     ) -> int | None:
-        async with self._producer_turn(producer_id):
-            plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
-            if plan is None:
-                return None
-            batch, header, first, lso_before = plan
-            base, _ = await self._append_committed(batch, header, now_ms, coordinator_epoch=coordinator_epoch)
-            self._marker_written(producer_id, commit, first, base, lso_before)
-            return base
+        return await self._in_turn(self._take_turn(producer_id), self._append_marker_checked(
+            producer_id, producer_epoch, commit, coordinator_epoch, now_ms))
+
+    async def _append_marker_checked(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int | None:
+        plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        if plan is None:
+            return None
+        batch, header, first, lso_before = plan
+        base, _ = await self._append_committed(batch, header, now_ms, coordinator_epoch=coordinator_epoch)
+        self._marker_written(producer_id, commit, first, base, lso_before)
+        return base
 
     def _marker_plan(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                      now_ms: int) -> tuple[bytes, records.BatchHeader, int, int] | None:

@@ -28,6 +28,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_topic_partitions", "elect_leaders", "list_partition_reassignments",
     "sasl_handshake", "sasl_authenticate", "describe_user_scram_credentials", "alter_user_scram_credentials",  # issue 18
     "create_acls", "delete_acls", "describe_acls",  # issue 18
+    "consumer_group_heartbeat", "consumer_group_describe",  # issue 30 (KIP-848)
 )
 
 

@@ -10,7 +10,10 @@ broker's log handler cuts repeats (``oncelog.logs``), so an attack is never a lo
 Serving. One task per connection (``connection.Connection`` cuts frames and does flow control).
 Requests on a connection are handled one at a time, in arrival order, so responses go out in
 request order; this is what Kafka does too (it mutes a connection while one of its requests is
-in flight). A connection that has requests queued gives the event loop back at least every
+in flight). One exception, in cluster mode (``pipeline_produce``): a Produce waits for a
+PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
+started too (up to ``MAX_PIPELINED``; broker/pipelining.py), and their answers still go out in
+request order; any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
 a closed connection's queued requests are dropped at once (connection.py). A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
@@ -65,6 +68,8 @@ us; the frame size is already promised, so the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
 import dataclasses
 import errno
 import logging
@@ -74,7 +79,7 @@ import ssl
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
-from oncelog.broker import heap
+from oncelog.broker import heap, pipelining
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
@@ -100,6 +105,9 @@ YIELD_AFTER = 0.002
 #: what thousands of TLS connections held is returned once they are gone.
 TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
+_PRODUCE_KEY = (0).to_bytes(2, "big")
+#: At most this many Produce requests of one connection are handled at once (pipelining).
+MAX_PIPELINED = 8
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -156,6 +164,9 @@ class Server:
         self._background: list[asyncio.Task[None]] = []
         self._sendfile_wanted = sendfile
         self.sendfile = False  # decided in start(), once the loop is known
+        #: cluster mode (set by the broker): a connection's Produce requests are pipelined
+        #: (broker/pipelining.py); the embedded broker answers a Produce without waiting
+        self.pipeline_produce = False
 
     @property
     def connection_count(self) -> int:
@@ -352,8 +363,28 @@ class Server:
         held: list[Any] = []  # response parts not sent yet (coalescing)
         held_bytes = 0
         last_yield = loop.time()
+        pending: collections.deque[asyncio.Task[Any]] = collections.deque()  # pipelined Produce, oldest first
         try:
             while True:
+                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_produce()):
+                    # answer the oldest pipelined Produce before reading further (in order);
+                    # what is held goes out first if that answer is not ready yet
+                    if held and not pending[0].done():
+                        await self._send(conn, held)
+                        held, held_bytes = [], 0
+                    parts = await pending[0]
+                    pending.popleft()
+                    conn.busy = bool(pending)
+                    if conn.is_closed:
+                        return
+                    if parts is not None:
+                        held.extend(parts)
+                        held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
+                    if held and (held_bytes >= MAX_HELD_BYTES or not (conn.next_is_produce() or (
+                            pending and pending[0].done()))):
+                        await self._send(conn, held)
+                        held, held_bytes = [], 0
+                    continue
                 frame = await conn.next_frame()
                 if frame is None:
                     if conn.lost_mid_frame:
@@ -383,9 +414,17 @@ class Server:
                         if expires is not None and loop.time() > expires:
                             raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
                                                   "expired (connections.max.reauth.ms) without re-authentication")
-                        parts = await self.handle(frame, client)
+                        if self.pipeline_produce and frame[:2] == _PRODUCE_KEY:
+                            task = await self._start_pipelined(frame, client)
+                            if pending or not task.done():
+                                pending.append(task)  # answered in order above; the next Produce may start
+                                continue
+                            parts = task.result()
+                        else:
+                            assert not pending  # only a Produce is read while others are pending
+                            parts = await self.handle(frame, client)
                 finally:
-                    conn.busy = False
+                    conn.busy = bool(pending)
                 if conn.is_closed:
                     return  # nobody to answer
                 if parts is not None:
@@ -408,10 +447,34 @@ class Server:
         except Exception:  # a bug: one rate-limited line (oncelog.logs), never asyncio's unlimited report
             log.exception("bug: closing connection from %s", peer)
         finally:
+            for task in pending:  # their appends run on (shielded); nobody waits for the answers
+                task.cancel()
+                task.add_done_callback(_drop_outcome)
             conn.close()
             self._conns.discard(conn)
             self._release_ip(conn.peer_host)
             self._closed_since_trim += 1
+
+    async def _start_pipelined(self, frame: bytes, client: Client) -> "asyncio.Task[Any]":
+        """Start handling a Produce frame as a task that may release the connection early
+        (broker/pipelining.py); returns it once it is done or has released the connection."""
+        loop = asyncio.get_running_loop()
+        released: asyncio.Future[None] = loop.create_future()
+
+        def release() -> None:
+            if not released.done():
+                released.set_result(None)
+
+        ctx = contextvars.copy_context()
+        ctx.run(pipelining.release_with, release)
+        task = loop.create_task(self.handle(frame, client), context=ctx)
+        try:
+            await asyncio.wait((task, released), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            task.add_done_callback(_drop_outcome)
+            raise
+        return task
 
     async def _authenticate(self, conn: Connection, session: SaslSession, frame: bytes, client: Client) -> list[Any] | None:
         """One frame through the SASL gate (auth/gate.py): ApiVersions is dispatched, the SASL
@@ -487,3 +550,9 @@ def _pread(part: Any) -> bytes:
     if len(data) != part.length:
         raise ConnectionError(f"log file shrank under a fetch ({len(data)} of {part.length} bytes)")
     return data
+
+
+def _drop_outcome(task: "asyncio.Future[Any]") -> None:
+    """Retrieve the outcome of a task nobody waits for any more (no 'never retrieved' noise)."""
+    if not task.cancelled():
+        task.exception()

@@ -59,9 +59,9 @@ log = logging.getLogger(__name__)
 _APPEND = (
     "SELECT idx, status, store_epoch, store_leader, store_end FROM oncelog_append("
     "%b::int8[], %b::int4[], %b::int8[], %b::int8[], %b::int8[], %b::int8[], %b::int2[], %b::int4[], "
-    "%b::bool[], %b::bool[], %b::bytea[])"
+    "%b::bool[], %b::bool[], %b::bytea[], %b::int4[], %b::int8[])"
 )
-_APPENDED, _NO_PARTITION, _FENCED, _END_MOVED = 0, 1, 2, 3
+_APPENDED, _NO_PARTITION, _FENCED, _END_MOVED, _NOT_DRAINED = 0, 1, 2, 3, 4
 #: which of a round's batches are in the store (after its answer was lost)
 _LANDED = (
     "SELECT b.partition_id, b.base_offset FROM oncelog_batch b "
@@ -90,12 +90,22 @@ class AppendRequest:
     is_control: bool
     data: bytes
     future: Future = field(default_factory=Future)
+    #: issue 31: ids of the ``oncelog.outbox`` rows this batch holds, deleted in its transaction
+    drained: tuple[int, ...] = ()
 
     def params(self) -> tuple:
-        """This request's elements of the arrays ``oncelog_append`` takes, in its order."""
+        """This request's elements of the arrays ``oncelog_append`` takes, in its order (the
+        drained ids, concatenated over the round, are its last argument: ``_round_params``)."""
         return (self.partition_id, self.leader_epoch, self.base_offset, self.last_offset, self.max_timestamp,
                 self.producer_id, self.producer_epoch, self.base_sequence, self.is_transactional, self.is_control,
-                self.data)
+                self.data, len(self.drained))
+
+
+def _round_params(reqs: list[AppendRequest]) -> list[list]:
+    """The arguments of ``oncelog_append`` for a round."""
+    cols = [list(col) for col in zip(*(r.params() for r in reqs))]
+    cols.append([i for r in reqs for i in r.drained])
+    return cols
 
 
 @dataclass(slots=True)
@@ -217,7 +227,7 @@ class GroupCommitter:
         accepted: list[AppendRequest] = []
         refused: list[tuple[AppendRequest, KafkaError]] = []
         try:
-            rows = conn.execute(_APPEND, [list(col) for col in zip(*(r.params() for r in reqs))]).fetchall()
+            rows = conn.execute(_APPEND, _round_params(reqs)).fetchall()
             if len(rows) != len(reqs):
                 raise RuntimeError(f"oncelog_append answered {len(rows)} rows for {len(reqs)} requests")
         except Exception as exc:
@@ -251,6 +261,8 @@ class GroupCommitter:
                 refused.append((r, LeaderFenced(r.what, r.leader_epoch, store_epoch, store_leader)))
             elif status == _END_MOVED:
                 refused.append((r, LogEndMoved(r.what, r.base_offset, store_end)))
+            elif status == _NOT_DRAINED:
+                refused.append((r, StoreUnavailable(f"{r.what}: outbox rows of the batch are gone (drained twice?)")))
             else:
                 refused.append((r, UnknownTopicOrPartition(f"{r.what}: the partition is not in the store")))
         with self._cond:

@@ -159,8 +159,11 @@ class PgPartitionLog:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> PendingAppend:
+    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, *,
+               drained: tuple[int, ...] = ()) -> PendingAppend:
         """Assign the next offsets to a validated batch and queue it for the next group commit.
+        ``drained``: the ``oncelog.outbox`` rows the batch holds (issue 31), deleted in the
+        transaction that writes it (all of them, or the batch is refused).
         Raises MessageTooLarge, ValueError (header does not match), or the error that stopped
         an earlier append of this partition (until ``resync``)."""
         size = header.size
@@ -179,7 +182,7 @@ class PgPartitionLog:
         data = b"".join((offset_prefix(batch, base, self.leader_epoch), view[16:]))
         req = AppendRequest(self.partition_id, self.what, self.leader_epoch, base, last, header.max_timestamp,
                             header.producer_id, header.producer_epoch, header.base_sequence,
-                            header.is_transactional, header.is_control, data)
+                            header.is_transactional, header.is_control, data, drained=drained)
         try:
             fut = self._committer.submit(req)
         except KafkaError as exc:

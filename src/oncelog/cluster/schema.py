@@ -52,7 +52,12 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
 
 ``oncelog_append(...)``
     The function one group commit round calls: the epoch and log-end checks and the writes of
-    every batch of the round, in one statement (one round trip; see group_commit.py).
+    every batch of the round, in one statement (one round trip; see group_commit.py); a batch
+    drained from the outbox deletes its pending rows in the same statement.
+
+schema ``oncelog`` (issue 31, outbox_schema.py, docs/DATABASE.md)
+    The database outbox: ``oncelog.send(...)`` for applications, the pending table
+    ``oncelog.outbox`` and the role-to-principal map ``oncelog.role_principal``.
 
 Invariants: for a partition, batches never overlap and cover ``[log_start_offset,
 log_end_offset)`` up to the gaps compaction may leave (batches wholly below the log start are
@@ -62,9 +67,14 @@ deleted, one holding the log start may remain). ``log_end_offset`` is the last b
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from oncelog.cluster.outbox_schema import OUTBOX_DDL
+
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
+
+log = logging.getLogger(__name__)
 
 #: pg_advisory_xact_lock key that serializes concurrent ``ensure_schema`` calls.
 SCHEMA_LOCK = 0x6F6E63656C6F67  # "oncelog"
@@ -170,16 +180,25 @@ ALTER TABLE oncelog_broker ADD COLUMN IF NOT EXISTS listeners jsonb NOT NULL DEF
 -- One group commit round (cluster/group_commit.py) in one statement: lock the partitions'
 -- rows in id order, then per request, in order, append it if its leader epoch is the store's
 -- and its base offset the store's log end. Answers one row per request: status 0 appended,
--- 1 no such partition, 2 fenced (epoch moved), 3 log end moved; with the store's epoch, leader
--- and log end as they were when the request was judged. Run in autocommit mode, the statement
--- is the transaction: its answer arrives after COMMIT.
+-- 1 no such partition, 2 fenced (epoch moved), 3 log end moved, 4 outbox rows not all there;
+-- with the store's epoch, leader and log end as they were when the request was judged. Run in
+-- autocommit mode, the statement is the transaction: its answer arrives after COMMIT.
+-- Issue 31: request i drains p_drain_counts[i] rows of oncelog.outbox, whose ids follow in
+-- p_drain_ids (the requests' lists concatenated): they are deleted in the same transaction as
+-- the batch is inserted, all or none (status 4 when one is missing: nothing of i is written).
+DROP FUNCTION IF EXISTS oncelog_append(int8[], int4[], int8[], int8[], int8[], int8[], int2[], int4[], bool[],
+                                       bool[], bytea[]);
 CREATE OR REPLACE FUNCTION oncelog_append(
     p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], p_max_ts int8[], p_pids int8[],
-    p_pepochs int2[], p_seqs int4[], p_txn bool[], p_ctl bool[], p_data bytea[])
+    p_pepochs int2[], p_seqs int4[], p_txn bool[], p_ctl bool[], p_data bytea[], p_drain_counts int4[],
+    p_drain_ids int8[])
 RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8)
 LANGUAGE plpgsql AS $$
 DECLARE
     st record;
+    pos int := 0;
+    n int;
+    c int;
 BEGIN
     PERFORM 1 FROM oncelog_partition WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
@@ -194,14 +213,29 @@ BEGIN
             ELSIF st.log_end_offset <> p_bases[i] THEN
                 status := 3;
             ELSE
+                status := 0;
+                c := coalesce(p_drain_counts[i], 0);
+                IF c > 0 THEN
+                    BEGIN  -- a subtransaction: a partial delete is undone
+                        DELETE FROM oncelog.outbox WHERE partition_id = p_ids[i] AND id = ANY(p_drain_ids[pos + 1 : pos + c]);
+                        GET DIAGNOSTICS n = ROW_COUNT;
+                        IF n <> c THEN
+                            RAISE EXCEPTION USING ERRCODE = 'OL001';
+                        END IF;
+                    EXCEPTION WHEN SQLSTATE 'OL001' THEN
+                        status := 4;
+                    END;
+                END IF;
+            END IF;
+            IF st.leader_epoch = p_epochs[i] AND st.log_end_offset = p_bases[i] AND status = 0 THEN
                 INSERT INTO oncelog_batch (partition_id, base_offset, last_offset, max_timestamp, producer_id,
                     producer_epoch, base_sequence, is_transactional, is_control, size, leader_epoch, data)
                 VALUES (p_ids[i], p_bases[i], p_lasts[i], p_max_ts[i], p_pids[i], p_pepochs[i], p_seqs[i],
                     p_txn[i], p_ctl[i], octet_length(p_data[i]), p_epochs[i], p_data[i]);
                 UPDATE oncelog_partition SET log_end_offset = p_lasts[i] + 1 WHERE id = p_ids[i];
-                status := 0;
             END IF;
         END IF;
+        pos := pos + coalesce(p_drain_counts[i], 0);
         RETURN NEXT;
     END LOOP;
 END
@@ -210,8 +244,17 @@ $$;
 
 
 def ensure_schema(conn: Any) -> None:
-    """Create the tables unless they exist; safe to call from several brokers at once (an
-    advisory lock serializes the DDL). Commits. ``conn`` is a psycopg connection."""
+    """Create the tables unless they exist, and the outbox's schema ``oncelog`` (issue 31,
+    outbox_schema.py); safe to call from several brokers at once (an advisory lock serializes
+    the DDL). Commits. ``conn`` is a psycopg connection."""
+    import psycopg
+
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
+        try:
+            with conn.transaction():  # a savepoint: the cluster works without the outbox
+                conn.execute(OUTBOX_DDL)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning("the database outbox (schema oncelog, docs/DATABASE.md) is not installed: the store's "
+                        "role may not create it (%s); grant it CREATE on the database to have it", exc)

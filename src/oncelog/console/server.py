@@ -184,12 +184,6 @@ class Handler(DeadlineHandler):
     server: ConsoleHTTPServer
     server_version = "oncelog-console"
 
-    def version_string(self) -> str:
-        return self.server_version  # no Python version in the Server header
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("console: %s " + format, self.address_string(), *args)
-
     def _send(self, status: int, body: bytes, ctype: str, *, head: bool = False, cache: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)

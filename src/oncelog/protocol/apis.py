@@ -14,6 +14,9 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
   ApiVersions also advertises as the finalized feature ``transaction.version`` = 2
   (``FEATURES``); the v11/v5/v4 steps below them only allow the TRANSACTION_ABORTABLE error
   code, which this broker does not send.
+* Every version of Kafka 4.2's table for the APIs clients use (Produce 13, OffsetCommit 10,
+  OffsetFetch 10, FindCoordinator 6, JoinGroup 9, LeaveGroup 5, DescribeGroups 6): kafka-python
+  pinned to ``api_version=(4, 2)`` sends those versions whatever ApiVersions says (issue 30).
 * OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
   them; librdkafka and the Java consumer send v2+.
 
@@ -80,22 +83,24 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DESCRIBE_TOPIC_PARTITIONS = 75
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 #: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
 #: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 12),  # v12: transactions version 2 (KIP-890 part 2)
+    PRODUCE: (3, 13),  # v12: transactions version 2 (KIP-890 part 2); v13: topics by id
     FETCH: (4, 18),
     LIST_OFFSETS: (1, 11),
     METADATA: (0, 13),
-    OFFSET_COMMIT: (2, 8),
-    OFFSET_FETCH: (1, 8),
-    FIND_COORDINATOR: (0, 4),
-    JOIN_GROUP: (0, 7),
+    OFFSET_COMMIT: (2, 10),  # v9: GROUP_ID_NOT_FOUND for a group that does not exist; v10: topics by id
+    OFFSET_FETCH: (1, 10),  # v9: member id and epoch (KIP-848); v10: topics by id
+    FIND_COORDINATOR: (0, 6),  # v6: share coordinator keys (key type 2: INVALID_REQUEST here)
+    JOIN_GROUP: (0, 9),  # v8: a reason (KIP-800); v9: skip_assignment (KIP-814, never set here)
     HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 4),
+    LEAVE_GROUP: (0, 5),  # v5: a reason per member (KIP-800)
     SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
+    DESCRIBE_GROUPS: (0, 6),  # v6: an error message per group (KIP-1043)
     LIST_GROUPS: (0, 5),
     API_VERSIONS: (0, 4),  # v4: supported features may start at level 0 (KAFKA-17011)
     CREATE_TOPICS: (2, 7),
@@ -131,6 +136,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_ACLS: (1, 3),  # issue 18 (Kafka 4 removed v0)
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),  # issue 30 (KIP-848); v1: subscription by regex
+    CONSUMER_GROUP_DESCRIBE: (0, 1),  # issue 30; v1: member type
 }
 
 

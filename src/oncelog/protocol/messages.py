@@ -30,16 +30,27 @@ def field_names(cls: type) -> frozenset[str]:
 
 
 _NO_THROTTLE = datetime.timedelta(0)
+#: The longest ``error_message`` an answer carries, in characters. Kafka's are a line; a longer
+#: one echoes a client's string (a config value, a name), and past a Kafka string's 32,767
+#: UTF-8 bytes a non-flexible version cannot encode it at all: the whole answer was lost to a
+#: ``bug:`` line (issue 26 review, the class of row 2). Cut here, where every answer is built.
+MAX_ERROR_MESSAGE = 1024
 
 
 def make(cls: type, **kw: Any) -> Any:
     """Instantiate ``cls`` with the keyword arguments it has fields for (others are dropped).
 
-    ``throttle_time`` defaults to zero: this broker does not throttle (no quotas yet)."""
+    ``throttle_time`` defaults to zero: this broker does not throttle (no quotas yet). An
+    ``error_message`` longer than ``MAX_ERROR_MESSAGE`` characters is cut to it in its middle
+    (where an echoed string is; its start and end, which say what was refused, are kept)."""
     names = field_names(cls)
     args = {k: v for k, v in kw.items() if k in names}
     if "throttle_time" in names and "throttle_time" not in args:
         args["throttle_time"] = _NO_THROTTLE
+    message = args.get("error_message")
+    if message is not None and len(message) > MAX_ERROR_MESSAGE:
+        keep = (MAX_ERROR_MESSAGE - 1) // 2
+        args["error_message"] = f"{message[:keep]}…{message[-keep:]}"
     return cls(**args)
 
 

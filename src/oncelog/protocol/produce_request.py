@@ -1,4 +1,4 @@
-"""The Produce request (v3–v9) read straight from bytes: the broker's hottest decode. Sans-IO.
+"""The Produce request (v3–v13) read straight from bytes: the broker's hottest decode. Sans-IO.
 
 A Produce request is a few fixed fields and, per topic and partition, one ``records`` blob;
 reading it with a generic schema walk costs more than the rest of the request. This reader
@@ -15,7 +15,10 @@ Layout (Kafka's ProduceRequest.json)::
            records nullable bytes32 ] ]
     v9:    the same in the flexible encoding (compact strings, arrays and bytes: unsigned
            varint length + 1) with a tagged-field section after each structure; unknown tags
-           are skipped.
+           are skipped (v10-v12 are the same layout).
+    v13:   the flexible layout with each topic named by its ``topic_id`` (uuid, 16 bytes) instead
+           of its name (KIP-516): ``TopicProduceData.name`` is then "" and the handler resolves
+           the id.
 
 Raises ``ValueError`` on anything malformed (the caller closes the connection), and
 ``schema_reader.TooManyEntries`` when the topics and partitions together pass
@@ -25,14 +28,17 @@ Raises ``ValueError`` on anything malformed (the caller closes the connection), 
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import NamedTuple
 
-from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, TooManyEntries
+from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, spend
 from oncelog.protocol.varint import read_uvarint as _uvarint
 
 __all__ = ["PartitionProduceData", "ProduceRequest", "TopicProduceData", "read_produce_request"]
 
 FIRST_FLEXIBLE_VERSION = 9
+#: v13+ names topics by id (KIP-516)
+FIRST_TOPIC_ID_VERSION = 13
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -49,6 +55,8 @@ class PartitionProduceData(NamedTuple):
 class TopicProduceData(NamedTuple):
     name: str
     partition_data: tuple[PartitionProduceData, ...]
+    #: v13+: the topic's id (``name`` is then "")
+    topic_id: uuid.UUID | None = None
 
 
 class ProduceRequest(NamedTuple):
@@ -112,12 +120,6 @@ def _count(buf: bytes, pos: int, flexible: bool, item_min: int, what: str) -> tu
     return n, pos
 
 
-def _spend(budget: list[int], n: int) -> None:
-    budget[0] -= n
-    if budget[0] < 0:
-        raise TooManyEntries(MAX_REQUEST_ENTRIES - budget[0])
-
-
 def read_produce_request(buf: bytes, offset: int, version: int,
                          budget: list[int] | None = None) -> tuple[ProduceRequest, int]:
     """Read a Produce request body of ``version`` at ``buf[offset]``: (request, bytes used).
@@ -132,13 +134,21 @@ def read_produce_request(buf: bytes, offset: int, version: int,
         raise ValueError("buffer ends inside acks/timeout")
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
     pos += 6
-    n_topics, pos = _count(buf, pos, flexible, _MIN_TOPIC[flexible], "topic_data")
-    _spend(budget, n_topics)
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    n_topics, pos = _count(buf, pos, flexible, 16 + 1 + 1 if by_id else _MIN_TOPIC[flexible], "topic_data")
+    spend(budget, n_topics)
     topics = []
     for _ in range(n_topics):
-        name, pos = string(buf, pos, False)
+        topic_id = None
+        if by_id:
+            if len(buf) - pos < 16:
+                raise ValueError("buffer ends inside a topic id")
+            name, topic_id = "", uuid.UUID(bytes=bytes(buf[pos:pos + 16]))
+            pos += 16
+        else:
+            name, pos = string(buf, pos, False)
         n_parts, pos = _count(buf, pos, flexible, _MIN_PARTITION[flexible], "partition_data")
-        _spend(budget, n_parts)
+        spend(budget, n_parts)
         parts = []
         for _ in range(n_parts):
             if len(buf) - pos < 4:
@@ -168,7 +178,7 @@ def read_produce_request(buf: bytes, offset: int, version: int,
             parts.append(PartitionProduceData(index, data))
         if flexible:
             pos = _skip_tags(buf, pos)
-        topics.append(TopicProduceData(name, tuple(parts)))  # type: ignore[arg-type]
+        topics.append(TopicProduceData(name, tuple(parts), topic_id))  # type: ignore[arg-type]
     if flexible:
         pos = _skip_tags(buf, pos)
     return ProduceRequest(txn_id, acks, timeout_ms, tuple(topics)), pos - offset

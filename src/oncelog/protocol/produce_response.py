@@ -6,13 +6,14 @@ response with kio's generic objects and writers cost about 33 µs, nearly half o
 whole work per request (``python -m bench.request_path``); this module does it in about 2 µs.
 
 Contract: ``encode_body(version, topics)`` returns exactly the bytes kio's writer produces for
-the equivalent ``ProduceResponse`` object (throttle time 0, no tagged fields), for every version the broker advertises (3..12; v10+ only add tagged fields, never sent here:
-the current leader hint of KIP-951 goes with NOT_LEADER_OR_FOLLOWER, which we answer without it).
+the equivalent ``ProduceResponse`` object (throttle time 0, no tagged fields), for every version the broker advertises (3..13; v10+ only add tagged fields, never sent here:
+the current leader hint of KIP-951 goes with NOT_LEADER_OR_FOLLOWER, which we answer without it;
+v13 names each topic by its id, KIP-516, instead of its name).
 tests/unit/test_produce_response.py holds it to that, with Hypothesis, against kio itself, so
 kio stays the reference for the wire format.
 
 Layout (Kafka's ProduceResponse schema):
-  responses: [name, partition_responses: [index i32, error_code i16, base_offset i64,
+  responses: [name (v3-v12) | topic_id uuid (v13+), partition_responses: [index i32, error_code i16, base_offset i64,
               log_append_time_ms i64 (v2+), log_start_offset i64 (v5+),
               record_errors [] (v8+), error_message nullable string (v8+)]]
   throttle_time_ms i32 (v1+)
@@ -23,11 +24,14 @@ tagged-field section after every struct.
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import NamedTuple, Sequence
 
 MIN_VERSION = 3
-MAX_VERSION = 12
+MAX_VERSION = 13
 FLEXIBLE_FROM = 9
+#: Produce v13+ names topics by id (KIP-516)
+TOPIC_ID_FROM = 13
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -72,17 +76,26 @@ def _array_length(n: int, flexible: bool) -> bytes:
     return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
-def encode_body(version: int, topics: Sequence[tuple[str, Sequence[PartitionResult]]]) -> bytes:
+def encode_body(version: int, topics: Sequence[tuple[str | uuid.UUID, Sequence[PartitionResult]]]) -> bytes:
     """The body of a ProduceResponse ``version`` (without response header) for ``topics``:
-    (topic name, partition results) pairs in request order. Raises ValueError for a version
-    outside MIN_VERSION..MAX_VERSION."""
+    (topic, partition results) pairs in request order, the topic being its name below v13 and
+    its id (``uuid.UUID``) from v13. Raises ValueError for a version outside
+    MIN_VERSION..MAX_VERSION or a topic of the wrong kind for the version."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Produce response v{version} is not supported here")
     flexible = version >= FLEXIBLE_FROM
     part = _PART_V5 if version >= 5 else _PART_V3
     out = [_array_length(len(topics), flexible)]
-    for name, results in topics:
-        out.append(_string(name, flexible))
+    by_id = version >= TOPIC_ID_FROM
+    for topic, results in topics:
+        if by_id:
+            if not isinstance(topic, uuid.UUID):
+                raise ValueError(f"Produce response v{version} names topics by id, not {topic!r}")
+            out.append(topic.bytes)
+        else:
+            if not isinstance(topic, str):
+                raise ValueError(f"Produce response v{version} names topics by name, not {topic!r}")
+            out.append(_string(topic, flexible))
         out.append(_array_length(len(results), flexible))
         for r in results:
             if version >= 5:

@@ -50,7 +50,7 @@ from kio.serial import readers as kr
 from oncelog.protocol.schema import FieldKind, field_kinds, implicit_default, scalar_reader
 from oncelog.protocol.varint import read_uvarint as _uv
 
-__all__ = ["MAX_REQUEST_ENTRIES", "TooManyEntries", "check_message", "read_message"]
+__all__ = ["MAX_REQUEST_ENTRIES", "TooManyEntries", "check_message", "read_message", "spend"]
 
 #: The most array entries one request may announce, all arrays together (see the module docstring).
 MAX_REQUEST_ENTRIES = 100_000
@@ -109,7 +109,16 @@ def check_message(cls: type, buf: bytes, offset: int = 0, budget: list[int] | No
     return _checker(cls)(buf, offset, [MAX_REQUEST_ENTRIES] if budget is None else budget)
 
 
-def _too_many(budget: list[int], announced: int) -> None:
+def spend(budget: list[int], n: int) -> None:
+    """Take ``n`` array entries from ``budget`` (``check_message``'s one-item list); raises
+    TooManyEntries once it is overspent. The checkers' generated code inlines the same test;
+    Produce's own reader (produce_request.py) calls this."""
+    budget[0] -= n
+    if budget[0] < 0:
+        _too_many(budget)
+
+
+def _too_many(budget: list[int]) -> None:
     raise TooManyEntries(MAX_REQUEST_ENTRIES - budget[0])
 
 
@@ -298,7 +307,7 @@ _T_ARRAY_BODY = """
         _fail({w!r}, "array of %d items cannot fit in %d bytes" % (v, n - pos))
     else:
         b[0] -= v
-        if b[0] < 0: _too_many(b, v)
+        if b[0] < 0: _too_many(b)
         for _ in range(v):
             {item}"""
 _T_NULLABLE_ENTITY = """

@@ -1,8 +1,10 @@
-"""Shared by the group handlers: request field conversions."""
+"""Shared by the group handlers: request field conversions, and topics named by id (OffsetCommit
+v10+, OffsetFetch v10+, KIP-848/KIP-516) resolved to names."""
 
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
@@ -25,15 +27,42 @@ def client_host(client: Client) -> str:
     return f"/{client.host}" if client.host else ""
 
 
+def unknown_id_key(topic_id: Any) -> str:
+    """The stand-in topic name under which a request's unknown topic id is answered: no topic can
+    have it (Kafka's topic names are [a-zA-Z0-9._-] only)."""
+    return f"<unknown topic id {topic_id}>"
+
+
+def topic_key(broker: BrokerContext, t: Any) -> str:
+    """The name of a request topic entity that names its topic by ``name`` or, in the versions
+    that have it, by ``topic_id``: an id the broker does not know gives ``unknown_id_key``."""
+    topic_id = getattr(t, "topic_id", None)
+    if topic_id is None or hasattr(t, "name"):
+        return t.name
+    meta = broker.replicas.topic_by_id(topic_id)
+    return meta.name if meta is not None else unknown_id_key(topic_id)
+
+
+def topic_id_of(broker: BrokerContext, name: str) -> Any:
+    """The id of topic ``name`` for an answer that names topics by id (the all-zero id when the
+    topic is unknown, as Kafka answers an id it cannot resolve)."""
+    meta = broker.replicas.topics.get(name)
+    return meta.topic_id if meta is not None else uuid.UUID(int=0)
+
+
 def requested_offsets(broker: BrokerContext, topics: Any) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitData]]:
     """The offsets of an OffsetCommit / TxnOffsetCommit request: (codes already decided, offsets
-    to commit). Partitions the broker does not have get UNKNOWN_TOPIC_OR_PARTITION."""
+    to commit), keyed by ``topic_key``. Partitions the broker does not have get
+    UNKNOWN_TOPIC_OR_PARTITION; those of a topic id it does not know, UNKNOWN_TOPIC_ID."""
     codes: dict[TopicPartition, ErrorCode] = {}
     offsets: dict[TopicPartition, OffsetCommitData] = {}
     for t in topics:
+        name = topic_key(broker, t)
         for p in t.partitions:
-            tp = TopicPartition(t.name, p.partition_index)
-            if not broker.replicas.exists(tp):
+            tp = TopicPartition(name, p.partition_index)
+            if name.startswith("<"):
+                codes[tp] = ErrorCode.unknown_topic_id
+            elif not broker.replicas.exists(tp):
                 codes[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 offsets[tp] = OffsetCommitData(
@@ -51,6 +80,8 @@ def authorize_offsets(g: Any, group_id: str, codes: dict[TopicPartition, ErrorCo
     every = request_denied or g.denied("group", group_id)
     allowed: dict[str, bool] = {}
     for tp in [*codes, *offsets]:
+        if codes.get(tp) == ErrorCode.unknown_topic_id and every is None:
+            continue  # an id no topic has: nothing to authorize (as Kafka)
         code = every
         if code is None:
             ok = allowed.get(tp.topic)

@@ -1,6 +1,7 @@
 """DescribeGroups (15): state, protocol and members of groups; members' subscription metadata
 and assignments while the group is Stable (as Kafka). An unknown group is described as Dead with
-no error (v0..v5). Authorized operations when asked: those allowed (all without an authorizer; _acl.py). ACLs (issue 18): DESCRIBE on each group."""
+no error (v0..v5); from v6 (KIP-1043) it is GROUP_ID_NOT_FOUND, and every error of v6 carries its
+message. Authorized operations when asked: those allowed (all without an authorizer; _acl.py). ACLs (issue 18): DESCRIBE on each group."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import ErrorCode, GroupIdNotFound, KafkaError
 from oncelog.protocol.framing import Request
 
 API_KEY = apis.DESCRIBE_GROUPS
+#: DescribeGroups v6+ answers GROUP_ID_NOT_FOUND for a group that does not exist (KIP-1043)
+NOT_FOUND_FROM = 6
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -33,11 +36,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             _acl.check(g, "group", group_id)  # ACLs (issue 18): DESCRIBE on the group
             validate_group_id(group_id, allow_empty=True)
             s = broker.groups.describe_group(group_id)
+            if s.state == "Dead" and request.api_version >= NOT_FOUND_FROM:
+                raise GroupIdNotFound(f"Group {group_id} not found.")
         except KafkaError as exc:
             out.append(
                 m.DescribedGroup(
-                    error_code=exc.code, group_id=group_id, group_state="", protocol_type="", protocol_data="",
-                    members=(), authorized_operations=ops,
+                    error_code=exc.code, group_id=group_id, protocol_type="", protocol_data="",
+                    group_state="Dead" if isinstance(exc, GroupIdNotFound) else "",
+                    members=(), authorized_operations=ops, error_message=str(exc) or None,
                 )
             )
             continue

@@ -8,7 +8,10 @@ is the live broker the store names as that partition's leader (from this broker'
 COORDINATOR_NOT_AVAILABLE while the partition has no live leader). The named broker may still
 be loading the partition (it answers COORDINATOR_LOAD_IN_PROGRESS) or may have lost it since
 (NOT_COORDINATOR): clients ask again, as with Kafka. ``RESOLVERS`` maps each key type to the
-check of its keys; adding a key type is one entry. v4+ asks for many keys at once.
+check of its keys; adding a key type is one entry. v4+ asks for many keys at once; v5 only
+allows TRANSACTION_ABORTABLE (never sent here); v6 adds the share coordinator's key type 2
+(KIP-932), which this broker does not serve: INVALID_REQUEST, as Kafka answers with share groups
+disabled.
 """
 
 from __future__ import annotations

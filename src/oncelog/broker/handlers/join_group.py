@@ -2,7 +2,10 @@
 
 The answer is parked until the join phase of the rebalance ends (group coordinator,
 membership.py). v4+: a new dynamic member first gets MEMBER_ID_REQUIRED with the id to rejoin
-with (KIP-394); v5+: static membership (group.instance.id); v7: protocol type in the answer.
+with (KIP-394); v5+: static membership (group.instance.id); v7: protocol type in the answer;
+v8: a reason for the (re)join (KIP-800), not kept; v9: ``skip_assignment`` in the answer (KIP-814),
+always false: a static leader that rejoins a Stable group is answered with the current leader
+id, not its own (as before KIP-814), so it never computes an assignment that nobody would use.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 v0..v2 name one member; v3+ a batch of members, each by member id or (static members, for
 administrative removal) by group.instance.id, with an error per member. Before v3 the member's
-error is the response's error.
+error is the response's error. v5 adds a reason per member (KIP-800), which is not kept.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ListGroups (16): every group this broker coordinates, with its protocol type and (v4+) its
 state, optionally filtered by state (v4+) and (v5+, KIP-848) by group type, both case-insensitive
-as in Kafka. Every group here is a "classic" group (the JoinGroup/SyncGroup protocol; the
-KIP-848 consumer protocol is not served), so a type filter without "classic" lists none. While a partition of ``__consumer_offsets`` is still
+as in Kafka. A group is "classic" (the JoinGroup/SyncGroup protocol) or "consumer" (the
+consumer rebalance protocol, KIP-848; protocol type "consumer"). While a partition of ``__consumer_offsets`` is still
 loading, the answer lists the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import Request
 
 API_KEY = apis.LIST_GROUPS
-CLASSIC = "classic"
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
@@ -29,13 +28,11 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         groups = [row for row in groups if g.allowed("group", row[0])]
     wanted = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
-    if types and CLASSIC not in types:  # every group here is a classic group
-        groups = []
     return m.ListGroupsResponse(
         error_code=ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none,
         groups=tuple(
-            m.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=CLASSIC)
-            for gid, ptype, state in sorted(groups)
-            if not wanted or state.lower() in wanted
+            m.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype)
+            for gid, ptype, state, gtype in sorted(groups)
+            if (not wanted or state.lower() in wanted) and (not types or gtype in types)
         ),
     )

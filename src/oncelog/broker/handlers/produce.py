@@ -8,7 +8,9 @@ byte-for-byte what kio would write), since this is the broker's hottest path. ac
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
 answer goes out (R2). In cluster mode (a partition on PostgreSQL) every partition's batch is
-submitted to the group commit first and the answer waits for their COMMITs together.
+submitted to the group commit first and the answer waits for their COMMITs together; once all
+are submitted (each in its place in its producer's line) the connection's next Produce may be
+handled meanwhile (broker/pipelining.py), so a producer's requests share commit rounds.
 
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by the
 broker's coordinators; a client's batch for one is refused with INVALID_TOPIC_EXCEPTION, as
@@ -27,6 +29,10 @@ transaction goes in (``TransactionCoordinator.add_implicitly``; later batches fi
 write nothing). A batch with an epoch older than the coordinator's — the previous transaction's
 late write, since every TV2 end bumps the epoch — is INVALID_PRODUCER_EPOCH; a transaction being
 ended, or a coordinator that cannot answer, NOT_ENOUGH_REPLICAS (the producer retries).
+
+Produce v13 (Kafka 4.1+, KIP-516) names each topic by its id: the id is resolved to the topic
+here, and an id this broker does not know gets UNKNOWN_TOPIC_ID on each of its partitions; the
+answer names the topic by the same id.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ import asyncio
 from typing import Any, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
+from oncelog.broker import pipelining
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
-    CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError, error_for,
+    CorruptMessage, InvalidRequest, InvalidRequiredAcks, InvalidTopic, KafkaError, UnknownTopicId, error_for,
 )
 from oncelog.protocol.framing import EncodedBody, Request
 from oncelog.protocol.produce_response import PartitionResult, encode_body
@@ -55,7 +62,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     acks = req.acks
     txn_id = req.transactional_id
     failed: list[str] = []
-    topics: list[tuple[str, list[PartitionResult]]] = []
+    topics: list[tuple[Any, list[PartitionResult]]] = []
     waiting: list[tuple[list[PartitionResult], int, str, int, Any]] = []  # cluster mode only
     known = broker.replicas.topics
     metrics = getattr(broker, "metrics", None)  # issue 19: None unless metrics.listen is set
@@ -65,29 +72,36 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     request_denied = g.denied("transactional_id", txn_id) if g is not None and txn_id is not None else None
     for t in req.topic_data:
         results: list[PartitionResult] = []
-        meta = known.get(t.name)
-        denied = request_denied or (g.denied("topic", t.name) if g is not None else None)
+        name, topic_id = t.name, getattr(t, "topic_id", None)
+        if topic_id is not None:  # v13+ (KIP-516): the topic by its id
+            meta = broker.replicas.topic_by_id(topic_id)
+            name = meta.name if meta is not None else ""
+        else:
+            meta = known.get(name)
+        denied = request_denied or (g.denied("topic", name) if g is not None and name else None)
         for p in t.partition_data:
             try:
+                if not name:
+                    raise UnknownTopicId(f"topic id {topic_id} is unknown")
                 if denied is not None:
-                    raise error_for(denied, f"{client.principal} may not write to {t.name}"
+                    raise error_for(denied, f"{client.principal} may not write to {name}"
                                     + (f" with transactional id {txn_id}" if request_denied else ""))
                 if acks not in (-1, 0, 1):
                     raise InvalidRequiredAcks(f"acks={acks} (must be -1, 0 or 1)")
                 if meta is not None and meta.internal:
-                    raise InvalidTopic(f"cannot append to internal topic {t.name}")
-                part = broker.replicas.partition(t.name, p.index)
+                    raise InvalidTopic(f"cannot append to internal topic {name}")
+                part = broker.replicas.partition(name, p.index)
                 if not p.records:
-                    raise CorruptMessage(f"produce to {t.name}-{p.index} carries no record batch")
+                    raise CorruptMessage(f"produce to {name}-{p.index} carries no record batch")
                 config = part.config
                 header = records.validate_produce_batch(
                     p.records, config.max_message_bytes, config.max_uncompressed_bytes,
                     compacted="compact" in config.cleanup_policy,
                     timestamps=records.TimestampRule(now, config.timestamp_before_max_ms,
                                                      config.timestamp_after_max_ms, config.log_append_time))
-                tp = TopicPartition(t.name, p.index)
+                tp = TopicPartition(name, p.index)
                 if metrics is not None:  # per batch, from its header: never per record
-                    metrics.produced(t.name, len(p.records), header.records_count)
+                    metrics.produced(name, len(p.records), header.records_count)
                 dup = part.producers.duplicate_of(header)
                 if dup is not None:
                     # A retry of a batch that is in the log already is answered with its offsets
@@ -107,26 +121,27 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
                                                               header.producer_epoch, tp)
                 if part.commits_asynchronously:  # cluster mode: answered after the group COMMIT
-                    waiting.append((results, len(results), t.name, p.index,
-                                    part.append_validated_async(p.records, header, now)))
+                    waiting.append((results, len(results), name, p.index,
+                                    part.append_validated_soon(p.records, header, now)))
                     results.append(None)  # type: ignore[arg-type]  # filled below
                     continue
                 res = part.append_validated(p.records, header, now)
                 results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset,
                                                log_append_time=res.log_append_time))
             except records.RecordErrors as exc:
-                failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
+                failed.append(f"{name}-{p.index}: {exc.code.name}: {exc}")
                 if metrics is not None:
                     metrics.error(API_KEY, int(exc.code))
-                errs = tuple((i, f"{m} in topic partition {t.name}-{p.index}.") for i, m in exc.record_errors)
+                errs = tuple((i, f"{m} in topic partition {name}-{p.index}.") for i, m in exc.record_errors)
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc), record_errors=errs))
             except KafkaError as exc:
-                failed.append(f"{t.name}-{p.index}: {exc.code.name}: {exc}")
+                failed.append(f"{name}-{p.index}: {exc.code.name}: {exc}")
                 if metrics is not None:
                     metrics.error(API_KEY, int(exc.code))
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc)))
-        topics.append((t.name, results))
+        topics.append((topic_id if topic_id is not None else name, results))
     if waiting:
+        pipelining.submitted()  # every batch has its place in its producer's line: the next request may start
         outcomes = await asyncio.gather(*(w[4] for w in waiting), return_exceptions=True)
         for (results, i, name, index, _), out in zip(waiting, outcomes):
             if isinstance(out, KafkaError):

@@ -10,6 +10,12 @@ generation/assignment each one stored — and loading the partition on start run
 written. Transaction markers found in the partition go to ``replay_marker``, live
 (``complete_transaction``) and on load alike.
 
+Consumer groups of the consumer rebalance protocol (KIP-848, consumer_group.py) live beside the
+classic ones under the same group ids: a consumer-protocol member may take over a group id whose
+classic group is empty (it then only holds offsets), and a classic member one whose consumer
+group is empty; otherwise GROUP_ID_NOT_FOUND / INCONSISTENT_GROUP_PROTOCOL. Their membership is
+in memory only for now (issue 30).
+
 The membership of a group (membership.py) is volatile, as in Kafka: who is joining, parked
 requests and heartbeat deadlines live in memory and are driven by the transition table; each
 finished generation is stored as a GroupMetadata record, and the leader's assignment becomes
@@ -25,6 +31,7 @@ import uuid
 from typing import Callable, Iterator
 
 from oncelog.coordinator.group import records as rec
+from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group.group import ClassicGroup, member_from_record
 from oncelog.coordinator.group.membership import Membership
 from oncelog.coordinator.group.offsets import CommittedOffset, OffsetStore
@@ -44,10 +51,12 @@ from oncelog.protocol.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
     IllegalGeneration,
+    InconsistentGroupProtocol,
     KafkaError,
     NonEmptyGroup,
     OffsetMetadataTooLarge,
     ProducerFenced,
+    StaleMemberEpoch,
     UnknownMemberId,
     UnstableOffsetCommit,
 )
@@ -78,10 +87,41 @@ class GroupShard:
         self.membership = Membership(
             self.groups, self.settings, self.outbox, reply_ids or itertools.count(1), new_member_id
         )
+        self.consumers = cg.ConsumerGroups(self.settings.consumer, lambda: str(uuid.uuid4()))
+
+    # -- consumer groups (KIP-848, consumer_group.py) -------------------------------------------
+
+    def consumer_heartbeat(self, req: cg.HeartbeatRequest, topics: cg.Topics, now: int) -> Result:
+        """ConsumerGroupHeartbeat. A classic group with members under the same id:
+        GROUP_ID_NOT_FOUND (an empty one, which only holds offsets, is taken over)."""
+        classic = self.groups.get(req.group_id)
+        if classic is not None:
+            if classic.members or not classic.is_(E):
+                raise GroupIdNotFound(f"Group {req.group_id} is not a consumer group (a classic group has members)")
+            if req.member_epoch >= 0:
+                del self.groups[req.group_id]
+        return Result([], self.consumers.heartbeat(req, topics, now))
+
+    def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
+        """ConsumerGroupDescribe: the group as it is. Raises GroupIdNotFound for a group that
+        does not exist or is a classic group."""
+        group = self._consumer_group(group_id)
+        if group is None:
+            kind = "is not a consumer group" if group_id in self.groups else "not found"
+            raise GroupIdNotFound(f"Group {group_id} {kind}.")
+        return group
+
+    def _consumer_group(self, group_id: str) -> cg.ConsumerGroup | None:
+        return None if group_id in self.groups else self.consumers.groups.get(group_id)
 
     # -- membership (membership.py) ---------------------------------------------------------
 
     def join_group(self, req: JoinRequest, now: int) -> Result:
+        consumer = self.consumers.groups.get(req.group_id)
+        if consumer is not None:
+            if consumer.members:
+                raise InconsistentGroupProtocol(f"group {req.group_id} is a consumer group (KIP-848) with members")
+            del self.consumers.groups[req.group_id]  # an empty one: the classic member takes it over
         return self.membership.join(req, now)
 
     def sync_group(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
@@ -97,10 +137,12 @@ class GroupShard:
         return self.membership.leave(group_id, members, now)
 
     def tick(self, now: int) -> Result:
+        self.consumers.tick(now)
         return Result(self.membership.tick(now))
 
     def next_deadline(self) -> int | None:
-        return self.membership.next_deadline()
+        deadlines = [d for d in (self.membership.next_deadline(), self.consumers.next_deadline()) if d is not None]
+        return min(deadlines, default=None)
 
     def store_failed(self, group_ids: set[str], error: KafkaError, now: int) -> None:
         for group_id in group_ids:
@@ -125,16 +167,22 @@ class GroupShard:
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                        offsets: dict[TopicPartition, OffsetCommitData], now: int, *,
-                       expire_timestamp: int = -1) -> Result:
+                       expire_timestamp: int = -1, api_version: int | None = None) -> Result:
         """OffsetCommit. A commit with generation -1 from outside any group (a consumer that
         assigns partitions itself) is accepted while the group has no members; a member of a
-        group must name its member id and the current generation. Raises IllegalGeneration,
+        group must name its member id and the current generation. Raises GroupIdNotFound (a
+        generation for a group that does not exist), IllegalGeneration,
         UnknownMemberId, FencedInstanceId, RebalanceInProgress, CoordinatorNotAvailable;
         per-partition errors (OffsetMetadataTooLarge) in ``response``."""
+        consumer = self._consumer_group(group_id)
+        if consumer is not None:
+            self.consumers.validate_commit(consumer, member_id, generation, transactional=False, api_version=api_version)
+            records, errors = self._offset_records(group_id, offsets, now, expire_timestamp)
+            return Result(records, errors)
         group = self.groups.get(group_id)
         if group is None:
-            if generation >= 0:
-                raise IllegalGeneration(f"group {group_id} does not exist: generation {generation} is not current")
+            if generation >= 0:  # the handler answers ILLEGAL_GENERATION below OffsetCommit v9, as Kafka
+                raise GroupIdNotFound(f"group {group_id} does not exist: generation {generation} is not current")
         elif group.is_(D):
             raise CoordinatorNotAvailable(f"group {group_id} is being deleted")
         elif group.is_static_member_fenced(instance_id, member_id):
@@ -165,6 +213,14 @@ class GroupShard:
             raise ProducerFenced(
                 f"producer {producer_id} epoch {producer_epoch}: epoch {known} already wrote to __consumer_offsets-{self.partition}"
             )
+        consumer = self._consumer_group(group_id)
+        if consumer is not None:  # KIP-447 under KIP-848: the member's epoch fences a zombie
+            try:
+                self.consumers.validate_commit(consumer, member_id, generation, transactional=True, api_version=None)
+            except StaleMemberEpoch as exc:  # TxnOffsetCommit answers ILLEGAL_GENERATION, as Kafka
+                raise IllegalGeneration(str(exc)) from None
+            records, errors = self._offset_records(group_id, offsets, now, -1)
+            return Result(records, errors, producer=(producer_id, producer_epoch))
         group = self.groups.get(group_id)
         current_generation = 0 if group is None else group.generation
         if group is not None:
@@ -179,11 +235,17 @@ class GroupShard:
         records, errors = self._offset_records(group_id, offsets, now, -1)
         return Result(records, errors, producer=(producer_id, producer_epoch))
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+                      member_id: str | None = None, member_epoch: int = -1,
                       ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
         """OffsetFetch: committed offsets only (pending transactional ones are invisible); with
         ``require_stable``, a partition with a pending transactional offset answers
-        UNSTABLE_OFFSET_COMMIT so the consumer waits for the transaction to end (KIP-447)."""
+        UNSTABLE_OFFSET_COMMIT so the consumer waits for the transaction to end (KIP-447). A
+        member of a consumer group names its member id and epoch (v9+): UNKNOWN_MEMBER_ID,
+        STALE_MEMBER_EPOCH."""
+        consumer = self._consumer_group(group_id)
+        if consumer is not None:
+            self.consumers.validate_fetch(consumer, member_id, member_epoch)
         if partitions is None:
             partitions = sorted(self.offsets.of_group(group_id))
         out = []
@@ -254,8 +316,12 @@ class GroupShard:
     # -- administration ---------------------------------------------------------------------------
 
     def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every group."""
+        """(group id, protocol type, state) of every classic group."""
         return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values() if not g.is_(D)]
+
+    def list_consumer_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, protocol type "consumer", state) of every consumer group (KIP-848)."""
+        return [(g.group_id, "consumer", g.state) for g in self.consumers.groups.values() if g.group_id not in self.groups]
 
     def describe_group(self, group_id: str) -> GroupSummary:
         """As Kafka: members' metadata and assignments only when the group is Stable; an unknown
@@ -277,6 +343,13 @@ class GroupShard:
     def delete_group(self, group_id: str, now: int) -> Result:
         """DeleteGroups for one group: tombstones for its offsets and itself. Raises
         GroupIdNotFound, NonEmptyGroup (members, or a transaction still writing its offsets)."""
+        consumer = self._consumer_group(group_id)
+        if consumer is not None:
+            if consumer.members:
+                raise NonEmptyGroup(f"consumer group {group_id} has {len(consumer.members)} member(s)")
+            del self.consumers.groups[group_id]
+            records = [(rec.OffsetKey(group_id, tp.topic, tp.partition), None) for tp in self.offsets.of_group(group_id)]
+            return Result(records)
         group = self.groups.get(group_id)
         if group is None or group.is_(D):
             raise GroupIdNotFound(f"group {group_id} does not exist")
@@ -335,7 +408,7 @@ class GroupShard:
         return touched
 
     def _ensure_group(self, group_id: str) -> None:
-        if group_id not in self.groups:
+        if group_id not in self.groups and group_id not in self.consumers.groups:
             self.groups[group_id] = ClassicGroup(group_id)
 
     def _replay_group(self, group_id: str, value: rec.GroupValue, now: int) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.coordinator.group import records as rec
+from oncelog.coordinator.group.consumer_group import ConsumerSettings
 from oncelog.protocol.errors import InvalidGroupId
 
 #: A record for ``__consumer_offsets``: key and value (None: a tombstone).
@@ -32,6 +33,8 @@ class GroupSettings:
     new_member_join_timeout_ms: int = 300_000  # Kafka's fixed NewMemberJoinTimeoutMs
     max_metadata_bytes: int = 4_096  # offset.metadata.max.bytes
     max_group_size: int = 0x7FFFFFFF  # group.max.size
+    #: the group.consumer.* configs of the consumer rebalance protocol (KIP-848)
+    consumer: ConsumerSettings = field(default_factory=ConsumerSettings)
 
 
 @dataclass(frozen=True, slots=True)
