@@ -255,17 +255,17 @@ class Partition:
         and takes the produce path: the producer state check (a duplicate is answered with its
         offsets and writes nothing), LogAppendTime stamping, the group commit, the producer state
         update after COMMIT. Cluster mode only (an engine with ``submit``)."""
-        return await _shielded(self._append_outbox_async(batch, header, now_ms, drained))
+        turn = self._take_turn(header.producer_id)
+        return await _shielded(self._in_turn(turn, self._append_outbox(batch, header, now_ms, drained)))
 
-    async def _append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                                   drained: tuple[int, ...]) -> AppendResult:
-        async with self._producer_turn(header.producer_id):
-            dup = self.producers.check(header)
-            if dup is not None:
-                return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
-            batch, header, stamped = self._stamp(batch, header, now_ms)
-            base, last = await self._append_committed(batch, header, now_ms, drained=drained)
-            return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
+    async def _append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                             drained: tuple[int, ...]) -> AppendResult:
+        dup = self.producers.check(header)
+        if dup is not None:
+            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+        batch, header, stamped = self._stamp(batch, header, now_ms)
+        base, last = await self._append_committed(batch, header, now_ms, drained=drained)
+        return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
 
     async def _append_committed(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                                 *, coordinator_epoch: int | None = None,
