@@ -1,7 +1,7 @@
 """``python -m bench --cluster-failover [--kills N] [--session-ms MS] [--heartbeat-ms MS] …``
 (also ``python -m bench.cluster_failover``)
 
-Failover time of cluster mode (issue 15), measured: PostgreSQL (``oncelog_tools.pgserver``) and
+Failover time of cluster mode (issue 15), measured: PostgreSQL (``oncelog.testing.pgserver``) and
 three ``oncelog broker --store …`` processes on loopback, a topic of ``--partitions`` partitions
 (two per broker by default), and one confluent-kafka producer (acks=all, idempotent, linger 5 ms,
 librdkafka's defaults otherwise) sending one record to every partition every ``--interval-ms``.
@@ -245,7 +245,7 @@ def run(kills: int, session_ms: int, heartbeat_ms: int, partitions: int, interva
 
     from bench.systems import create_topic_admin, wait_leaders
     from oncelog.process import BrokerProcess
-    from oncelog_tools.pgserver import PgServer
+    from oncelog.testing.pgserver import PgServer
 
     pg = PgServer().start()
     brokers: list[BrokerProcess] = []

@@ -2,7 +2,7 @@
 (also ``python -m bench.cluster_load``)
 
 What cluster mode (issue 15) asks of its PostgreSQL, measured under the produce scenario: one
-PostgreSQL server (``oncelog_tools.pgserver``: fsync and synchronous_commit on) and 1 or 3
+PostgreSQL server (``oncelog.testing.pgserver``: fsync and synchronous_commit on) and 1 or 3
 ``oncelog broker --store …`` processes on a fresh database; one confluent-kafka producer
 (acks=all, idempotent unless ``--mode plain``, linger 5 ms; ``bench.clients.produce_timed``) sends records round-robin to
 a topic of 6 partitions for ``--seconds``. Over exactly that window:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("idempotent", "plain"), default="idempotent", help="the producer's mode")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from oncelog_tools.pgserver import PgServer
+    from oncelog.testing.pgserver import PgServer
 
     load0 = psutil.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

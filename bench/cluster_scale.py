@@ -1,7 +1,7 @@
 """``python -m bench --cluster-scale [--brokers 1 3] [--producers 2] [--txn-producers 1] [--consumers 1]
 [--partitions 6] [--seconds 8] [--no-embedded]`` (also ``python -m bench.cluster_scale``; issue 28)
 
-Does cluster mode scale with brokers? One PostgreSQL server (``oncelog_tools.pgserver``: fsync
+Does cluster mode scale with brokers? One PostgreSQL server (``oncelog.testing.pgserver``: fsync
 and synchronous_commit on) and B ``oncelog broker --store …`` processes on a fresh database per
 configuration, plus one embedded broker (no store) as the reference. In every configuration the
 same load runs at once, each client in its own process (so the clients' CPU is theirs alone):
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a broker property for the current tree's brokers (not the baseline's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from oncelog_tools.pgserver import PgServer
+    from oncelog.testing.pgserver import PgServer
 
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

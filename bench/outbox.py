@@ -1,7 +1,7 @@
 """``python -m bench.outbox [--brokers 1] [--seconds 8] [--writers 4] [--per-txn 10] [--size 100] [--repeat 3]``
 
 The database outbox (issue 31, docs/DATABASE.md) measured, next to the same application written
-with a hand-made outbox table and a relay. One PostgreSQL server (``oncelog_tools.pgserver``:
+with a hand-made outbox table and a relay. One PostgreSQL server (``oncelog.testing.pgserver``:
 fsync and synchronous_commit on) and ``--brokers`` ``oncelog broker --store …`` processes on a
 fresh database, a topic of 6 partitions. The application: ``--writers`` threads, each in a loop
 of transactions that insert one row of their own and send ``--per-txn`` records of ``--size``
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import psutil
 
-    from oncelog_tools.pgserver import PgServer
+    from oncelog.testing.pgserver import PgServer
 
     load0 = psutil.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

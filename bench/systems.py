@@ -18,7 +18,7 @@ system started (SIGTERM, then SIGKILL).
   5 MiB / 100,000 message sets per partition.
 
 With ``--cluster`` (issue 15), on one PostgreSQL server started for the run
-(``oncelog_tools.pgserver``), a database per system:
+(``oncelog.testing.pgserver``), a database per system:
 
 * ``oncelog-cluster1`` / ``oncelog-cluster3`` — 1 or 3 ``oncelog broker --node-id N --store
   postgresql://…`` processes; the bootstrap string lists every broker.
@@ -238,11 +238,11 @@ _PG = None  # the one PostgreSQL server every cluster system of this process sha
 
 
 def shared_pg():  # type: ignore[no-untyped-def]
-    """The PostgreSQL server (oncelog_tools.pgserver: initdb in a temporary directory, loopback,
+    """The PostgreSQL server (oncelog.testing.pgserver: initdb in a temporary directory, loopback,
     fsync and synchronous_commit on) shared by the cluster systems; started on first use."""
     global _PG
     if _PG is None:
-        from oncelog_tools.pgserver import PgServer
+        from oncelog.testing.pgserver import PgServer
 
         _PG = PgServer().start()
     return _PG

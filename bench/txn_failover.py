@@ -1,7 +1,7 @@
 """``python -m bench.txn_failover [--rounds N] [--session-ms MS]``
 
 Failover of a transaction coordinator in cluster mode (issue 15), measured: three brokers on a
-PostgreSQL started here (oncelog_tools.pgserver, loopback), one confluent-kafka transactional
+PostgreSQL started here (oncelog.testing.pgserver, loopback), one confluent-kafka transactional
 producer committing one-record transactions back to back. Each round SIGKILLs the broker that
 coordinates the producer's transactional id and measures the time from the kill to the first
 transaction committed after it (its coordinator partition has moved: the new leader loaded
@@ -81,7 +81,7 @@ class _Committer:
 
 def run(rounds: int, session_ms: int) -> dict:
     from oncelog.process import BrokerProcess
-    from oncelog_tools.pgserver import PgServer
+    from oncelog.testing.pgserver import PgServer
 
     base = Path(tempfile.mkdtemp(prefix="oncelog-bench-txn-failover-"))
     pg = PgServer().start()

@@ -8,5 +8,7 @@
   demo, the Spark tests and the Spark benchmarks.
 
 The product (``oncelog``) does not import this package, except the command line, which offers
-``oncelog verify`` when it is installed.
+``oncelog verify`` when it is installed (checked by tests/unit/test_layers.py). What the product's
+own testing API needs lives in the product: the PostgreSQL server behind
+``oncelog.testing.Cluster`` is ``oncelog.testing.pgserver``, which the tools import from there.
 """

@@ -1,7 +1,7 @@
 """``python -m oncelog_tools.cluster`` (``make cluster``): a PostgreSQL server and a cluster of
 ``oncelog broker`` processes on loopback, for trying cluster mode (issue 15, docs/CLUSTER.md).
 
-1. PostgreSQL in a temporary directory (``oncelog_tools.pgserver``: initdb, 127.0.0.1 on a free
+1. PostgreSQL in a temporary directory (``oncelog.testing.pgserver``: initdb, 127.0.0.1 on a free
    port, trust on loopback only; as an unprivileged user: ``postgres`` or a dedicated one when
    run as root), and a database ``oncelog``;
 2. ``--brokers`` brokers (default 3), node ids 1..N, each
@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from oncelog.process import BrokerProcess
-from oncelog_tools.pgserver import PgServer, PostgresMissing
+from oncelog.testing.pgserver import PgServer, PostgresMissing
 
 
 def main(argv: list[str] | None = None) -> int:

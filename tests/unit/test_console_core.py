@@ -10,27 +10,30 @@ import threading
 import pytest
 
 from oncelog.admin.transactions import Hanging, NotHanging, Producer
+from oncelog.broker.observe import BrokerState, GroupRow, PartitionRow, TxnRow
 from oncelog.console import snapshot
 from oncelog.console.server import StateSource, host_allowed, origin_allowed, parse_abort, static_files
 from oncelog.console.transactions import AbortRefused, TxnLink
 from oncelog.coordinator.group.consumer_protocol import encode_assignment
 from oncelog.protocol.errors import ErrorCode, error_for
+from oncelog.types import TopicPartition
 
 NOW = 1_000_000
 
 
-def raw() -> snapshot.Raw:
-    r = snapshot.Raw(now_ms=NOW, node_id=1, cluster_id="c")
+def raw() -> BrokerState:
+    r = BrokerState(now_ms=NOW, node_id=1, cluster_id="c")
     r.brokers = [(1, "127.0.0.1", 9092, None)]
     r.listeners = [("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092)]
-    r.partitions = [("orders", 0, 0, 5, 5, 100, 1, 0), ("orders", 1, 2, 3, 7, 50, 1, 1),
-                    ("__consumer_offsets", 0, 0, 1, 1, 10, 1, 0)]
-    r.groups = {"billing": ("Stable", "consumer", "range", 3,
-                            [("m-1", None, "cli", "/127.0.0.1", encode_assignment({"orders": [0, 1]}))])}
+    # (topic, partition, log start, log end, LSO, size, segments, producers, open transactions)
+    r.partitions = [PartitionRow("orders", 0, 0, 5, 5, 100, 1, 0, 0), PartitionRow("orders", 1, 2, 7, 3, 50, 1, 1, 1),
+                    PartitionRow("__consumer_offsets", 0, 0, 1, 1, 10, 1, 0, 0)]
+    r.groups = [GroupRow("billing", "Stable", "consumer", "range", 3,
+                         (("m-1", None, "cli", "/127.0.0.1", encode_assignment({"orders": [0, 1]})),))]
     r.committed = [("billing", "orders", 0, 2), ("billing", "orders", 1, 7), ("billing", "elsewhere", 0, 9)]
-    r.txns = [("done", "CompleteCommit", 7, 0, 60_000, -1, []),
-              ("live", "Ongoing", 8, 1, 60_000, NOW - 5_000, [("orders", 1)]),
-              ("old", "Ongoing", 9, 0, 1_000, NOW - 5_000, [("orders", 1)])]
+    r.txns = [TxnRow("done", "CompleteCommit", 7, 0, 60_000, -1, frozenset()),
+              TxnRow("live", "Ongoing", 8, 1, 60_000, NOW - 5_000, frozenset({TopicPartition("orders", 1)})),
+              TxnRow("old", "Ongoing", 9, 0, 1_000, NOW - 5_000, frozenset({TopicPartition("orders", 1)}))]
     return r
 
 
@@ -162,7 +165,7 @@ def test_state_source_reuses_a_recent_snapshot() -> None:
         now = [0.0]
         on_loop: list[bool] = []
 
-        def take() -> snapshot.Raw:
+        async def take() -> BrokerState:
             on_loop.append(threading.current_thread() is t)
             return raw()
 
@@ -178,7 +181,7 @@ def test_state_source_reuses_a_recent_snapshot() -> None:
         src.raw()
         assert src.snapshots == 3
         slow = raw()
-        slow.took_ms = 40.0  # a big broker: reused for 50 x 40 ms = 2 s, not 1 s
+        slow.loop_s = 0.040  # a big broker: reused for 50 x 40 ms = 2 s, not 1 s
         assert src.interval_s(slow) == 2.0
     finally:
         loop.call_soon_threadsafe(loop.stop)

@@ -72,6 +72,28 @@ def test_the_pure_layers_import_neither_asyncio_nor_the_broker(layer: str) -> No
     assert not {k: v for k, v in bad.items() if v}
 
 
+def test_the_product_never_imports_the_tools() -> None:
+    """``oncelog`` does not import ``oncelog_tools`` (issue 27): the tools are built on the product,
+    never the other way round; what the product's testing API needs (a PostgreSQL server for
+    ``oncelog.testing.Cluster``) lives in the product. The one documented exception is the
+    command line offering ``oncelog verify`` (oncelog_tools/__init__.py)."""
+    allowed = {"oncelog.cli": {"oncelog_tools.verify.cli"}}
+    bad = {
+        name: sorted(found)
+        for name, path in MODULES.items()
+        if (found := {m for m in _imports(path) if m == "oncelog_tools" or m.startswith("oncelog_tools.")}
+            - allowed.get(name, set()))
+    }
+    assert not bad
+
+
+def test_the_configuration_imports_no_other_part_of_the_broker() -> None:
+    """broker/config.py is below the rest of broker/ (issue 27: it reached metrics.py for its
+    HOST:PORT parser, and metrics reaches the broker): addresses are parsed by oncelog.hostport."""
+    assert not {m for m in GRAPH["oncelog.broker.config"] if m.startswith("oncelog.broker")}
+    assert "oncelog.hostport" in GRAPH["oncelog.broker.config"]
+
+
 def test_the_cluster_storage_imports_only_protocol_storage_and_itself() -> None:
     """cluster/ (issue 15) is a storage layer too: synchronous, no asyncio, no broker."""
     allowed = ("oncelog.cluster", "oncelog.protocol", "oncelog.storage", "oncelog.types", "oncelog.clock",

@@ -8,7 +8,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.metrics import PartitionRow, RequestStats, Snapshot, families, lag, parse_listen, request_label
+from oncelog.broker.metrics import RequestStats, families, lag, request_label
+from oncelog.broker.observe import BrokerState, PartitionRow, TxnRow
+from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
 
@@ -45,7 +47,7 @@ def test_lag_and_request_label() -> None:
 
 
 class _Families:
-    def __init__(self, snap: Snapshot, now_ms: int) -> None:
+    def __init__(self, snap: BrokerState, now_ms: int) -> None:
         self.snap, self.now_ms = snap, now_ms
 
     def collect(self):  # type: ignore[no-untyped-def]
@@ -62,11 +64,12 @@ def test_families_from_a_snapshot() -> None:
     stats.produced("t", 1000, 10)
     stats.produced("t", 500, 5)
     stats.fetched("t", 700)
-    snap = Snapshot(
+    snap = BrokerState(
         requests=stats.copy(),
         partitions=[PartitionRow("t", 0, 0, 120, 100, 4096, 2, 3), PartitionRow("t", 1, 5, 5, 5, 0, 1, 0)],
         committed=[("g", "t", 0, 90), ("g", "gone", 0, 7)],
-        open_txn_starts=[1_000, 4_000], txn_committed=5, txn_aborted=2, txn_timed_out=1,
+        txns=[TxnRow("a", "Ongoing", 1, 0, 60_000, 1_000, frozenset()),
+              TxnRow("b", "PrepareCommit", 2, 0, 60_000, 4_000, frozenset())], txn_committed=5, txn_aborted=2, txn_timed_out=1,
         connections={"PLAINTEXT": 3}, now_ms=11_000,
     )
     registry = CollectorRegistry(auto_describe=False)
@@ -106,19 +109,20 @@ def test_families_from_a_snapshot() -> None:
 
 
 def test_the_snapshot_lets_the_loop_run_between_chunks() -> None:
-    """``take_snapshot`` copies SNAPSHOT_CHUNK partitions per turn of the event loop: a callback
-    scheduled before it runs while it is still copying (issue 26 row 14)."""
+    """``observe.take`` (the snapshot /metrics renders) copies SNAPSHOT_CHUNK partitions per turn
+    of the event loop: a callback scheduled before it runs while it is still copying (issue 26
+    row 14)."""
     import asyncio
     from types import SimpleNamespace
 
-    from oncelog.broker.metrics import SNAPSHOT_CHUNK, take_snapshot
+    from oncelog.broker.observe import SNAPSHOT_CHUNK, take
     from oncelog.types import TopicPartition
 
     seen: list[int] = []
 
     class Part:
         log_start_offset = high_watermark = last_stable_offset = 0
-        producers = SimpleNamespace(entries={})
+        producers = SimpleNamespace(entries={}, ongoing={})
 
         def __init__(self, i: int) -> None:
             self.i = i
@@ -129,14 +133,15 @@ def test_the_snapshot_lets_the_loop_run_between_chunks() -> None:
 
     n = SNAPSHOT_CHUNK * 4
     broker = SimpleNamespace(
-        clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None,
+        clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None, node_id=1, cluster_id="c",
+        cluster=None, advertised_host="127.0.0.1", advertised_port=9092, bound_listeners=lambda: [],
         replicas=SimpleNamespace(partitions={TopicPartition("t", i): Part(i) for i in range(n)}),
-        groups=SimpleNamespace(shards={}))
+        groups=SimpleNamespace(shards={}, loading=set()))
 
     async def main() -> tuple[int, int]:
         ran_at: list[int] = []
         asyncio.get_running_loop().call_soon(lambda: ran_at.append(len(seen)))
-        snap = await take_snapshot(broker)  # type: ignore[arg-type]
+        snap = await take(broker)  # type: ignore[arg-type]
         return len(snap.partitions), ran_at[0]
 
     rows, when = asyncio.run(main())
@@ -152,8 +157,8 @@ def test_render_is_built_once_and_shared() -> None:
     from oncelog.broker.metrics import MIN_INTERVAL_S, BrokerMetrics
 
     class Fixed(BrokerMetrics):
-        def snapshot(self) -> Snapshot:
-            return Snapshot(now_ms=1, requests=self.copy())
+        def snapshot(self) -> BrokerState:
+            return BrokerState(now_ms=1, requests=self.copy())
 
     now = [100.0]
     m = Fixed(SimpleNamespace(), "127.0.0.1", 0, clock=lambda: now[0])  # type: ignore[arg-type]
@@ -167,19 +172,20 @@ def test_render_is_built_once_and_shared() -> None:
 
 
 def test_a_partition_deleted_while_the_snapshot_yields_is_left_out() -> None:
-    """``take_snapshot`` lets the loop run between chunks; a partition deleted meanwhile
+    """``observe.take`` (the snapshot /metrics renders) lets the loop run between chunks; a
+    partition deleted meanwhile
     (DeleteTopics: ``PartitionLog.delete``, after which no method may be called) is left out of
     the snapshot wherever it is in the next chunk, never read. Before, only the first partition
     of each chunk was checked: a later deleted one was read and reported."""
     import asyncio
     from types import SimpleNamespace
 
-    from oncelog.broker.metrics import SNAPSHOT_CHUNK, take_snapshot
+    from oncelog.broker.observe import SNAPSHOT_CHUNK, take
     from oncelog.types import TopicPartition
 
     class Part:
         log_start_offset = high_watermark = last_stable_offset = 0
-        producers = SimpleNamespace(entries={})
+        producers = SimpleNamespace(entries={}, ongoing={})
         deleted = False
 
         def disk_usage(self) -> tuple[int, int]:
@@ -188,8 +194,10 @@ def test_a_partition_deleted_while_the_snapshot_yields_is_left_out() -> None:
 
     n = SNAPSHOT_CHUNK * 2
     partitions = {TopicPartition("t", i): Part() for i in range(n)}
-    broker = SimpleNamespace(clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None,
-                             replicas=SimpleNamespace(partitions=partitions), groups=SimpleNamespace(shards={}))
+    broker = SimpleNamespace(clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None, node_id=1,
+                             cluster_id="c", cluster=None, advertised_host="127.0.0.1", advertised_port=9092,
+                             bound_listeners=lambda: [], replicas=SimpleNamespace(partitions=partitions),
+                             groups=SimpleNamespace(shards={}, loading=set()))
     gone = [TopicPartition("t", SNAPSHOT_CHUNK), TopicPartition("t", SNAPSHOT_CHUNK + 3)]
 
     def delete() -> None:  # what DeleteTopics does while the snapshot waits for its next turn
@@ -198,7 +206,7 @@ def test_a_partition_deleted_while_the_snapshot_yields_is_left_out() -> None:
 
     async def main() -> list[int]:
         asyncio.get_running_loop().call_soon(delete)
-        snap = await take_snapshot(broker)  # type: ignore[arg-type]
+        snap = await take(broker)  # type: ignore[arg-type]
         return [row.partition for row in snap.partitions]
 
     got = asyncio.run(main())

@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 import itertools
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -419,3 +419,46 @@ def test_the_rules_table_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setitem(RULES[state], kind, getattr(rules, changed))
     assert _observe(tmp_path, state, request_kind) is not EXPECTED[state][request_kind]
+
+
+# -- who the coordinator knows (issue 27: one lookup) ------------------------------------------------
+
+
+def _shard_with_dead_id() -> Any:
+    """A bare shard holding transactional id "dead" in the Dead state (a Dead record read from
+    the log) and "live" in Empty, producer 7 epoch 0."""
+    from oncelog.coordinator.transaction import log as txnlog
+    from oncelog.coordinator.transaction.shard import TransactionShard, TxnSettings
+
+    ids = itertools.count(100)
+    shard = TransactionShard(0, TxnSettings(), new_producer_id=lambda: next(ids),
+                             offsets_partition=lambda g: TopicPartition("__consumer_offsets", 0))
+    for tid, state in (("dead", TxnState.DEAD), ("live", TxnState.EMPTY)):
+        shard.replay(tid, txnlog.TxnRecord(7, -1, 0, -1, 60_000, state, frozenset(), -1, 0))
+    return shard
+
+
+@pytest.mark.parametrize("tid, pid", [("never-seen", 7), ("dead", 7), ("live", 8)])
+def test_unknown_dead_or_another_producer_is_invalid_producer_id_mapping(tid: str, pid: int) -> None:
+    """AddPartitionsToTxn, a TV2 implicit add, EndTxn (v4 and v5+) and AddOffsetsToTxn answer
+    INVALID_PRODUCER_ID_MAPPING for an id the coordinator does not know (never seen, or Dead)
+    and, for a known one, for a producer id that does not hold it."""
+    shard: Any = _shard_with_dead_id()
+    calls = [
+        lambda: shard.add_partitions(tid, pid, 0, [ORDERS0], 1),
+        lambda: shard.add_implicitly(tid, pid, 0, ORDERS0, 1),
+        lambda: shard.add_offsets(tid, pid, 0, "g", 1),
+        lambda: shard.end_txn(tid, pid, 0, True, 1),
+    ]
+    if tid != "live":  # EndTxn v5+ first asks whether the request is a retry of the last end
+        calls.append(lambda: shard.end_txn(tid, pid, 0, True, 1, v2=True))
+    for call in calls:
+        with pytest.raises(InvalidProducerIdMapping):
+            call()
+
+
+def test_init_producer_id_starts_a_dead_id_afresh() -> None:
+    shard: Any = _shard_with_dead_id()
+    result = shard.init_producer_id("dead", 60_000, 1)
+    assert [tid for tid, _ in result.records] == ["dead"]
+    assert result.records[0][1].producer_id == 100  # a new producer id, not the Dead one's 7

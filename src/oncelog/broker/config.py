@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from oncelog.hostport import parse_listen
 from oncelog.protocol.errors import InvalidConfig
 
 DAY_MS = 24 * 3600 * 1000
@@ -54,8 +55,6 @@ def _authorizer(v: str) -> str:
 
 def _listen(v: str) -> str | None:
     """``HOST:PORT`` (checked here, so a bad address is a config error at start), or empty for none."""
-    from oncelog.broker.metrics import parse_listen
-
     if v.strip() in ("", "none", "null"):
         return None
     parse_listen(v)

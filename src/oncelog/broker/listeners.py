@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oncelog.hostport import parse_host_port
 from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["PROTOCOLS", "Listener", "parse_endpoints", "parse_protocol_map", "resolve"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_ENDPOINT = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]+\]|[^:/\[\]]*):(\d+)$")
+_ENDPOINT = re.compile(r"^([A-Za-z0-9_]+)://(.*)$")  # NAME://, then HOST:PORT (hostport.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +61,13 @@ def parse_endpoints(text: str, what: str) -> list[tuple[str, str, int]]:
         if not item:
             continue
         m = _ENDPOINT.match(item)
-        if m is None:
-            raise InvalidConfig(f"{what}: {item!r} is not NAME://HOST:PORT")
-        name, host, port = m.group(1).upper(), m.group(2).strip("[]"), int(m.group(3))
-        if port > 65535:
-            raise InvalidConfig(f"{what}: port {port} of {name} is out of range")
+        try:
+            if m is None:
+                raise ValueError("no NAME://")
+            host, port = parse_host_port(m.group(2))
+        except ValueError as exc:
+            raise InvalidConfig(f"{what}: {item!r} is not NAME://HOST:PORT ({exc})") from None
+        name = m.group(1).upper()
         if any(n == name for n, _, _ in out):
             raise InvalidConfig(f"{what}: listener name {name} appears twice")
         out.append((name, host, port))

@@ -7,8 +7,8 @@ Theory of operation. Two kinds of metric, chosen by cost:
   count taken from the batch header; Fetch: bytes out). Never per record. These are plain ints
   in plain dicts (``RequestStats``), so a hot-path update is a dict lookup and a few additions;
   they become Prometheus counters and histograms only at scrape time.
-* read at scrape time (``take_snapshot``): log end offset, LSO, LSO lag, size and segment
-  count per partition; open transactions and the age of the oldest; transactions committed /
+* read at scrape time (``observe.take``, the snapshot the web console reads too): log end
+  offset, LSO, LSO lag, size and segment count per partition; open transactions and the age of the oldest; transactions committed /
   aborted / timed out (plain ``int`` counters the transaction coordinator keeps anyway);
   producer ids in memory; consumer group lag; connections. Nothing is updated for these on the
   hot path.
@@ -19,18 +19,19 @@ most ``MAX_CONNECTIONS`` connections at once (more are closed at once), each req
 ``REQUEST_DEADLINE_S`` in all (a client that sends half a request is dropped then), so no
 client of the endpoint can hold broker threads or slow Kafka clients (issue 26 row 8). The
 event loop owns every piece of broker state, so a scrape does not read it from the HTTP thread:
-it schedules ``take_snapshot`` on the loop (``run_coroutine_threadsafe``) and waits at most
-``SNAPSHOT_TIMEOUT_S``; the snapshot is plain tuples, turned into metric families on the HTTP
-thread. The request-path counters are copied in the same snapshot. A snapshot that fails or
+it schedules ``observe.take`` on the loop (``run_coroutine_threadsafe``) and waits at most
+``SNAPSHOT_TIMEOUT_S``; the snapshot (``observe.BrokerState``) is plain values, turned into
+metric families on the HTTP thread. The request-path counters are copied in the same snapshot. A snapshot that fails or
 times out is logged and the scrape answers ``oncelog_metrics_scrape_errors_total`` alone
 (which counts it): a collector never takes the broker down.
 
 Cost (issue 26 row 14: on 6,200 partitions, back-to-back scrapes raised Kafka's produce p50
-tenfold). The snapshot is copied ``SNAPSHOT_CHUNK`` partitions (or committed offsets) per turn
-of the loop, which serves requests between chunks; the encoded answer is built by one scrape
-at a time and reused for ``MIN_INTERVAL_S``, or ``LOOP_SHARE`` times what building it took when
-that is longer, by every scrape meanwhile (``BrokerMetrics.render``); and the HTTP thread lets
-the loop take the GIL between chunks of rows while it builds. So any number of scrapers cost the
+tenfold). The snapshot is copied ``observe.SNAPSHOT_CHUNK`` rows (partitions, groups, committed
+offsets, transactional ids) per turn of the loop, which serves requests between chunks; the
+encoded answer is built by one scrape at a time and reused for ``MIN_INTERVAL_S``, or
+``LOOP_SHARE`` times what building it took when that is longer, by every scrape meanwhile
+(``BrokerMetrics.render``); and the HTTP thread lets the loop take the GIL between chunks of
+rows while it builds. So any number of scrapers cost the
 broker at most about 1/LOOP_SHARE of its time, measured by ``bench/metrics_scrape.py``.
 
 When ``metrics.listen`` is unset the broker holds ``metrics = None``: the request path makes a
@@ -44,9 +45,10 @@ import logging
 import threading
 import time
 from bisect import bisect_left
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from oncelog.broker.observe import BrokerState, lag, take
+from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
 
@@ -57,8 +59,6 @@ log = logging.getLogger(__name__)
 
 #: how long a scrape waits for the event loop to take the snapshot
 SNAPSHOT_TIMEOUT_S = 5.0
-#: partitions (or committed offsets) a snapshot copies per turn of the event loop
-SNAPSHOT_CHUNK = 256
 #: a scrape's answer is reused for at least this long (seconds) by every scrape meanwhile ...
 MIN_INTERVAL_S = 1.0
 #: ... or for LOOP_SHARE times as long as building it took, when that is longer (<= 2%)
@@ -73,120 +73,14 @@ REQUEST_DEADLINE_S = 10.0
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; port 0 picks a free one) -> (host, port).
-    Raises ValueError with the reason (the config layer turns it into InvalidConfig)."""
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or not host:
-        raise ValueError("expected HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"port {port!r} is not a number in 0..65535")
-    return host, int(port)
-
-
 def request_label(api_key: int) -> str:
     """Kafka's ``request`` tag for an API: ``Produce``, ``ApiVersions``, ``InitProducerId``."""
     return "".join(w.capitalize() for w in apis.api_name(api_key).split("_"))
 
 
-def lag(end: int, position: int) -> int:
-    """How far ``position`` (an LSO, a committed offset) is behind ``end``; never negative
-    (a committed offset past the log end after a truncation counts as caught up)."""
-    return max(end - position, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionRow:
-    topic: str
-    partition: int
-    log_start: int
-    log_end: int
-    lso: int
-    size_bytes: int
-    segments: int
-    producers: int
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """Broker state at one instant, as plain values (taken on the event loop)."""
-
-    partitions: list[PartitionRow] = field(default_factory=list)
-    #: (group, topic, partition, committed offset)
-    committed: list[tuple[str, str, int, int]] = field(default_factory=list)
-    #: start time (ms) of each open transaction (Ongoing or being ended)
-    open_txn_starts: list[int] = field(default_factory=list)
-    txn_committed: int = 0
-    txn_aborted: int = 0
-    txn_timed_out: int = 0
-    connections: dict[str, int] = field(default_factory=dict)
-    now_ms: int = 0
-    #: the request-path counters at that instant (None: not collected)
-    requests: "RequestStats | None" = None
-    #: how long taking it held the event loop, all chunks together (seconds)
-    loop_s: float = 0.0
-
-
-async def take_snapshot(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> Snapshot:
-    """Read the broker's state. Runs on the event loop, ``chunk`` partitions (or committed
-    offsets) at a time with the loop serving others in between: each row is consistent, the
-    whole is as of the moment its chunk was read (a partition deleted meanwhile is left out). A
-    part not started yet (the transaction coordinator during start-up) is left out."""
-    held = 0.0
-    started = time.perf_counter()
-    snap = Snapshot(now_ms=broker.clock.now_ms())
-
-    async def turn() -> None:
-        nonlocal held, started
-        held += time.perf_counter() - started
-        await asyncio.sleep(0)
-        started = time.perf_counter()
-
-    items = list(broker.replicas.partitions.items())
-    for i, (tp, part) in enumerate(items):
-        if i and i % chunk == 0:
-            await turn()
-        if broker.replicas.partitions.get(tp) is not part:
-            continue  # deleted (or closed) during a turn: any item of a later chunk may be
-        size, segments = part.disk_usage()
-        snap.partitions.append(PartitionRow(tp.topic, tp.partition, part.log_start_offset, part.high_watermark,
-                                            part.last_stable_offset, size, segments, len(part.producers.entries)))
-    rows: list[tuple[str, str, int, int]] = []
-    for shard in list(broker.groups.shards.values()):
-        for group, offsets in list(shard.offsets.committed.items()):
-            rows.extend((group, tp.topic, tp.partition, off.offset) for tp, off in list(offsets.items()))
-            if len(rows) >= chunk:
-                snap.committed.extend(rows)
-                rows = []
-                await turn()
-    snap.committed.extend(rows)
-    txns = getattr(broker, "transactions", None)
-    if txns is not None:
-        snap.txn_committed, snap.txn_aborted, snap.txn_timed_out = txns.committed, txns.aborted, txns.timed_out
-        for meta in txns.txns.values():
-            if meta.state.value in _OPEN_STATES and meta.start_ms >= 0:
-                snap.open_txn_starts.append(meta.start_ms)
-    for srv in broker.servers:
-        snap.connections[srv.name] = snap.connections.get(srv.name, 0) + srv.connection_count
-    snap.loop_s = held + time.perf_counter() - started
-    return snap
-
-
-def _open_states() -> frozenset[int]:
-    from oncelog.coordinator.transaction.state import TxnState
-
-    return frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
-                      TxnState.PREPARE_EPOCH_FENCE})
-
-
-_OPEN_STATES = _open_states()
-
-
 class RequestStats:
     """The request-path counters, as plain ints in plain dicts: updated on the event loop only
-    (a dict lookup and a few additions: about a microsecond), copied by ``take_snapshot`` on
+    (a dict lookup and a few additions: about a microsecond), copied into each snapshot on
     the loop, and exported at scrape time. ``prometheus_client``'s own metric objects take a
     lock per update (several microseconds a request), so they are kept off the hot path."""
 
@@ -296,19 +190,19 @@ class BrokerMetrics(RequestStats):
             self._thread.join(timeout=5)
             self._thread = None
 
-    def snapshot(self) -> Snapshot | None:
+    def snapshot(self) -> BrokerState | None:
         """Called on the HTTP thread: the broker's state, taken on the event loop; None (logged)
         when that fails or takes longer than SNAPSHOT_TIMEOUT_S."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return None
 
-        async def take() -> Snapshot:
-            snap = await take_snapshot(self.broker)
+        async def snapshot() -> BrokerState:
+            snap = await take(self.broker)
             snap.requests = self.copy()
             return snap
 
-        fut = asyncio.run_coroutine_threadsafe(take(), loop)
+        fut = asyncio.run_coroutine_threadsafe(snapshot(), loop)
         try:
             return fut.result(SNAPSHOT_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a scrape must never take the broker down
@@ -347,7 +241,7 @@ class _Scrape:
     """What one ``render`` exposes: the endpoint's own counter, then one snapshot's families,
     yielding the GIL between families."""
 
-    def __init__(self, metrics: BrokerMetrics, snap: Snapshot | None) -> None:
+    def __init__(self, metrics: BrokerMetrics, snap: BrokerState | None) -> None:
         self.metrics, self.snap = metrics, snap
 
     def collect(self) -> Iterator[Any]:
@@ -403,7 +297,7 @@ def request_families(stats: RequestStats) -> Iterator[Any]:
     yield bytes_out
 
 
-def families(snap: Snapshot, now_ms: int, *, pause: Callable[[], None] | None = None) -> Iterator[Any]:
+def families(snap: BrokerState, now_ms: int, *, pause: Callable[[], None] | None = None) -> Iterator[Any]:
     """The metric families of one snapshot (pure: no broker access). ``pause`` is called every
     RENDER_PAUSE_ROWS rows (a scrape lets the event loop run)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -457,8 +351,8 @@ def families(snap: Snapshot, now_ms: int, *, pause: Callable[[], None] | None = 
     yield group_lag
 
     yield GaugeMetricFamily("kafka_coordinator_transaction_open", "Open transactions (Ongoing or being ended)",
-                            value=len(snap.open_txn_starts))
-    oldest = (now_ms - min(snap.open_txn_starts)) / 1000 if snap.open_txn_starts else 0.0
+                            value=len(open_starts := snap.open_txn_starts()))
+    oldest = (now_ms - min(open_starts)) / 1000 if open_starts else 0.0
     yield GaugeMetricFamily("kafka_coordinator_transaction_oldest_open_age_seconds",
                             "Age of the oldest open transaction (0: none open)", value=max(oldest, 0.0))
     outcomes = CounterMetricFamily("kafka_coordinator_transaction_completed",

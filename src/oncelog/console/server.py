@@ -11,8 +11,9 @@ Routes (everything else is 404; methods other than GET/HEAD/POST are 501):
   a CORS preflight, which this server never grants, so a link or form elsewhere cannot abort.
 
 Threads. The event loop owns the broker's state: a request never reads it. ``/api/state``
-schedules ``snapshot.take`` on the loop (``run_coroutine_threadsafe``, at most
-``SNAPSHOT_TIMEOUT_S``) and builds the document on its own thread; a snapshot younger than
+schedules ``observe.take`` on the loop (broker/observe.py, the snapshot /metrics reads too;
+``run_coroutine_threadsafe``, at most ``SNAPSHOT_TIMEOUT_S``) and builds the document on its own
+thread; a snapshot younger than
 ``STATE_MIN_INTERVAL_S`` (or ``LOOP_SHARE`` times what it took) is reused, and so is its encoded
 document, so any number of open consoles cost the loop at most one snapshot per interval and
 at most 2% of its time. find-hanging and abort are Kafka requests to the broker's own listener
@@ -43,8 +44,9 @@ import logging
 import threading
 import time
 from importlib import resources
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
+from oncelog.broker.observe import BrokerState
 from oncelog.console import snapshot
 from oncelog.console.transactions import AbortRefused, TxnLink
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
@@ -79,41 +81,38 @@ def static_files() -> dict[str, tuple[bytes, str]]:
 
 class StateSource:
     """``/api/state`` documents: snapshots taken on the event loop, reused for
-    ``min_interval_s``. Thread-safe. ``take`` runs on ``loop``; ``clock`` is monotonic seconds."""
+    ``min_interval_s``. Thread-safe. ``take()`` (a coroutine: ``observe.take`` of the broker)
+    runs on ``loop``; ``clock`` is monotonic seconds."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, take: Callable[[], snapshot.Raw], *,
+    def __init__(self, loop: asyncio.AbstractEventLoop, take: Callable[[], Coroutine[Any, Any, BrokerState]], *,
                  min_interval_s: float = STATE_MIN_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = loop
         self._take = take
         self.min_interval_s = min_interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._raw: snapshot.Raw | None = None
+        self._raw: BrokerState | None = None
         self._at = float("-inf")
         self.snapshots = 0  # how many were taken (tests, the bench)
 
-    def interval_s(self, last: snapshot.Raw) -> float:
+    def interval_s(self, last: BrokerState) -> float:
         """How long ``last`` is reused: ``min_interval_s``, or longer when taking it held the
         loop long enough that one a second would cost the loop more than 1/LOOP_SHARE of its
         time (a broker with many thousands of partitions)."""
-        return max(self.min_interval_s, last.took_ms / 1000 * LOOP_SHARE)
+        return max(self.min_interval_s, last.loop_s * LOOP_SHARE)
 
     def invalidate(self) -> None:
         """The next ``raw()`` takes a fresh snapshot (after an abort changed the broker)."""
         with self._lock:
             self._at = float("-inf")
 
-    def raw(self) -> snapshot.Raw:
+    def raw(self) -> BrokerState:
         """A snapshot at most ``min_interval_s`` old. Raises TimeoutError or the snapshot's error."""
         with self._lock:
             if self._raw is None or self._clock() - self._at >= self.interval_s(self._raw):
                 if self._loop.is_closed():
                     raise RuntimeError("the broker is stopping")
-
-                async def take() -> snapshot.Raw:
-                    return self._take()
-
-                self._raw = asyncio.run_coroutine_threadsafe(take(), self._loop).result(SNAPSHOT_TIMEOUT_S)
+                self._raw = asyncio.run_coroutine_threadsafe(self._take(), self._loop).result(SNAPSHOT_TIMEOUT_S)
                 self._at = self._clock()
                 self.snapshots += 1
             return self._raw
@@ -164,11 +163,11 @@ class ConsoleHTTPServer(BoundedHTTPServer):
         self.txns = txns
         self.files = files
         self.listen_host = address[0] if listen_host is None else listen_host
-        self._doc: tuple[snapshot.Raw, dict[str, Any], bytes] | None = None
+        self._doc: tuple[BrokerState, dict[str, Any], bytes] | None = None
         super().__init__(address, Handler, max_connections=MAX_CONNECTIONS, request_deadline_s=REQUEST_TIMEOUT_S,
                          ipv6=ipv6)
 
-    def document(self, raw: snapshot.Raw, hanging: dict[str, Any]) -> bytes:
+    def document(self, raw: BrokerState, hanging: dict[str, Any]) -> bytes:
         """The encoded ``/api/state`` of this snapshot and hanging result: built once and
         reused while both are the same objects (several open pages cost one encoding)."""
         cached = self._doc

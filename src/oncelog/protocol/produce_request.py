@@ -32,6 +32,7 @@ import uuid
 from typing import NamedTuple
 
 from oncelog.protocol.schema_reader import MAX_REQUEST_ENTRIES, spend
+from oncelog.protocol.varint import read_uvarint as _uvarint
 
 __all__ = ["PartitionProduceData", "ProduceRequest", "TopicProduceData", "read_produce_request"]
 
@@ -63,21 +64,6 @@ class ProduceRequest(NamedTuple):
     acks: int
     timeout_ms: int
     topic_data: tuple[TopicProduceData, ...]
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("buffer ends inside a varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
 
 
 def _skip_tags(buf: bytes, pos: int) -> int:

@@ -44,6 +44,7 @@ from oncelog.protocol.errors import (
     MessageTooLarge,
     UnsupportedForMessageFormat,
 )
+from oncelog.protocol.varint import read_varint as _varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -544,24 +545,6 @@ def _compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"compression codec {codec} unknown")
 
 
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Zigzag varint (up to 64 bits) at ``pos``: (value, next position). IndexError if short."""
-    b = buf[pos]
-    if b < 0x80:  # one byte: the common case
-        return (b >> 1) ^ -(b & 1), pos + 1
-    result = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            raise CorruptMessage("varint longer than 10 bytes")
-
-
 def _encode_varint(value: int, out: bytearray) -> None:
     v = (value << 1) ^ (value >> 63)
     while v >= 0x80:
@@ -652,8 +635,8 @@ def _records(data: memoryview, h: BatchHeader, log_append: bool) -> Iterator[Rec
                 value,
                 tuple(headers),
             )
-    except IndexError:
-        raise CorruptMessage(f"record {count}: data ends inside a record") from None
+    except ValueError as exc:  # from the varint reader: the data ends inside one, or one is too long
+        raise CorruptMessage(f"record {count}: {exc}") from None
     if count != h.records_count:
         raise CorruptMessage(f"record batch count says {h.records_count} records, {count} found")
 

@@ -48,6 +48,7 @@ from typing import Any, Callable
 from kio.serial import readers as kr
 
 from oncelog.protocol.schema import FieldKind, field_kinds, implicit_default, scalar_reader
+from oncelog.protocol.varint import read_uvarint as _uv
 
 __all__ = ["MAX_REQUEST_ENTRIES", "TooManyEntries", "check_message", "read_message", "spend"]
 
@@ -241,30 +242,15 @@ def _array(item: Reader, item_min: int, flexible: bool, nullable: bool, where: s
 # --------------------------------------------------------------------------------------------
 # The checker: for each entity class, one generated function (as ``dataclasses`` generates
 # ``__init__``) that skips fixed-size fields in one step and inlines the one-byte fast path of
-# every varint; nested entities and array items call their own class's function.
+# every varint (nearly every length is one byte, and the test in line saves a Python call per
+# field; past it, the shared ``varint.read_uvarint``); nested entities and array items call
+# their own class's function.
 
 Check = Callable[[bytes, int, list[int]], int]  # (buffer, position, budget of array entries) -> end
 
 _FIXED = {k: v[0] for k, v in _SCALAR_MIN.items() if k not in ("string", "bytes", "records")}
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
-
-
-def _uv(buf: bytes, pos: int) -> tuple[int, int]:
-    """Unsigned varint (at most 5 bytes) at ``pos``: (value, next position)."""
-    result = shift = 0
-    n = len(buf)
-    while True:
-        if pos >= n:
-            raise ValueError("buffer ends inside a varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
 
 
 def _tags(buf: bytes, pos: int) -> int:

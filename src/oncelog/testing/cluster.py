@@ -1,7 +1,7 @@
 """``Cluster``: N oncelog brokers sharing one PostgreSQL store, for tests (issue 19).
 
 ``with Cluster(brokers=3) as c:`` starts a PostgreSQL server in a temporary directory on a free
-loopback port (``oncelog_tools.pgserver``: needs PostgreSQL's server binaries; as root the server
+loopback port (``oncelog.testing.pgserver``: needs PostgreSQL's server binaries; as root the server
 runs as an unprivileged user), creates the store database, and starts brokers 1..N in cluster
 mode (docs/CLUSTER.md). ``c.bootstrap_servers`` lists all of them. Each broker is an
 ``oncelog.testing.Broker`` (``c.brokers[i]``) with its faults: ``kill()``, ``pause()``/``resume()``,
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from oncelog.testing.broker import Broker, BrokerError
+from oncelog.testing.pgserver import PgServer
 
 #: Cluster properties for tests: a broker's session expires 2 s after its last heartbeat, and
 #: six partitions per internal topic so the coordinators spread over the brokers.
@@ -49,7 +50,7 @@ class Cluster:
         self.size = brokers
         self.config = {**CLUSTER_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
         self.startup_timeout = startup_timeout
-        self.store = None  # the PgServer, once started
+        self.store: PgServer | None = None  # once started
         self.brokers: list[Broker] = []
 
     @property
@@ -58,8 +59,6 @@ class Cluster:
 
     def start(self) -> "Cluster":
         """Start the store and every broker; on any failure, stop what started and raise."""
-        from oncelog_tools.pgserver import PgServer
-
         try:
             self.store = PgServer()  # its own directory, one the server's user can enter
             self.store.start()

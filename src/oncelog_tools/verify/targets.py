@@ -6,7 +6,7 @@ returns) and ``stop()``.
 
 * ``SingleBroker``: the embedded broker; its one fault is SIGKILL, then a restart after up to
   1.5 s (the data directory's recovery, R7).
-* ``Cluster`` (issue 15): PostgreSQL in a temporary directory (oncelog_tools.pgserver) and N
+* ``Cluster`` (issue 15): PostgreSQL in a temporary directory (oncelog.testing.pgserver) and N
   brokers on it, with a short session (broker.session.timeout.ms) so that faults move leaders
   and coordinators during the run. Faults, one chosen at random each time:
   - ``broker SIGKILL``: a random broker (a partition leader, and the transaction or group
@@ -66,7 +66,7 @@ class SingleBroker:
 
 class Cluster:
     def __init__(self, work: Path, overrides: dict[str, str], *, brokers: int = 3) -> None:
-        from oncelog_tools.pgserver import PgServer
+        from oncelog.testing.pgserver import PgServer
 
         self.pg = PgServer()
         self.pg.start()

@@ -10,7 +10,7 @@ UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
@@ -20,10 +20,14 @@ from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
 
+if TYPE_CHECKING:
+    from kio.schema.types import BrokerId
+
 API_KEY = apis.ALTER_PARTITION_REASSIGNMENTS
 
 
-def _outcome(broker: BrokerContext, tp: TopicPartition, replicas: Any) -> tuple[ErrorCode, str | None]:
+def _outcome(broker: BrokerContext, tp: TopicPartition,
+             replicas: "tuple[BrokerId, ...] | None") -> tuple[ErrorCode, str | None]:
     if not broker.replicas.exists(tp):
         return ErrorCode.unknown_topic_or_partition, f"partition {tp.topic}-{tp.partition} does not exist"
     if replicas is None:

@@ -16,7 +16,7 @@ Producers and consumers find the new partitions at their next metadata refresh.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
@@ -26,10 +26,19 @@ from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, error
 from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 
+if TYPE_CHECKING:  # kio's class of each version this handler serves (annotations only)
+    from kio.schema.create_partitions.v0.request import CreatePartitionsTopic as CreatePartitionsTopicV0
+    from kio.schema.create_partitions.v1.request import CreatePartitionsTopic as CreatePartitionsTopicV1
+    from kio.schema.create_partitions.v2.request import CreatePartitionsTopic as CreatePartitionsTopicV2
+    from kio.schema.create_partitions.v3.request import CreatePartitionsTopic as CreatePartitionsTopicV3
+    CreatePartitionsTopic = (
+        CreatePartitionsTopicV0 | CreatePartitionsTopicV1 | CreatePartitionsTopicV2 | CreatePartitionsTopicV3
+    )
+
 API_KEY = apis.CREATE_PARTITIONS
 
 
-def _check_assignments(broker: BrokerContext, t: Any, current: int) -> None:
+def _check_assignments(broker: BrokerContext, t: "CreatePartitionsTopic", current: int) -> None:
     if t.assignments is None:
         return
     added = t.count - current

@@ -11,7 +11,7 @@ created in the store and given leaders by a rebalance (handlers/_cluster.py).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
@@ -23,10 +23,22 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
 
+if TYPE_CHECKING:  # kio's class of each version this handler serves (annotations only)
+    from kio.schema.create_topics.v2.request import CreatableTopic as CreatableTopicV2
+    from kio.schema.create_topics.v3.request import CreatableTopic as CreatableTopicV3
+    from kio.schema.create_topics.v4.request import CreatableTopic as CreatableTopicV4
+    from kio.schema.create_topics.v5.request import CreatableTopic as CreatableTopicV5
+    from kio.schema.create_topics.v6.request import CreatableTopic as CreatableTopicV6
+    from kio.schema.create_topics.v7.request import CreatableTopic as CreatableTopicV7
+    CreatableTopic = (
+        CreatableTopicV2 | CreatableTopicV3 | CreatableTopicV4 | CreatableTopicV5 | CreatableTopicV6 |
+        CreatableTopicV7
+    )
+
 API_KEY = apis.CREATE_TOPICS
 
 
-def _new_topic(broker: BrokerContext, t: Any, seen: set[str]) -> NewTopic:
+def _new_topic(broker: BrokerContext, t: "CreatableTopic", seen: set[str]) -> NewTopic:
     """The topic a CreatableTopic asks for; raises for what only the request can tell."""
     if t.name in seen:
         raise InvalidRequest(f"topic {t.name!r} appears twice in the request")

@@ -7,7 +7,7 @@ partitions it led."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
@@ -16,11 +16,23 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, TopicDeletionDisabled, UnknownTopicId
 from oncelog.protocol.framing import Request
 
+if TYPE_CHECKING:  # kio's class of each version this handler serves (annotations only)
+    from kio.schema.delete_topics.v1.request import DeleteTopicsRequest as DeleteTopicsRequestV1
+    from kio.schema.delete_topics.v2.request import DeleteTopicsRequest as DeleteTopicsRequestV2
+    from kio.schema.delete_topics.v3.request import DeleteTopicsRequest as DeleteTopicsRequestV3
+    from kio.schema.delete_topics.v4.request import DeleteTopicsRequest as DeleteTopicsRequestV4
+    from kio.schema.delete_topics.v5.request import DeleteTopicsRequest as DeleteTopicsRequestV5
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest as DeleteTopicsRequestV6
+    DeleteTopicsRequest = (
+        DeleteTopicsRequestV1 | DeleteTopicsRequestV2 | DeleteTopicsRequestV3 | DeleteTopicsRequestV4 |
+        DeleteTopicsRequestV5 | DeleteTopicsRequestV6
+    )
+
 API_KEY = apis.DELETE_TOPICS
 _ZERO = uuid.UUID(int=0)
 
 
-def _requested(req: Any) -> list[tuple[str | None, uuid.UUID]]:
+def _requested(req: "DeleteTopicsRequest") -> list[tuple[str | None, uuid.UUID]]:
     if hasattr(req, "topic_names"):
         return [(n, _ZERO) for n in req.topic_names]
     return [(t.name, t.topic_id) for t in req.topics]

@@ -33,7 +33,7 @@ send full fetch requests; that is a documented, supported mode of the protocol.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _cluster
@@ -45,6 +45,9 @@ from oncelog.protocol.framing import Request
 from oncelog.storage.engine import parts_length
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.broker.metrics import RequestStats
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1
@@ -181,7 +184,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     return m.FetchResponse(error_code=ErrorCode.none, session_id=0, responses=tuple(topics), node_endpoints=endpoints)
 
 
-def _count_out(metrics: Any, broker: BrokerContext, topics: list[Any]) -> None:
+def _count_out(metrics: "RequestStats", broker: BrokerContext, topics: list[Any]) -> None:
     """Bytes of whole batches answered, per topic (issue 19): the slices' lengths, no parsing;
     once per topic per request."""
     for t in topics:

@@ -16,7 +16,7 @@ otherwise (embedded: always 0).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
@@ -26,11 +26,14 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 
+if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
+
 API_KEY = apis.LIST_OFFSETS
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 
 
-def _lookup(part: Any, ts: int, read_committed: bool) -> tuple[int, int, int]:
+def _lookup(part: "Partition", ts: int, read_committed: bool) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) as Kafka answers them: latest carries the leader's
     current epoch, the others the epoch of the batch holding the offset found."""
     plog = part.log

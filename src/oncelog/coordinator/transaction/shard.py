@@ -234,8 +234,8 @@ class TransactionShard:
             raise InvalidTransactionTimeout(
                 f"transaction.timeout.ms={timeout_ms} is outside 1..{self.settings.max_timeout_ms} (transaction.max.timeout.ms)"
             )
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.state is TxnState.DEAD:
+        meta = self._live(transactional_id)
+        if meta is None:
             meta = TxnMetadata(transactional_id, producer_id=self.new_producer_id(), timeout_ms=timeout_ms)
             self.txns[transactional_id] = meta
         if meta.pending is not None:
@@ -297,14 +297,26 @@ class TransactionShard:
 
     # -- the producer's requests ----------------------------------------------------------------------
 
-    def _lookup(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
+    def _live(self, transactional_id: str) -> TxnMetadata | None:
+        """The id's metadata, or None when the coordinator does not know it: never seen, or Dead
+        (expired, R21: only InitProducerId starts it afresh)."""
         meta = self.txns.get(transactional_id)
-        if meta is None or meta.state is TxnState.DEAD:
+        return None if meta is None or meta.state is TxnState.DEAD else meta
+
+    def _known(self, transactional_id: str, producer_id: int | None = None) -> TxnMetadata:
+        """The id's metadata; InvalidProducerIdMapping when it is unknown or Dead (``_live``),
+        or, given ``producer_id``, when another producer holds it."""
+        meta = self._live(transactional_id)
+        if meta is None:
             raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown to the coordinator")
-        if meta.producer_id != producer_id:
+        if producer_id is not None and meta.producer_id != producer_id:
             raise InvalidProducerIdMapping(
                 f"transactional id {transactional_id!r} belongs to producer {meta.producer_id}, not {producer_id}"
             )
+        return meta
+
+    def _lookup(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
+        meta = self._known(transactional_id, producer_id)
         if meta.producer_epoch != epoch:
             raise ProducerFenced(
                 f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is fenced, "
@@ -344,9 +356,7 @@ class TransactionShard:
         the current one is the previous transaction's late write: ``older`` (INVALID_PRODUCER_EPOCH
         for a produce, as Kafka's leader answers; PRODUCER_FENCED for offsets). Otherwise as
         ``add_partitions``."""
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.state is TxnState.DEAD or meta.producer_id != producer_id:
-            raise InvalidProducerIdMapping(f"producer {producer_id} is not the producer of {transactional_id!r}")
+        meta = self._known(transactional_id, producer_id)
         if epoch < meta.producer_epoch:
             raise older(f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} is older than "
                         f"the current epoch {meta.producer_epoch} (a write of an ended transaction)")
@@ -427,9 +437,7 @@ class TransactionShard:
         32766 — (COMMIT_RETRY_V2 / ABORT_RETRY_V2). Raises InvalidProducerIdMapping for another
         producer id, ProducerFenced for any other epoch, ConcurrentTransactions while a move is
         under way."""
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.state is TxnState.DEAD:
-            raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown to the coordinator")
+        meta = self._known(transactional_id)
         if producer_id == meta.producer_id and epoch == meta.producer_epoch:
             request = Request.COMMIT_V2 if commit else Request.ABORT_V2
         elif _previous_of_v2_end(meta, producer_id, epoch):

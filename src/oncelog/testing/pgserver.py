@@ -1,5 +1,8 @@
-"""A real PostgreSQL server in a temporary directory, on a free loopback port: for the tests
-(fixtures in tests/conftest.py) and for trying cluster mode (`python -m oncelog_tools.cluster`).
+"""A real PostgreSQL server in a temporary directory, on a free loopback port: the store of
+``oncelog.testing.Cluster`` (the product's testing API), and through it the tests' fixtures
+(tests/pgserver.py, tests/conftest.py) and the tools (`python -m oncelog_tools.cluster`, the
+benchmarks). It lives in the product because ``Cluster`` needs it and the product never imports
+``oncelog_tools`` (issue 27); the tools import it from here. Standard library only.
 
 Theory of operation. ``PgServer.start()`` runs ``initdb`` into ``<base>/data`` and starts the
 server with ``pg_ctl`` on 127.0.0.1 only, its unix socket in ``<base>/sock`` (a directory only
