@@ -215,3 +215,17 @@ def test_leaving_members_and_a_deleted_group_leave_tombstones() -> None:
     assert "g" not in w.shard.consumers.groups
     assert _compacted(w.log) == []
     assert "g" not in _load(w.log, 4).consumers.groups
+
+
+def test_a_steady_heartbeat_writes_nothing_and_a_rejoin_writes_only_its_member() -> None:
+    w = _Log()
+    topics = {"t": (T, 4)}
+    a = w.shard.consumer_heartbeat(_hb("a", 0, {}, ("t",)), topics, 1)
+    w.write(a.records, 1)
+    steady = w.shard.consumer_heartbeat(_hb("a", 1, a.response.assignment, ("t",)), topics, 2)
+    assert steady.records == [], "a heartbeat that changes nothing durable appends nothing"
+    b = w.shard.consumer_heartbeat(_hb("b", 0, {}, ("t",)), topics, 3)
+    w.write(b.records, 3)
+    # a's next heartbeat revokes two partitions: its current assignment is all that changes
+    revoke = w.shard.consumer_heartbeat(_hb("a", 1, a.response.assignment, ("t",)), topics, 4)
+    assert [k for k, _ in revoke.records] == [crec.CurrentAssignmentKey("g", "a")]

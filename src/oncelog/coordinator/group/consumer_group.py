@@ -397,7 +397,7 @@ class ConsumerGroups:
                     now + self.settings.session_timeout_ms,
                 )
             else:  # rejoining with epoch 0: it lost everything
-                member.assigned, member.revoking = {}, {}
+                member.assigned, member.revoking, member.revocation_deadline = {}, {}, None
                 member.state, member.member_epoch, member.previous_epoch = MemberState.STABLE, 0, -1
         else:
             member = group.members.get(req.member_id)

@@ -23,6 +23,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import consumer_records as crec
 
@@ -43,8 +45,9 @@ def _assignment(parts: crec.Partitions) -> cg.Assignment:
     return {tid: frozenset(ps) for tid, ps in parts if ps}
 
 
-def group_records(group: cg.ConsumerGroup) -> Written:
-    """Every record of ``group``, in the order a replay wants them (group first)."""
+def group_records(group: cg.ConsumerGroup, only: str | None = None) -> Written:
+    """Every record of ``group``, in the order a replay wants them (group first); with ``only``,
+    the group's own records and those of member ``only`` alone."""
     g = group.group_id
     out: Written = {
         crec.GroupEpochKey(g): crec.GroupEpochValue(group.group_epoch),
@@ -52,14 +55,16 @@ def group_records(group: cg.ConsumerGroup) -> Written:
             tuple((tid, name, count) for name, (tid, count) in sorted(group.subscribed_topics.items()))),
         crec.TargetEpochKey(g): crec.TargetEpochValue(group.assignment_epoch),
     }
-    for mid, m in group.members.items():
+    members = group.members if only is None else {only: group.members[only]} if only in group.members else {}
+    for mid, m in members.items():
         out[crec.MemberKey(g, mid)] = crec.MemberValue(
             m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
             m.rebalance_timeout_ms, m.server_assignor)
         epoch, previous = (cg.STATIC_LEAVE_EPOCH, m.member_epoch) if m.departed else (m.member_epoch, m.previous_epoch)
         out[crec.CurrentAssignmentKey(g, mid)] = crec.CurrentAssignmentValue(
             epoch, previous, _STATE_BYTES[m.state], _parts(m.assigned), _parts(m.revoking))
-    for mid, target in group.target.items():
+    targets = group.target if only is None else {only: group.target[only]} if only in group.target else {}
+    for mid, target in targets.items():
         out[crec.TargetMemberKey(g, mid)] = crec.TargetMemberValue(_parts(target))
     return out
 
@@ -71,11 +76,20 @@ def _tombstone_order(key: crec.Key) -> int:
     return 2 if isinstance(key, crec.GroupEpochKey) else 1
 
 
-def diff(group: cg.ConsumerGroup | None, written: Written) -> list[tuple[crec.Key, crec.Value | None]]:
-    """The records that make the log (``written``) describe ``group`` (None: deleted)."""
-    now = group_records(group) if group is not None else {}
+def diff(group: cg.ConsumerGroup | None, written: Written, only: str | None = None) -> list[tuple[crec.Key, crec.Value | None]]:
+    """The records that make the log (``written``) describe ``group`` (None: deleted). With
+    ``only`` (a member id), the caller vouches that no other member's records changed (a
+    heartbeat that did not change the member set nor the target assignment): the cost is then
+    that of one member, not of the whole group."""
+    now = group_records(group, only) if group is not None else {}
     out: list[tuple[crec.Key, crec.Value | None]] = [(k, v) for k, v in now.items() if written.get(k) != v]
-    gone = sorted((k for k in written if k not in now), key=_tombstone_order)
+    if only is None or group is None:
+        candidates: Iterable[crec.Key] = written
+    else:
+        g = group.group_id
+        candidates = [k for k in (crec.MemberKey(g, only), crec.TargetMemberKey(g, only),
+                                  crec.CurrentAssignmentKey(g, only)) if k in written]
+    gone = sorted((k for k in candidates if k not in now), key=_tombstone_order)
     out.extend((k, None) for k in gone)
     return out
 

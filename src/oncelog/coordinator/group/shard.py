@@ -108,12 +108,20 @@ class GroupShard:
                 raise GroupIdNotFound(f"Group {req.group_id} is not a consumer group (a classic group has members)")
             if req.member_epoch >= 0:
                 del self.groups[req.group_id]
+        group = self.consumers.groups.get(req.group_id)
+        before = None if group is None else (group.assignment_epoch, len(group.members), req.member_id in group.members)
         answer = self.consumers.heartbeat(req, topics, now)
-        return Result(self._consumer_records(req.group_id), answer)
+        group = self.consumers.groups.get(req.group_id)
+        after = None if group is None else (group.assignment_epoch, len(group.members), req.member_id in group.members)
+        # a heartbeat of a known member that changed neither the target assignment nor the
+        # member set (nearly all of them) changed the group's own records and its member's at most
+        only = req.member_id if before is not None and before == after and before[2] else None
+        return Result(self._consumer_records(req.group_id, only), answer)
 
-    def _consumer_records(self, group_id: str) -> list[Record]:
-        """The records that make the log describe consumer group ``group_id`` as it now is."""
-        return list(consumer_store.diff(self.consumers.groups.get(group_id), self.consumer_written.get(group_id, {})))
+    def _consumer_records(self, group_id: str, only: str | None = None) -> list[Record]:
+        """The records that make the log describe consumer group ``group_id`` as it now is
+        (``only``: see ``consumer_store.diff``)."""
+        return list(consumer_store.diff(self.consumers.groups.get(group_id), self.consumer_written.get(group_id, {}), only))
 
     def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
         """ConsumerGroupDescribe: the group as it is. Raises GroupIdNotFound for a group that
