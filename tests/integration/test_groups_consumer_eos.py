@@ -28,7 +28,7 @@ class _Worker:
     """One consume-transform-produce worker: a consumer of the group and a transactional
     producer; ``step`` is one transaction over at most a few records."""
 
-    def __init__(self, bootstrap: str, name: str) -> None:
+    def __init__(self, bootstrap: str, name: str, consumer: dict[str, str] | None = None) -> None:
         from confluent_kafka import Consumer, Producer
 
         self.name = name
@@ -36,7 +36,7 @@ class _Worker:
         self.aborted = 0  # transactions aborted (stale epoch, lost partitions)
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "group.protocol": "consumer",
                            "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                           "isolation.level": "read_committed"})
+                           "isolation.level": "read_committed", **(consumer or {})})
         self.c.subscribe([IN])
         self.p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"eos848-{name}", "linger.ms": 5})
         self.p.init_transactions(30)
@@ -162,3 +162,56 @@ def test_consume_transform_produce_is_exactly_once_while_partitions_move(broker_
     assert extra == 0, f"{extra} records written twice; partition moves: {moves}"
     assert sorted(out) == expected, f"{len(set(expected) - set(out))} records missing"
     print(f"partition moves: {len(moves)}; aborted transactions: {sum(w.aborted for w in workers + gone)}")
+
+
+def test_a_zombie_whose_partitions_moved_cannot_commit_its_transaction(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """KIP-447 under KIP-848: worker ``x`` reads records and opens a transaction, then stalls
+    (no poll) while ``y`` joins; ``x`` cannot acknowledge the revocation, its rebalance timeout
+    (max.poll.interval.ms) removes it and ``y`` takes every partition and processes the records
+    again from the committed offsets. The zombie's send_offsets_to_transaction with its old group
+    metadata is then refused and its transaction aborted: the output holds every record once."""
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+
+    b = broker_factory("kip848-zombie", FAST)
+    create_topic("confluent", b.bootstrap, IN, IN_PARTITIONS)
+    create_topic("confluent", b.bootstrap, OUT, 3)
+    inputs = [b"z%d" % i for i in range(120)]
+    produce("confluent", b.bootstrap, IN, [(i % IN_PARTITIONS, None, v) for i, v in enumerate(inputs)])
+    x = _Worker(b.bootstrap, "x", {"max.poll.interval.ms": "4000"})
+    y = None
+    try:
+        end = time.monotonic() + 60
+        msgs: list[Any] = []
+        while not msgs and time.monotonic() < end:
+            msgs = [m for m in x.c.consume(num_messages=10, timeout=0.2) if not m.error()]
+        assert msgs, "x read nothing"
+        x.p.begin_transaction()
+        for m in msgs:
+            x.p.produce(OUT, value=b"out:" + m.value())
+        meta = x.c.consumer_group_metadata()
+        ends = {m.partition(): m.offset() + 1 for m in msgs}
+        y = _Worker(b.bootstrap, "y")
+        end = time.monotonic() + 90  # x stalls (no poll) while y works
+        while time.monotonic() < end and not (y.committed >= len(inputs) and len(y.assigned()) == IN_PARTITIONS):
+            y.step()
+        assert len(y.assigned()) == IN_PARTITIONS and y.committed >= len(inputs), \
+            f"y did not take over x's partitions: {sorted(y.assigned())}, {y.committed} records"
+        refused: list[str] = []
+        try:
+            x.p.send_offsets_to_transaction([TopicPartition(IN, p, o) for p, o in ends.items()], meta, 30)
+            x.p.commit_transaction(30)
+        except KafkaException as exc:
+            refused.append(str(exc))
+            err = exc.args[0]
+            if err.txn_requires_abort():
+                x.p.abort_transaction(30)
+            else:  # fatal: a new instance of the transactional id aborts the open transaction
+                Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "eos848-x"}).init_transactions(30)
+        assert refused, "the zombie committed its transaction after its partitions moved"
+    finally:
+        for w in (x, y):
+            if w is not None:
+                w.close()
+    out = _read_committed(b.bootstrap)
+    assert sorted(out) == sorted(b"out:" + v for v in inputs), f"{len(out)} records out, {len(set(out))} distinct"
+    print(f"zombie refused: {refused[0]}")
