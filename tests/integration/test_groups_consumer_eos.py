@@ -3,9 +3,11 @@ transactional consume-transform-produce workers (confluent-kafka, ``group.protoc
 ``send_offsets_to_transaction`` with the consumer's group metadata, so TxnOffsetCommit carries
 the member id and epoch) whose partitions move while they work — a third worker joins, then one
 of the first two leaves — write every input record exactly once to the output, read
-read_committed. A worker whose transaction lost its partitions (its member epoch went stale:
-the coordinator answers its TxnOffsetCommit ILLEGAL_GENERATION) aborts it and rewinds to the
-committed offsets, as a KIP-447 application does. Every wait is bounded; traffic on 127.0.0.1.
+read_committed. A worker whose transaction fails aborts it and rewinds to the committed offsets,
+as a KIP-447 application does. A zombie (a worker stalled past its rebalance timeout while its
+partitions moved) has its TxnOffsetCommit refused (UNKNOWN_MEMBER_ID: it was removed; a stale
+epoch of a member still in the group is ILLEGAL_GENERATION) and cannot commit its transaction.
+Every wait is bounded; traffic on 127.0.0.1.
 """
 
 from __future__ import annotations
