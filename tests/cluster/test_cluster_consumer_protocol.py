@@ -1,9 +1,10 @@
 """The consumer rebalance protocol (KIP-848, issue 30) in cluster mode, on a real PostgreSQL:
 two confluent-kafka consumers with ``group.protocol=consumer`` split a topic's partitions through
 whichever broker coordinates their group; when that broker is SIGKILLed the coordinator moves with
-its ``__consumer_offsets`` partition and the group forms again on the survivor (the consumer
-group's membership is kept in memory for now: its members get UNKNOWN_MEMBER_ID there and
-rejoin), and every record is consumed. Every wait is bounded; all traffic is on 127.0.0.1.
+its ``__consumer_offsets`` partition, whose consumer-group records the survivor loads: the members
+carry on there with the member ids and epochs they had and the group epoch does not move (no
+rebalance; before, the membership was in memory only and the members rejoined), and every record
+is consumed. Every wait is bounded; all traffic is on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -40,6 +41,16 @@ def _coordinator(bootstrap: str) -> int:
         return r.coordinators[0].node_id
 
 
+def _describe(bootstrap: str) -> tuple[int, dict[str, int]]:
+    """(group epoch, member id -> member epoch) from ConsumerGroupDescribe (69)."""
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.CONSUMER_GROUP_DESCRIBE, 1)
+        g = c.request(apis.CONSUMER_GROUP_DESCRIBE, m["ConsumerGroupDescribeRequest"](
+            group_ids=(GROUP,), include_authorized_operations=False), version=1).groups[0]
+    assert g.error_code == 0, g.error_message
+    return g.group_epoch, {mb.member_id: mb.member_epoch for mb in g.members}
+
+
 def _run(consumers: list[Any], done: Any, timeout: float, what: str, seen: set) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -65,14 +76,29 @@ def test_consumer_groups_form_and_survive_a_coordinator_failover(pg_dsn: str, tm
                 sets = [{t.partition for t in c.assignment()} for c in consumers]
                 return all(sets) and sum(map(len, sets)) == PARTITIONS and set().union(*sets) == set(range(PARTITIONS))
 
+            # a third member comes and goes, so the group epoch is past where two members forming
+            # the group from scratch would put it
+            passer = _consumer(bootstrap)
+            try:
+                _run([*consumers, passer], lambda: all(c.assignment() for c in [*consumers, passer]), 90,
+                     "three members to share the partitions", seen)
+            finally:
+                passer.close()
             _run(consumers, lambda: split() and len(seen) >= 200, 90, "the two members to split and read", seen)
+            settle = time.monotonic() + 3  # heartbeats: the group is stable
+            while time.monotonic() < settle:
+                for c in consumers:
+                    c.poll(0.1)
             node = _coordinator(bootstrap)
             victim = next(b for b in procs if b.node_id == node)
+            before = _describe(victim.bootstrap)
+            assert set(before[1]) == {c.memberid() for c in consumers} and before[0] >= 4, before
             os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
             survivor = next(b for b in procs if b is not victim)
             kc.produce("confluent", survivor.bootstrap, TOPIC, [(i % PARTITIONS, None, b"b%d" % i) for i in range(200)])
             _run(consumers, lambda: split() and len(seen) >= 400, 120,
                  "the group to form again on the survivor and read the new records", seen)
+            assert _describe(survivor.bootstrap) == before, "the members or epochs changed with the coordinator"
         finally:
             for c in consumers:
                 c.close()

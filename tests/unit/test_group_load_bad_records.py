@@ -66,6 +66,8 @@ BAD_RECORDS = {
     "unknown key version": (_offset_key("g", version=7), _offset_value(99)),
     "unknown value version": (_offset_key("g"), struct.pack(">h", 9) + _offset_value(99)[2:]),
     "null key": (None, _offset_value(99)),
+    "consumer-group member record with a garbage value": (b"\x00\x05\x00\x01g\x00\x01m", b"\x00\x00\xff\xff"),
+    "consumer-group record of an unknown value version": (b"\x00\x03\x00\x01g", b"\x00\x07\x00\x00\x00\x01\x00"),
 }
 BAD_BATCHES = {
     "record count larger than the records": lambda b: bad_batches.with_records_count(b, 4),

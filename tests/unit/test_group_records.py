@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oncelog.coordinator.group import records as rec
+from oncelog.coordinator.group import consumer_records as crec
 from oncelog.coordinator.group.consumer_protocol import (
     assigned_partitions,
     encode_assignment,
@@ -117,7 +118,10 @@ def test_tombstones() -> None:
 @pytest.mark.parametrize(
     "key, data",
     [
-        (None, struct.pack(">h", 3) + _s("g")),
+        (None, struct.pack(">h", 99) + _s("g")),
+        (None, struct.pack(">h", 3) + _s("g") + b"x"),
+        (crec.GroupEpochKey("g"), b"\x00\x01"),  # a consumer-group value of an unknown version
+        (crec.MemberKey("g", "m"), b"\x00\x00\x00"),  # truncated
         (None, struct.pack(">h", 1) + _s("g")),
         (None, struct.pack(">h", 2) + _s("g") + b"x"),
         (rec.OffsetKey("g", "t", 0), struct.pack(">hq", 9, 1)),
@@ -126,7 +130,7 @@ def test_tombstones() -> None:
         (rec.GroupKey("g"), struct.pack(">h", 3) + _s("c") + struct.pack(">i", 1) + struct.pack(">hh", -1, -1) + struct.pack(">qi", 0, 99999)),
     ],
 )
-def test_malformed_records_raise_record_format_error(key: rec.OffsetKey | rec.GroupKey | None, data: bytes) -> None:
+def test_malformed_records_raise_record_format_error(key: rec.Key | None, data: bytes) -> None:
     with pytest.raises(rec.RecordFormatError):
         if key is None:
             rec.decode_key(data)

@@ -34,9 +34,8 @@ for their session timeout: the next member with the same instance id takes them 
 same epoch, and the group does not rebalance; while the old member has not left, a new one with
 its instance id is UNRELEASED_INSTANCE_ID.
 
-Not yet (issue 30): durable records in ``__consumer_offsets`` (the membership is in memory only: after a broker
-restart or a coordinator failover members get UNKNOWN_MEMBER_ID and rejoin; committed offsets
-are durable as always).
+Durability is the shard's (consumer_store.py): the records of what changed are written to
+``__consumer_offsets`` before the answer and replayed into these objects on load.
 
 Pure and synchronous: no I/O, time passed in as ``now`` (milliseconds).
 """
@@ -397,7 +396,7 @@ class ConsumerGroups:
                     now + self.settings.session_timeout_ms,
                 )
             else:  # rejoining with epoch 0: it lost everything
-                member.assigned, member.revoking = {}, {}
+                member.assigned, member.revoking, member.revocation_deadline = {}, {}, None
                 member.state, member.member_epoch, member.previous_epoch = MemberState.STABLE, 0, -1
         else:
             member = group.members.get(req.member_id)

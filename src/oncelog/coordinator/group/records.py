@@ -17,6 +17,10 @@ Kafka (group-coordinator ``*Key.json``; the version doubles as the record type):
   [v3+] nullable string group_instance_id, string client_id, string client_host,
   [v1+] int32 rebalance_timeout, int32 session_timeout, bytes subscription, bytes assignment.
 
+* key versions 3..8 — the consumer groups of KIP-848 (consumer_records.py: group epoch,
+  subscribed topics, member metadata, target assignment epoch, target and current member
+  assignments; flexible values).
+
 Strings are int16-length UTF-8, bytes int32-length, arrays int32-count (the non-flexible
 encoding Kafka uses for these versions). A null value is a tombstone: the offset or the group was
 deleted. We write key version 1, offset values v3 (v1 when the commit carries an expire
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from oncelog.coordinator.group import consumer_records as crec
 
 __all__ = [
     "GroupKey",
@@ -103,8 +109,8 @@ class GroupValue:
     members: tuple[MemberValue, ...]
 
 
-Key = OffsetKey | GroupKey
-Value = OffsetValue | GroupValue
+Key = OffsetKey | GroupKey | crec.Key
+Value = OffsetValue | GroupValue | crec.Value
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -141,6 +147,8 @@ class _Writer:
 
 
 def encode_key(key: Key) -> bytes:
+    if not isinstance(key, (OffsetKey, GroupKey)):
+        return crec.encode_key(key)
     w = _Writer()
     if isinstance(key, OffsetKey):
         w.i16(OFFSET_KEY_VERSION)
@@ -157,6 +165,8 @@ def encode_value(value: Value | None) -> bytes | None:
     """The value bytes; None (a tombstone) for None."""
     if value is None:
         return None
+    if not isinstance(value, (OffsetValue, GroupValue)):
+        return crec.encode_value(value)
     w = _Writer()
     if isinstance(value, OffsetValue):
         if value.expire_timestamp >= 0:
@@ -256,6 +266,11 @@ def decode_key(data: bytes) -> Key:
         key: Key = OffsetKey(r.string(), r.string(), r.i32())
     elif version == GROUP_KEY_VERSION:
         key = GroupKey(r.string())
+    elif version in crec.KEY_VERSIONS.values():
+        try:
+            return crec.decode_key(version, data)
+        except crec.ConsumerRecordError as exc:
+            raise RecordFormatError(str(exc)) from None
     else:
         raise RecordFormatError(f"__consumer_offsets key version {version} is unknown")
     r.done()
@@ -266,6 +281,11 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
     """The value of a record whose key is ``key``; None for a tombstone."""
     if data is None:
         return None
+    if not isinstance(key, (OffsetKey, GroupKey)):
+        try:
+            return crec.decode_value(key, data)
+        except crec.ConsumerRecordError as exc:
+            raise RecordFormatError(str(exc)) from None
     r = _Reader(data)
     version = r.i16()
     if isinstance(key, OffsetKey):

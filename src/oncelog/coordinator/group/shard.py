@@ -13,8 +13,12 @@ written. Transaction markers found in the partition go to ``replay_marker``, liv
 Consumer groups of the consumer rebalance protocol (KIP-848, consumer_group.py) live beside the
 classic ones under the same group ids: a consumer-protocol member may take over a group id whose
 classic group is empty (it then only holds offsets), and a classic member one whose consumer
-group is empty; otherwise GROUP_ID_NOT_FOUND / INCONSISTENT_GROUP_PROTOCOL. Their membership is
-in memory only for now (issue 30).
+group is empty; otherwise GROUP_ID_NOT_FOUND / INCONSISTENT_GROUP_PROTOCOL. Their state is
+durable as Kafka keeps it (consumer_store.py): an operation changes the group in memory (the
+state machine decides on its own state), and its Result carries the records that make the log
+describe the group again (``consumer_store.diff`` against what the log holds, ``consumer_written``);
+their replay after the append is a no-op on the live group and rebuilds it on load. A failed
+append leaves ``consumer_written`` as it was, so the next operation writes the difference again.
 
 The membership of a group (membership.py) is volatile, as in Kafka: who is joining, parked
 requests and heartbeat deadlines live in memory and are driven by the transition table; each
@@ -32,6 +36,8 @@ from typing import Callable, Iterator
 
 from oncelog.coordinator.group import records as rec
 from oncelog.coordinator.group import consumer_group as cg
+from oncelog.coordinator.group import consumer_records as crec
+from oncelog.coordinator.group import consumer_store
 from oncelog.coordinator.group.group import ClassicGroup, member_from_record
 from oncelog.coordinator.group.membership import Membership
 from oncelog.coordinator.group.offsets import CommittedOffset, OffsetStore
@@ -88,6 +94,8 @@ class GroupShard:
             self.groups, self.settings, self.outbox, reply_ids or itertools.count(1), new_member_id
         )
         self.consumers = cg.ConsumerGroups(self.settings.consumer, lambda: str(uuid.uuid4()))
+        #: what the log holds of each consumer group (consumer_store.py)
+        self.consumer_written: dict[str, consumer_store.Written] = {}
 
     # -- consumer groups (KIP-848, consumer_group.py) -------------------------------------------
 
@@ -100,7 +108,20 @@ class GroupShard:
                 raise GroupIdNotFound(f"Group {req.group_id} is not a consumer group (a classic group has members)")
             if req.member_epoch >= 0:
                 del self.groups[req.group_id]
-        return Result([], self.consumers.heartbeat(req, topics, now))
+        group = self.consumers.groups.get(req.group_id)
+        before = None if group is None else (group.assignment_epoch, len(group.members), req.member_id in group.members)
+        answer = self.consumers.heartbeat(req, topics, now)
+        group = self.consumers.groups.get(req.group_id)
+        after = None if group is None else (group.assignment_epoch, len(group.members), req.member_id in group.members)
+        # a heartbeat of a known member that changed neither the target assignment nor the
+        # member set (nearly all of them) changed the group's own records and its member's at most
+        only = req.member_id if before is not None and before == after and before[2] else None
+        return Result(self._consumer_records(req.group_id, only), answer)
+
+    def _consumer_records(self, group_id: str, only: str | None = None) -> list[Record]:
+        """The records that make the log describe consumer group ``group_id`` as it now is
+        (``only``: see ``consumer_store.diff``)."""
+        return list(consumer_store.diff(self.consumers.groups.get(group_id), self.consumer_written.get(group_id, {}), only))
 
     def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
         """ConsumerGroupDescribe: the group as it is. Raises GroupIdNotFound for a group that
@@ -122,6 +143,10 @@ class GroupShard:
             if consumer.members:
                 raise InconsistentGroupProtocol(f"group {req.group_id} is a consumer group (KIP-848) with members")
             del self.consumers.groups[req.group_id]  # an empty one: the classic member takes it over
+            tombstones = self._consumer_records(req.group_id)
+            result = self.membership.join(req, now)
+            result.records[:0] = tombstones
+            return result
         return self.membership.join(req, now)
 
     def sync_group(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
@@ -137,8 +162,11 @@ class GroupShard:
         return self.membership.leave(group_id, members, now)
 
     def tick(self, now: int) -> Result:
-        self.consumers.tick(now)
-        return Result(self.membership.tick(now))
+        gone = self.consumers.tick(now)
+        records: list[Record] = []
+        for group_id in dict.fromkeys(g for g, _ in gone):
+            records.extend(self._consumer_records(group_id))
+        return Result(records + self.membership.tick(now))
 
     def next_deadline(self) -> int | None:
         deadlines = [d for d in (self.membership.next_deadline(), self.consumers.next_deadline()) if d is not None]
@@ -349,7 +377,7 @@ class GroupShard:
                 raise NonEmptyGroup(f"consumer group {group_id} has {len(consumer.members)} member(s)")
             del self.consumers.groups[group_id]
             records = [(rec.OffsetKey(group_id, tp.topic, tp.partition), None) for tp in self.offsets.of_group(group_id)]
-            return Result(records)
+            return Result(records + self._consumer_records(group_id))
         group = self.groups.get(group_id)
         if group is None or group.is_(D):
             raise GroupIdNotFound(f"group {group_id} does not exist")
@@ -363,10 +391,17 @@ class GroupShard:
 
     # -- replay -----------------------------------------------------------------------------------
 
-    def replay(self, key: rec.OffsetKey | rec.GroupKey, value: rec.OffsetValue | rec.GroupValue | None, *,
+    def replay(self, key: rec.Key, value: rec.Value | None, *,
                record_offset: int, now: int, producer_id: int = -1, producer_epoch: int = -1,
                transactional: bool = False) -> None:
         """Apply one record of this partition (live after its append, or while loading)."""
+        if not isinstance(key, (rec.OffsetKey, rec.GroupKey)):
+            assert value is None or isinstance(value, crec.Value.__args__)  # type: ignore[attr-defined]
+            classic = self.groups.get(key.group)
+            if value is not None and classic is not None and not classic.members and classic.is_(E):
+                del self.groups[key.group]  # taken over by the consumer group (as live)
+            consumer_store.replay(self.consumers, self.consumer_written, key, value, now)  # type: ignore[arg-type]
+            return
         if isinstance(key, rec.OffsetKey):
             assert value is None or isinstance(value, rec.OffsetValue)
             tp = TopicPartition(key.topic, key.partition)

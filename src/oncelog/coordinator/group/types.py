@@ -19,7 +19,7 @@ from oncelog.coordinator.group.consumer_group import ConsumerSettings
 from oncelog.protocol.errors import InvalidGroupId
 
 #: A record for ``__consumer_offsets``: key and value (None: a tombstone).
-Record = tuple[rec.OffsetKey | rec.GroupKey, rec.OffsetValue | rec.GroupValue | None]
+Record = tuple[rec.Key, rec.Value | None]
 
 
 @dataclass(frozen=True, slots=True)
