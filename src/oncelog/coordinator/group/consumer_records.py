@@ -21,9 +21,9 @@ type  key                                        fields                  value (
 
 Values start with an int16 value version (0) and use Kafka's flexible encoding (KIP-482):
 compact strings/arrays (unsigned varint length + 1, 0 = null), 16-byte UUIDs, and a tagged-field
-section after every struct. We write no tagged fields and skip every tag we read (Kafka 4.x's
-``ClassicMemberMetadata`` tag of a member that came from a classic group, the metadata hash of
-newer writers), so a record written by Kafka 4.x decodes. Member states are Kafka's bytes:
+section after every struct (record_codec.py reads and writes them). We write no tagged fields
+and skip every tag we read (Kafka 4.x's ``ClassicMemberMetadata`` tag of a member that came
+from a classic group, the metadata hash of newer writers), so a record written by Kafka 4.x decodes. Member states are Kafka's bytes:
 0 stable, 1 unrevoked partitions, 2 unreleased partitions.
 
 A null value is a tombstone. Anything malformed raises ``ConsumerRecordError`` (records.py turns
@@ -32,9 +32,10 @@ it into its ``RecordFormatError``). Pure: no I/O.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from dataclasses import dataclass
+
+from oncelog.coordinator.group.record_codec import RecordReader, RecordWriter
 
 __all__ = [
     "ConsumerRecordError",
@@ -56,11 +57,6 @@ __all__ = [
     "encode_key",
     "encode_value",
 ]
-
-MAX_STRING_BYTES = 0x7FFF
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 #: topic id -> sorted partitions, as stored
 Partitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
@@ -164,65 +160,18 @@ Value = GroupEpochValue | SubscriptionValue | MemberValue | TargetEpochValue | T
 # -- writing --------------------------------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i8(self, v: int) -> None:
-        self.buf += _I8.pack(v)
-
-    def i16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def uvarint(self, v: int) -> None:
-        while v >= 0x80:
-            self.buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.buf.append(v)
-
-    def string(self, s: str) -> None:  # non-flexible (keys)
-        data = s.encode("utf-8")
-        if len(data) > MAX_STRING_BYTES:
-            raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
-        self.i16(len(data))
-        self.buf += data
-
-    def cstring(self, s: str | None) -> None:  # compact (nullable)
-        if s is None:
-            self.uvarint(0)
-            return
-        data = s.encode("utf-8")
-        if len(data) > MAX_STRING_BYTES:
-            raise ValueError(f"string of {len(data)} bytes does not fit a record string")
-        self.uvarint(len(data) + 1)
-        self.buf += data
-
-    def count(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def uuid(self, u: uuid.UUID) -> None:
-        self.buf += u.bytes
-
-    def no_tags(self) -> None:
-        self.uvarint(0)
-
-    def partitions(self, parts: Partitions) -> None:
-        self.count(len(parts))
-        for tid, ps in parts:
-            self.uuid(tid)
-            self.count(len(ps))
-            for p in ps:
-                self.i32(p)
-            self.no_tags()
+def _write_partitions(w: RecordWriter, parts: Partitions) -> None:
+    w.count(len(parts))
+    for tid, ps in parts:
+        w.uuid(tid)
+        w.count(len(ps))
+        for p in ps:
+            w.i32(p)
+        w.no_tags()
 
 
 def encode_key(key: Key) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.i16(KEY_VERSIONS[type(key)])
     w.string(key.group)
     if isinstance(key, (MemberKey, TargetMemberKey, CurrentAssignmentKey)):
@@ -231,7 +180,7 @@ def encode_key(key: Key) -> bytes:
 
 
 def encode_value(value: Value) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.i16(0)
     if isinstance(value, GroupEpochValue):
         w.i32(value.epoch)
@@ -257,13 +206,13 @@ def encode_value(value: Value) -> bytes:
     elif isinstance(value, TargetEpochValue):
         w.i32(value.assignment_epoch)
     elif isinstance(value, TargetMemberValue):
-        w.partitions(value.partitions)
+        _write_partitions(w, value.partitions)
     else:
         w.i32(value.member_epoch)
         w.i32(value.previous_epoch)
         w.i8(value.state)
-        w.partitions(value.assigned)
-        w.partitions(value.revoking)
+        _write_partitions(w, value.assigned)
+        _write_partitions(w, value.revoking)
     w.no_tags()
     return bytes(w.buf)
 
@@ -271,107 +220,14 @@ def encode_value(value: Value) -> bytes:
 # -- reading --------------------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, st: struct.Struct) -> int:
-        try:
-            (v,) = st.unpack_from(self.data, self.pos)
-        except struct.error:
-            raise ConsumerRecordError(f"record truncated at byte {self.pos} of {len(self.data)}") from None
-        self.pos += st.size
-        return v
-
-    def i8(self) -> int:
-        return self._take(_I8)
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.pos >= len(self.data):
-                raise ConsumerRecordError(f"record truncated in a varint at byte {self.pos}")
-            b = self.data[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ConsumerRecordError(f"varint longer than 5 bytes at byte {self.pos}")
-
-    def _raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ConsumerRecordError(f"field of {n} bytes at byte {self.pos} runs past the {len(self.data)}-byte record")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return bytes(out)
-
-    def _text(self, n: int) -> str:
-        try:
-            return self._raw(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ConsumerRecordError(f"string at byte {self.pos - n} is not UTF-8: {e}") from None
-
-    def string(self) -> str:  # non-flexible (keys)
-        n = self.i16()
-        if n < 0:
-            raise ConsumerRecordError(f"null string at byte {self.pos - 2} where one is required")
-        return self._text(n)
-
-    def nullable_cstring(self) -> str | None:
-        n = self.uvarint()
-        return None if n == 0 else self._text(n - 1)
-
-    def cstring(self) -> str:
-        s = self.nullable_cstring()
-        if s is None:
-            raise ConsumerRecordError(f"null string before byte {self.pos} where one is required")
-        return s
-
-    def count(self, min_item_bytes: int) -> int:
-        n = self.uvarint() - 1
-        if n < 0:
-            raise ConsumerRecordError(f"null array before byte {self.pos} where one is required")
-        if n * min_item_bytes > len(self.data) - self.pos:
-            raise ConsumerRecordError(f"array of {n} items cannot fit the {len(self.data)}-byte record")
-        return n
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self._raw(16))
-
-    def skip_tags(self) -> None:
-        for _ in range(self.count_tags()):
-            self.uvarint()  # tag
-            self._raw(self.uvarint())
-
-    def count_tags(self) -> int:
-        n = self.uvarint()
-        if n > len(self.data) - self.pos:
-            raise ConsumerRecordError(f"{n} tagged fields cannot fit the {len(self.data)}-byte record")
-        return n
-
-    def partitions(self) -> Partitions:
-        out = []
-        for _ in range(self.count(18)):
-            tid = self.uuid()
-            ps = tuple(self.i32() for _ in range(self.count(4)))
-            self.skip_tags()
-            out.append((tid, ps))
-        return tuple(out)
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise ConsumerRecordError(f"{len(self.data) - self.pos} trailing bytes after the record")
+def _read_partitions(r: RecordReader) -> Partitions:
+    out = []
+    for _ in range(r.count(18)):
+        tid = r.uuid()
+        ps = tuple(r.i32() for _ in range(r.count(4)))
+        r.skip_tags()
+        out.append((tid, ps))
+    return tuple(out)
 
 
 def decode_key(version: int, data: bytes) -> Key:
@@ -379,7 +235,7 @@ def decode_key(version: int, data: bytes) -> Key:
     cls = _KEY_TYPES.get(version)
     if cls is None:
         raise ConsumerRecordError(f"key version {version} is not a consumer-group record")
-    r = _Reader(data)
+    r = RecordReader(data, ConsumerRecordError)
     r.i16()
     group = r.string()
     key: Key = cls(group, r.string()) if cls in (MemberKey, TargetMemberKey, CurrentAssignmentKey) else cls(group)
@@ -388,7 +244,7 @@ def decode_key(version: int, data: bytes) -> Key:
 
 
 def decode_value(key: Key, data: bytes) -> Value:
-    r = _Reader(data)
+    r = RecordReader(data, ConsumerRecordError)
     version = r.i16()
     if version != 0:
         raise ConsumerRecordError(f"{type(key).__name__} value version {version} is unknown")
@@ -414,10 +270,10 @@ def decode_value(key: Key, data: bytes) -> Value:
     elif isinstance(key, TargetEpochKey):
         value = TargetEpochValue(r.i32())
     elif isinstance(key, TargetMemberKey):
-        value = TargetMemberValue(r.partitions())
+        value = TargetMemberValue(_read_partitions(r))
     else:
         epoch, previous, state = r.i32(), r.i32(), r.i8()
-        value = CurrentAssignmentValue(epoch, previous, state, r.partitions(), r.partitions())
+        value = CurrentAssignmentValue(epoch, previous, state, _read_partitions(r), _read_partitions(r))
     r.skip_tags()
     r.done()
     return value

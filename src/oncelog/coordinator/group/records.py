@@ -22,7 +22,7 @@ Kafka (group-coordinator ``*Key.json``; the version doubles as the record type):
   assignments; flexible values).
 
 Strings are int16-length UTF-8, bytes int32-length, arrays int32-count (the non-flexible
-encoding Kafka uses for these versions). A null value is a tombstone: the offset or the group was
+encoding Kafka uses for these versions; record_codec.py reads and writes them). A null value is a tombstone: the offset or the group was
 deleted. We write key version 1, offset values v3 (v1 when the commit carries an expire
 timestamp) and group values v3; we read every version above, so a log written by an older
 writer (or by Kafka) loads. Anything else raises ``RecordFormatError``.
@@ -32,10 +32,10 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from oncelog.coordinator.group import consumer_records as crec
+from oncelog.coordinator.group.record_codec import RecordReader, RecordWriter
 
 __all__ = [
     "GroupKey",
@@ -55,11 +55,6 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
-MAX_STRING_BYTES = 0x7FFF
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 class RecordFormatError(ValueError):
@@ -116,40 +111,10 @@ Value = OffsetValue | GroupValue | crec.Value
 # -- writing ------------------------------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def i64(self, v: int) -> None:
-        self.buf += _I64.pack(v)
-
-    def string(self, s: str | None) -> None:
-        if s is None:
-            self.i16(-1)
-            return
-        data = s.encode("utf-8")
-        if len(data) > MAX_STRING_BYTES:
-            raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
-        self.i16(len(data))
-        self.buf += data
-
-    def bytes_(self, b: bytes) -> None:
-        self.i32(len(b))
-        self.buf += b
-
-
 def encode_key(key: Key) -> bytes:
     if not isinstance(key, (OffsetKey, GroupKey)):
         return crec.encode_key(key)
-    w = _Writer()
+    w = RecordWriter()
     if isinstance(key, OffsetKey):
         w.i16(OFFSET_KEY_VERSION)
         w.string(key.group)
@@ -167,7 +132,7 @@ def encode_value(value: Value | None) -> bytes | None:
         return None
     if not isinstance(value, (OffsetValue, GroupValue)):
         return crec.encode_value(value)
-    w = _Writer()
+    w = RecordWriter()
     if isinstance(value, OffsetValue):
         if value.expire_timestamp >= 0:
             w.i16(OFFSET_VALUE_VERSION_WITH_EXPIRY)
@@ -204,63 +169,8 @@ def encode_value(value: Value | None) -> bytes | None:
 # -- reading ------------------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, st: struct.Struct) -> int:
-        try:
-            (v,) = st.unpack_from(self.data, self.pos)
-        except struct.error:
-            raise RecordFormatError(f"record truncated at byte {self.pos} of {len(self.data)}") from None
-        self.pos += st.size
-        return v
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def _raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError(f"field of {n} bytes at byte {self.pos} runs past the {len(self.data)}-byte record")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return bytes(out)
-
-    def nullable_string(self) -> str | None:
-        n = self.i16()
-        if n == -1:
-            return None
-        try:
-            return self._raw(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string at byte {self.pos - n} is not UTF-8: {e}") from None
-
-    def string(self) -> str:
-        s = self.nullable_string()
-        if s is None:
-            raise RecordFormatError(f"null string at byte {self.pos - 2} where one is required")
-        return s
-
-    def bytes_(self) -> bytes:
-        n = self.i32()
-        return b"" if n == -1 else self._raw(n)
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise RecordFormatError(f"{len(self.data) - self.pos} trailing bytes after the record")
-
-
 def decode_key(data: bytes) -> Key:
-    r = _Reader(data)
+    r = RecordReader(data, RecordFormatError)
     version = r.i16()
     if version in (0, 1):
         key: Key = OffsetKey(r.string(), r.string(), r.i32())
@@ -286,7 +196,7 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
             return crec.decode_value(key, data)
         except crec.ConsumerRecordError as exc:
             raise RecordFormatError(str(exc)) from None
-    r = _Reader(data)
+    r = RecordReader(data, RecordFormatError)
     version = r.i16()
     if isinstance(key, OffsetKey):
         value: Value = _offset_value(r, version)
@@ -296,7 +206,7 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
     return value
 
 
-def _offset_value(r: _Reader, version: int) -> OffsetValue:
+def _offset_value(r: RecordReader, version: int) -> OffsetValue:
     if version in (0, 2):
         return OffsetValue(offset=r.i64(), metadata=r.string(), commit_timestamp=r.i64())
     if version == 1:
@@ -307,7 +217,7 @@ def _offset_value(r: _Reader, version: int) -> OffsetValue:
     raise RecordFormatError(f"offset commit value version {version} is unknown")
 
 
-def _group_value(r: _Reader, version: int) -> GroupValue:
+def _group_value(r: RecordReader, version: int) -> GroupValue:
     if not 0 <= version <= 3:
         raise RecordFormatError(f"group metadata value version {version} is unknown")
     protocol_type = r.string()
