@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import Any, Callable
 
 from oncelog.broker.partition import Partition
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.notify import ChannelListener
 from oncelog.cluster.outbox_schema import BATCH_OVERHEAD, OUTBOX_CHANNEL
 from oncelog.cluster.pg_log import PgPartitionLog
 from oncelog.clock import Clock
@@ -95,7 +95,8 @@ class OutboxDrainer:
         self._warned: dict[int, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._listener = _Listener(connect, self._notified, f"oncelog-outbox-listen-{node_id}")
+        self._listener = ChannelListener(connect, OUTBOX_CHANNEL, self._notified, f"oncelog-outbox-listen-{node_id}",
+                                         "outbox notifications")
         self.drained_records = 0  # since start (tests, logs)
         self._started = False
 
@@ -221,44 +222,3 @@ class OutboxDrainer:
             self._pid = self._next_producer_id()
             seq = 0
         return self._pid, seq
-
-
-class _Listener:
-    """LISTEN ``oncelog_outbox`` on its own thread and connection; ``on_notify(payload)`` on that
-    thread for each notification; reconnects after failures (cluster/notify.py's pattern)."""
-
-    WAIT_S = 0.5
-    RECONNECT_PAUSE_S = 1.0
-
-    def __init__(self, connect: Callable[[], Any], on_notify: Callable[[str], None], name: str) -> None:
-        self._connect = connect
-        self._on_notify = on_notify
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(self.WAIT_S * 4 + self.RECONNECT_PAUSE_S + 10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            conn = None
-            try:
-                conn = self._connect()
-                conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
-                while not self._stop.is_set():
-                    for note in conn.notifies(timeout=self.WAIT_S):
-                        self._on_notify(note.payload)
-            except Exception as exc:  # the store is down or the connection broke: the poll covers it
-                log.info("listening for outbox notifications failed (%s); retrying", exc)
-                self._stop.wait(self.RECONNECT_PAUSE_S)
-            finally:
-                if conn is not None:
-                    try:
-                        conn.close()
-                    except Exception:
-                        pass
