@@ -38,6 +38,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.common import stop_brokers
+
 
 def _pct(xs: list[float], q: float) -> float:
     if not xs:
@@ -344,11 +346,7 @@ def run(kills: int, session_ms: int, heartbeat_ms: int, partitions: int, interva
             watch.close()
         if mdwatch is not None:
             mdwatch.close()
-        for b in brokers:
-            try:
-                b.stop(timeout=30)
-            except Exception:  # noqa: BLE001
-                b.kill()
+        stop_brokers(brokers)
         pg.close()
     firsts = [k["first_ack_s"] for k in out["kills"]]
     out["summary"] = {

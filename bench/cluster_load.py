@@ -24,30 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
-
-def _pg_procs(pg) -> list[psutil.Process]:  # type: ignore[no-untyped-def]
-    pm = int((pg.data / "postmaster.pid").read_text().split()[0])
-    p = psutil.Process(pm)
-    return [p, *p.children(recursive=True)]
-
-
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+from bench.common import cpu_seconds, drop_database, median_range, pg_and_workdir, pg_processes, stop_brokers
 
 
 def _snapshot(conn, db: str) -> dict:  # type: ignore[no-untyped-def]
@@ -98,14 +81,14 @@ def measure(pg, brokers: int, size: int, seconds: float, work: Path, rep: int,  
         wait_leaders(bootstrap, topic, 6)
         clients.produce_timed(bootstrap, topic, 1.0, size, mode, partitions=6)  # warm-up
         bprocs = [psutil.Process(b.pid) for b in procs]
-        pprocs = _pg_procs(pg)
+        pprocs = pg_processes(pg)
         me = psutil.Process()
-        s0, b0, p0, c0 = _snapshot(stats, db), _cpu(bprocs), _cpu(pprocs), _cpu([me])
+        s0, b0, p0, c0 = _snapshot(stats, db), cpu_seconds(bprocs), cpu_seconds(pprocs), cpu_seconds([me])
         t0 = time.monotonic()
         conns_during: dict[str, int] = {}
         rate = clients.produce_timed(bootstrap, topic, seconds, size, mode, partitions=6)
         t1 = time.monotonic()
-        s1, b1, p1, c1 = _snapshot(stats, db), _cpu(bprocs), _cpu(_pg_procs(pg)), _cpu([me])
+        s1, b1, p1, c1 = _snapshot(stats, db), cpu_seconds(bprocs), cpu_seconds(pg_processes(pg)), cpu_seconds([me])
         conns_during = _connections(stats, db, procs)
         conns_during.pop("other", None)  # this measuring connection
         el = t1 - t0
@@ -126,15 +109,8 @@ def measure(pg, brokers: int, size: int, seconds: float, work: Path, rep: int,  
         }
     finally:
         stats.close()
-        for b in procs:
-            try:
-                b.stop(timeout=30)
-            except Exception:  # noqa: BLE001
-                b.kill()
-        try:
-            pg.drop_database(db)
-        except Exception:  # noqa: BLE001
-            pass
+        stop_brokers(procs)
+        drop_database(pg, db)
 
 
 KEYS = [("records_per_s", "records/s", "{:,.0f}"), ("payload_mb_per_s", "payload MB/s", "{:.1f}"),
@@ -143,11 +119,6 @@ KEYS = [("records_per_s", "records/s", "{:,.0f}"), ("payload_mb_per_s", "payload
         ("wal_bytes_per_payload_byte", "WAL bytes/payload byte", "{:.2f}"),
         ("cpu_brokers", "CPU brokers (cores)", "{:.2f}"), ("cpu_postgres", "CPU PostgreSQL (cores)", "{:.2f}"),
         ("cpu_client", "CPU client (cores)", "{:.2f}")]
-
-
-def _cell(vs: list[float], fmt: str, scale: float = 1.0) -> str:
-    vs = [v / scale for v in vs]
-    return f"{fmt.format(statistics.median(vs))} ({fmt.format(min(vs))}–{fmt.format(max(vs))})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,24 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("idempotent", "plain"), default="idempotent", help="the producer's mode")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from oncelog.testing.pgserver import PgServer
-
     load0 = psutil.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results: list[dict] = []
-    pg = PgServer().start()
-    try:
-        with tempfile.TemporaryDirectory(prefix="oncelog-load-") as d:
-            for rep in range(args.repeat):
-                for size in args.sizes:
-                    for n in args.brokers:
-                        r = measure(pg, n, size, args.seconds, Path(d), rep, args.mode)
-                        results.append(r)
-                        print(f"rep {rep} {n} broker(s) {size} B: " + ", ".join(
-                            f"{label} {fmt.format(r[k] / (1e6 if k == 'wal_bytes_per_s' else 1))}" for k, label, fmt in KEYS)
-                            + f", connections {r['connections_per_broker']}", file=sys.stderr, flush=True)
-    finally:
-        pg.close()
+    with pg_and_workdir("oncelog-load-") as (pg, work):
+        for rep in range(args.repeat):
+            for size in args.sizes:
+                for n in args.brokers:
+                    r = measure(pg, n, size, args.seconds, work, rep, args.mode)
+                    results.append(r)
+                    print(f"rep {rep} {n} broker(s) {size} B: " + ", ".join(
+                        f"{label} {fmt.format(r[k] / (1e6 if k == 'wal_bytes_per_s' else 1))}" for k, label, fmt in KEYS)
+                        + f", connections {r['connections_per_broker']}", file=sys.stderr, flush=True)
     print(f"Measured {started} by `python -m bench --cluster-load --seconds {args.seconds:g} --repeat {args.repeat}`: "
           f"PostgreSQL 15 and the brokers and the client on one 2-core machine, shared (load average "
           f"{load0:.1f} before, {psutil.getloadavg()[0]:.1f} after); one {args.mode} acks=all producer, 6 partitions; "
@@ -188,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for n, s in cols:
             vs = [r[k] for r in results if r["brokers"] == n and r["size"] == s]
-            cells.append(_cell(vs, fmt, 1e6 if k == "wal_bytes_per_s" else 1.0))
+            cells.append(median_range(vs, fmt, 1e6 if k == "wal_bytes_per_s" else 1.0))
         print(f"| {label} | " + " | ".join(cells) + " |")
     conns = []
     for n, s in cols:

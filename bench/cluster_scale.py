@@ -33,12 +33,13 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from bench.common import cpu_seconds, drop_database, pg_and_workdir, pg_processes, stop_brokers
 
 RECORD = 100
 TXN_RECORDS = 100
@@ -161,23 +162,6 @@ def _threads(pid: int) -> dict[str, float]:
     return out
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
-
-
-def _pg_procs(pg: Any) -> list[psutil.Process]:
-    pm = int((pg.data / "postmaster.pid").read_text().split()[0])
-    p = psutil.Process(pm)
-    return [p, *p.children(recursive=True)]
-
-
 def _pg_snapshot(conn: Any, db: str) -> dict:
     commits = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (db,)).fetchone()[0]
     (wal_sync,) = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
@@ -232,15 +216,15 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         time.sleep(max(0.0, t_start - time.time()))
         bp = [psutil.Process(b.pid) for b in procs]
         wp = [psutil.Process(w.pid) for w in workers]
-        pgp = _pg_procs(pg)
+        pgp = pg_processes(pg)
         th0 = [_threads(b.pid) for b in procs]
-        b0, w0, p0 = [_cpu([p]) for p in bp], _cpu(wp), _cpu(pgp)
+        b0, w0, p0 = [cpu_seconds([p]) for p in bp], cpu_seconds(wp), cpu_seconds(pgp)
         s0 = _pg_snapshot(stats, db) if stats else None
         t0 = time.monotonic()
         time.sleep(args.seconds)
         el = time.monotonic() - t0
         th1 = [_threads(b.pid) for b in procs]
-        b1, w1, p1 = [_cpu([p]) for p in bp], _cpu(wp), _cpu(_pg_procs(pg))
+        b1, w1, p1 = [cpu_seconds([p]) for p in bp], cpu_seconds(wp), cpu_seconds(pg_processes(pg))
         s1 = _pg_snapshot(stats, db) if stats else None
         reports: dict[str, list[dict]] = {"produce": [], "txn": [], "consume": []}
         for _ in workers:
@@ -283,16 +267,9 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
                 w.join(10)
         if stats is not None:
             stats.close()
-        for b in procs:
-            try:
-                b.stop(timeout=30)
-            except Exception:  # noqa: BLE001
-                b.kill()
+        stop_brokers(procs)
         if brokers:
-            try:
-                pg.drop_database(db)
-            except Exception:  # noqa: BLE001
-                pass
+            drop_database(pg, db)
 
 
 COLUMNS = [
@@ -373,24 +350,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="a broker property for the current tree's brokers (not the baseline's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from oncelog.testing.pgserver import PgServer
-
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     configs = ([] if args.no_embedded else [0]) + args.brokers
     results: list[dict] = []
-    pg = PgServer().start()
-    try:
-        with tempfile.TemporaryDirectory(prefix="oncelog-scale-") as d:
-            for rep in range(args.repeat):
-                for b in configs:
-                    for tree in ([args.baseline] if args.baseline else []) + [None]:
-                        r = measure(pg, b, args, Path(d), tree)
-                        results.append(r)
-                        print(f"rep {rep} {r['config']}: " + ", ".join(
-                            f"{label} {_cell(r, k, f)}" for k, label, f in COLUMNS), file=sys.stderr, flush=True)
-    finally:
-        pg.close()
+    with pg_and_workdir("oncelog-scale-") as (pg, work):
+        for rep in range(args.repeat):
+            for b in configs:
+                for tree in ([args.baseline] if args.baseline else []) + [None]:
+                    r = measure(pg, b, args, work, tree)
+                    results.append(r)
+                    print(f"rep {rep} {r['config']}: " + ", ".join(
+                        f"{label} {_cell(r, k, f)}" for k, label, f in COLUMNS), file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     print(f"Measured {started} by `python -m bench --cluster-scale --brokers {' '.join(map(str, args.brokers))} "
           f"--producers {args.producers} --txn-producers {args.txn_producers} --consumers {args.consumers} "

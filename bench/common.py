@@ -1,11 +1,20 @@
 """Pieces shared by the benchmark scripts and the ``python -m bench`` suite (issue 7).
 
-``RssSampler`` (a process's peak RSS and CPU time, psutil) and ``md_table`` (a Markdown table).
+``RssSampler`` (a process's peak RSS and CPU time, psutil), ``md_table`` (a Markdown table),
+``median_range`` (a "median (min–max)" cell), and for the cluster-mode benches: ``pg_and_workdir``
+(a PostgreSQL server and a scratch folder for one run), ``pg_processes`` and ``cpu_seconds``
+(where the CPU went), ``stop_brokers`` and ``drop_database`` (clean-up that never raises).
 """
 
 from __future__ import annotations
 
+import contextlib
+import statistics
+import tempfile
 import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -93,3 +102,59 @@ def md_table(headers: tuple[str, ...] | list[str], body: list[tuple[str, ...]] |
     """Lines of a Markdown table."""
     return ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|",
             *("| " + " | ".join(row) + " |" for row in body)]
+
+
+def median_range(vs: list[float], fmt: str, scale: float = 1.0) -> str:
+    """``vs / scale`` as "median (min–max)", each formatted with ``fmt``."""
+    vs = [v / scale for v in vs]
+    return f"{fmt.format(statistics.median(vs))} ({fmt.format(min(vs))}–{fmt.format(max(vs))})"
+
+
+@contextlib.contextmanager
+def pg_and_workdir(prefix: str) -> Iterator[tuple[Any, Path]]:
+    """A started ``oncelog.testing.pgserver.PgServer`` and a temporary folder named ``prefix…``;
+    both are gone (the server stopped) when the block ends, however it ends."""
+    from oncelog.testing.pgserver import PgServer
+
+    pg = PgServer().start()
+    try:
+        with tempfile.TemporaryDirectory(prefix=prefix) as d:
+            yield pg, Path(d)
+    finally:
+        pg.close()
+
+
+def pg_processes(pg: Any) -> list[psutil.Process]:
+    """The PostgreSQL server's postmaster and all its children, now."""
+    pm = int((pg.data / "postmaster.pid").read_text().split()[0])
+    p = psutil.Process(pm)
+    return [p, *p.children(recursive=True)]
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    """User + system CPU seconds of ``procs`` so far (a process that is gone counts 0)."""
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def stop_brokers(procs: list[Any]) -> None:
+    """Stop each ``BrokerProcess`` (30 s each), killing one that does not stop."""
+    for b in procs:
+        try:
+            b.stop(timeout=30)
+        except Exception:  # noqa: BLE001
+            b.kill()
+
+
+def drop_database(pg: Any, name: str) -> None:
+    """Drop database ``name`` of ``pg`` if it can; clean-up never raises."""
+    try:
+        pg.drop_database(name)
+    except Exception:  # noqa: BLE001
+        pass

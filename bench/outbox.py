@@ -28,10 +28,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench.common import drop_database, median_range, pg_and_workdir, stop_brokers
 
 
 def _consumer(bootstrap: str, topic: str, partitions: int, seen: dict[bytes, float], stop: threading.Event) -> None:
@@ -157,15 +158,8 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, per_txn: int,
                 "probes": len(committed), "probes_unseen": lost}
     finally:
         stop.set()
-        for b in procs:
-            try:
-                b.stop(timeout=30)
-            except Exception:  # noqa: BLE001
-                b.kill()
-        try:
-            pg.drop_database(name)
-        except Exception:  # noqa: BLE001
-            pass
+        stop_brokers(procs)
+        drop_database(pg, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,21 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import psutil
 
-    from oncelog.testing.pgserver import PgServer
-
     load0 = psutil.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results: list[dict] = []
-    pg = PgServer().start()
-    try:
-        with tempfile.TemporaryDirectory(prefix="oncelog-outbox-") as d:
-            for rep in range(args.repeat):
-                for mode in args.modes:
-                    r = run(pg, args.brokers, mode, args.seconds, args.writers, args.per_txn, args.size, Path(d), rep)
-                    results.append(r)
-                    print(f"rep {rep} {mode}: {r}", file=sys.stderr, flush=True)
-    finally:
-        pg.close()
+    with pg_and_workdir("oncelog-outbox-") as (pg, work):
+        for rep in range(args.repeat):
+            for mode in args.modes:
+                r = run(pg, args.brokers, mode, args.seconds, args.writers, args.per_txn, args.size, work, rep)
+                results.append(r)
+                print(f"rep {rep} {mode}: {r}", file=sys.stderr, flush=True)
     print(f"Measured {started} by `python -m bench.outbox --brokers {args.brokers} --seconds {args.seconds:g} "
           f"--writers {args.writers} --per-txn {args.per_txn} --size {args.size} --repeat {args.repeat}`: "
           f"PostgreSQL 15, the broker(s) and the application on one shared 2-core machine (load average "
@@ -209,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         rs = [r for r in results if r["mode"] == mode]
 
         def cell(k: str, fmt: str) -> str:
-            vs = [r[k] for r in rs]
-            return f"{fmt.format(statistics.median(vs))} ({fmt.format(min(vs))}–{fmt.format(max(vs))})"
+            return median_range([r[k] for r in rs], fmt)
 
         rate = cell("records_per_s", "{:,.0f}") if mode != "idle" else "–"
         app = cell("app_records_per_s", "{:,.0f}") if mode != "idle" else "–"
