@@ -81,6 +81,17 @@ def _drive_clients(bootstrap: str) -> None:
     c.commit(offsets=[TopicPartition("corpus-confluent", 0, 3)], asynchronous=False)
     c.committed([TopicPartition("corpus-confluent", 0)], timeout=10)
     c.close()
+    # the consumer rebalance protocol (KIP-848, issue 30): ConsumerGroupHeartbeat and the
+    # member-epoch versions of OffsetCommit / OffsetFetch join the corpus
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "corpus-group-848", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["corpus-confluent"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not c.assignment():
+        c.poll(0.2)
+    c.commit(offsets=[TopicPartition("corpus-confluent", 0, 3)], asynchronous=False)
+    c.committed([TopicPartition("corpus-confluent", 0)], timeout=10)
+    c.close()
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +108,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
         assert b.stop() == 0, b.log_tail()
     frames = proxy.requests
     apis_seen = {struct.unpack(">h", f[4:6])[0] for f in frames}
-    assert len(frames) > 100 and {apis.PRODUCE, apis.FETCH, apis.METADATA, apis.END_TXN} <= apis_seen, apis_seen
+    assert len(frames) > 100 and {apis.PRODUCE, apis.FETCH, apis.METADATA, apis.END_TXN,
+                                    apis.CONSUMER_GROUP_HEARTBEAT} <= apis_seen, apis_seen
     return frames
 
 
