@@ -22,26 +22,26 @@ def _server() -> "seaweedfs.SeaweedServer":
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def seaweed() -> Iterator["seaweedfs.SeaweedServer"]:
-    """One SeaweedFS server for the module's tests (do not kill it: use ``own_seaweed``)."""
+def _running() -> Iterator["seaweedfs.SeaweedServer"]:
+    """A started SeaweedFS server, closed afterwards whatever happened."""
     server = _server()
     try:
         server.start()
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def seaweed() -> Iterator["seaweedfs.SeaweedServer"]:
+    """One SeaweedFS server for the module's tests (do not kill it: use ``own_seaweed``)."""
+    yield from _running()
 
 
 @pytest.fixture
 def own_seaweed() -> Iterator["seaweedfs.SeaweedServer"]:
     """A SeaweedFS server of the test's own, which it may kill and restart."""
-    server = _server()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    yield from _running()
 
 
 def _store_config(server: "seaweedfs.SeaweedServer", *, endpoint: str | None = None, tuning: dict | None = None):
