@@ -256,7 +256,7 @@ def write_task(
             producer.send_offsets_to_transaction(
                 f"input offsets of batch {ident.batch_id}", tps, group_metadata(options, group))
         t_produced = time.monotonic()
-        faults.maybe_fire("before_commit", ident.batch_id)
+        faults.maybe_fire("before_commit", ident.batch_id, prepare=lambda: producer.raw.flush(30))
         producer.commit_transaction(
             f"batch {ident.batch_id}, {produced.records + more.records} records")
     except BaseException as exc:

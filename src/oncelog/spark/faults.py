@@ -20,7 +20,7 @@ Points (where the sink calls ``maybe_fire``):
 | point | where | state when it fires |
 | --- | --- | --- |
 | ``after_produce`` | write task (executor) | rows handed to the producer inside the task's transaction; input offsets not added, nothing committed |
-| ``before_commit`` | write task (executor) | rows produced inside the task's transaction, still open |
+| ``before_commit`` | write task (executor) | rows produced and flushed to the broker inside the task's transaction, still open |
 | ``after_commit`` | write task (executor) | the task's transaction committed; the task has not returned |
 | ``driver_commit`` | ``commit(messages, batchId)`` (driver) | every task committed; Spark has not logged the batch |
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,8 +121,11 @@ def _armed() -> tuple[tuple[Fault, ...], str]:
     return faults, directory
 
 
-def maybe_fire(point: str, batch_id: int) -> None:
-    """Fire the first armed fault for ``point`` and ``batch_id`` that has not fired yet."""
+def maybe_fire(point: str, batch_id: int, prepare: Callable[[], object] | None = None) -> None:
+    """Fire the first armed fault for ``point`` and ``batch_id`` that has not fired yet.
+    ``prepare`` runs only when a fault fires, just before it: a point can make its state
+    definite first (``before_commit`` flushes, so the fault always meets records on the broker
+    in an open transaction rather than, by timing, records still queued in the client)."""
     faults, directory = _armed()
     if not faults or not directory:
         return
@@ -135,6 +139,8 @@ def maybe_fire(point: str, batch_id: int) -> None:
             continue
         os.write(fd, f"{point} {f.action} batch {batch_id} pid {os.getpid()}\n".encode())
         os.close(fd)
+        if prepare is not None:
+            prepare()
         deadline = time.monotonic() + HANG_LIMIT_S
         if f.action == "pause":
             while time.monotonic() < deadline:
