@@ -15,6 +15,15 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
 
 
+
+def _embedded() -> object:
+    """What ``observe.take`` reads of the membership (broker/membership/): this node alone."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.membership import Node
+
+    return SimpleNamespace(mode="embedded", nodes=lambda listener: [Node(1, "127.0.0.1", 9092, None)])
+
 def test_parse_listen() -> None:
     assert parse_listen("127.0.0.1:9308") == ("127.0.0.1", 9308)
     assert parse_listen("0.0.0.0:0") == ("0.0.0.0", 0)
@@ -134,7 +143,7 @@ def test_the_snapshot_lets_the_loop_run_between_chunks() -> None:
     n = SNAPSHOT_CHUNK * 4
     broker = SimpleNamespace(
         clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None, node_id=1, cluster_id="c",
-        cluster=None, advertised_host="127.0.0.1", advertised_port=9092, bound_listeners=lambda: [],
+        membership=_embedded(), listener_name="PLAINTEXT", bound_listeners=lambda: [],
         replicas=SimpleNamespace(partitions={TopicPartition("t", i): Part(i) for i in range(n)}),
         groups=SimpleNamespace(shards={}, loading=set()))
 
@@ -195,7 +204,7 @@ def test_a_partition_deleted_while_the_snapshot_yields_is_left_out() -> None:
     n = SNAPSHOT_CHUNK * 2
     partitions = {TopicPartition("t", i): Part() for i in range(n)}
     broker = SimpleNamespace(clock=SimpleNamespace(now_ms=lambda: 5), servers=[], transactions=None, node_id=1,
-                             cluster_id="c", cluster=None, advertised_host="127.0.0.1", advertised_port=9092,
+                             cluster_id="c", membership=_embedded(), listener_name="PLAINTEXT",
                              bound_listeners=lambda: [], replicas=SimpleNamespace(partitions=partitions),
                              groups=SimpleNamespace(shards={}, loading=set()))
     gone = [TopicPartition("t", SNAPSHOT_CHUNK), TopicPartition("t", SNAPSHOT_CHUNK + 3)]

@@ -51,6 +51,14 @@ class AclFileStore:
         self.save(new)
         return new
 
+    def changed(self) -> bool:
+        """Never: this broker is the only writer of its file (the store of cluster mode says
+        whether another broker changed its set)."""
+        return False
+
+    def close(self) -> None:
+        """Nothing to close: the file is written whole at each change."""
+
     def save(self, bindings: Iterable[AclBinding]) -> None:
         rows = sorted(b.to_json() for b in bindings)  # type: ignore[type-var]
         lines = ",\n  ".join(json.dumps(r) for r in rows)

@@ -16,25 +16,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable
 
 from oncelog.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
 from oncelog.acl.file_store import AclFileStore
 from oncelog.acl.model import AclBinding, AclFilter
 from oncelog.broker.config import BrokerConfig
+from oncelog.broker.membership.interface import AclStore
 
 __all__ = ["AclService", "AclStore"]
 
 log = logging.getLogger(__name__)
-
-
-class AclStore(Protocol):
-    def load(self) -> list[AclBinding]: ...
-
-    def apply(self, current: frozenset[AclBinding], added: Iterable[AclBinding],
-              removed: Iterable[AclBinding]) -> frozenset[AclBinding]:
-        """Durably add and remove bindings; returns the whole set now stored."""
-        ...
 
 
 class AclService:
@@ -84,11 +76,9 @@ class AclService:
         self.authorizer.replace(now)
 
     async def refresh(self) -> None:
-        """Cluster mode: reload the bindings if another broker changed them (cheap otherwise)."""
-        changed = getattr(self.store, "changed", None)
-        if changed is None:
-            return
+        """Reload the bindings if another broker changed them (cluster mode, after each metadata
+        poll; one cheap read otherwise)."""
         async with self._lock:
-            if await asyncio.to_thread(changed):
+            if await asyncio.to_thread(self.store.changed):
                 self.authorizer.replace(await asyncio.to_thread(self.store.load))
                 log.info("ACLs reloaded from the store: %d binding(s)", len(self.authorizer.bindings))

@@ -9,9 +9,7 @@ not either, because every acknowledged batch is already in the log file (see con
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
@@ -19,51 +17,42 @@ from oncelog.broker import listeners as listeners_mod
 from oncelog.broker import metrics as metrics_mod
 from oncelog.broker import periodic
 from oncelog.broker.auth import tls
-from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
 from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
-from oncelog.broker.cluster_routes import CLUSTER_ROUTES
 from oncelog.broker.acls import AclService
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
-from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.peer_client import PeerClients, PeerSecurity
+from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.membership import (
+    ConfigStore,
+    CredentialService,
+    Membership,
+    Metadata,
+    ProducerIdSource,
+    TopicStore,
+    membership_for,
+)
+from oncelog.broker.peer_client import PeerSecurity
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
 from oncelog.broker.server import Server
-from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
+from oncelog.broker.group_coordinator import OFFSETS_TOPIC
+from oncelog.broker.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.clock import Clock, SystemClock
-from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
 from oncelog.storage import cleaner
-from oncelog.storage.atomic import write_atomically
 from oncelog.storage.log import PartitionLog
 from oncelog.types import TopicPartition
 
-if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
-    from oncelog.broker.cluster_credentials import StoreUserCredentials
-    from oncelog.broker.cluster_member import ClusterMember
-    from oncelog.broker.cluster_parts import ClusterParts
-    from oncelog.broker.outbox_drainer import OutboxDrainer
-    from oncelog.cluster.acls import StoreAcls
+if TYPE_CHECKING:
+    from oncelog.broker.metrics import BrokerMetrics
+    from oncelog.broker.partition import Partition
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
-
-
-def _load_or_create_cluster_id(data_dir: Path) -> str:
-    path = data_dir / "meta.properties"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.startswith("cluster.id="):
-                return line.split("=", 1)[1].strip()
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    write_atomically(path, f"version=1\ncluster.id={cluster_id}\n".encode())
-    return cluster_id
 
 
 class Broker:
@@ -76,31 +65,25 @@ class Broker:
         self.clock = clock or SystemClock()
         self.node_id = config.node_id
         self.replicas = ReplicaManager(config, self.clock)
-        self.cluster_id = ""
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
-        self.producer_ids: ProducerIdManager  # set by start()
         self.store = store
-        self.cluster: ClusterMember | None = None  # set by start() in cluster mode
-        self._cluster_parts: ClusterParts | None = None
-        self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
-        self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
-        self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
-        self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
-        #: SCRAM credentials: the data dir's file; in cluster mode the store's (set by start())
-        self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
+        #: issue 27: who the brokers are and where the metadata is kept: this node alone (the data
+        #: dir's files) or the cluster on PostgreSQL (broker/membership/); the one choice between them
+        self.membership: Membership = membership_for(config, self.clock, self.replicas, store,
+                                                     address_of=self._advertised_address,
+                                                     inter_broker=self._inter_broker)
         #: issue 19: Prometheus metrics (broker/metrics.py); None unless metrics.listen is set
-        self.metrics = metrics_mod.metrics_for(self)
+        self.metrics: BrokerMetrics | None = metrics_mod.metrics_for(self)
         #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
         self.console: Console | None = None
         if config.console_listen is not None:
             from oncelog.console import console_for
 
             self.console = console_for(self)
-        routes = CLUSTER_ROUTES if store else ROUTES
-        self.dispatcher = Dispatcher(self, routes)
+        self.dispatcher = self._dispatcher(self)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
-        self.servers = [self._server_for(lst, routes) for lst in self.listeners]
+        self.servers = [self._server_for(lst) for lst in self.listeners]
         primary = self._primary_index()
         self.listener = self.listeners[primary]
         self.server = self.servers[primary]  # the ready line's, the one the cluster store registers
@@ -114,7 +97,48 @@ class Broker:
                 return i
         return 0
 
-    def _server_for(self, lst: listeners_mod.Listener, routes: dict) -> Server:  # type: ignore[type-arg]
+    def _dispatcher(self, context: "Broker | ListenerContext") -> Dispatcher:
+        return Dispatcher(context, ROUTES, fence=self.membership.fence_if_lease_lapsed, metrics=self.metrics)
+
+    # -- what the handlers use (context.BrokerContext): the membership's services -------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self.membership.cluster_id
+
+    @property
+    def metadata(self) -> Metadata:
+        return self.membership
+
+    @property
+    def topics(self) -> TopicStore:
+        return self.membership.topics
+
+    @property
+    def configs(self) -> ConfigStore:
+        return self.membership.configs
+
+    @property
+    def users(self) -> CredentialService:
+        return self.membership.users
+
+    @property
+    def acls(self) -> AclService | None:
+        return self.membership.acls
+
+    @property
+    def producer_ids(self) -> ProducerIdSource:
+        return self.membership.producer_ids
+
+    def _advertised_address(self, listener: str) -> tuple[str, int]:
+        """This broker's advertised (host, port) on listener ``listener`` (the primary's when
+        there is no such listener)."""
+        for lst, srv in zip(self.listeners, self.servers):
+            if lst.name == listener:
+                return lst.advertised_host, lst.advertised_port or srv.port
+        return self.advertised_host, self.advertised_port
+
+    def _server_for(self, lst: listeners_mod.Listener) -> Server:
         """The listener's server: its TLS context, its SASL sessions, and a dispatcher whose
         handlers see the listener's advertised address (Metadata, FindCoordinator and
         DescribeCluster answer with the endpoint of the listener the client came on)."""
@@ -132,7 +156,7 @@ class Broker:
         server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl)
         server.pipeline_produce = bool(self.store)  # issue 28: Produce waits for a COMMIT only in cluster mode
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
-            server.handle = Dispatcher(_ListenerView(self, lst, server), routes).handle
+            server.handle = self._dispatcher(ListenerContext(self, lst, server)).handle
         return server
 
     def _inter_broker_listener(self) -> listeners_mod.Listener:
@@ -144,6 +168,11 @@ class Broker:
             if lst.name == name.upper():
                 return lst
         raise InvalidConfig(f"inter.broker.listener.name={name}: no such listener")
+
+    def _inter_broker(self) -> tuple[str, PeerSecurity]:
+        """Cluster mode: the inter-broker listener's name, and how this broker logs in there."""
+        inter = self._inter_broker_listener()
+        return inter.name, self._peer_security(inter)
 
     def _peer_security(self, lst: listeners_mod.Listener) -> PeerSecurity:
         """How this broker logs in to its peers' inter-broker listener: TLS with its own
@@ -218,6 +247,8 @@ class Broker:
             await srv.close()
 
     async def start(self) -> tuple[str, int]:
+        """One start sequence (issue 27); what differs between the embedded node and a member of
+        a cluster lives in the two ``Membership`` implementations (broker/membership/)."""
         data_dir = Path(self.config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         apis.preload()  # the first requests' message classes, before we say we are ready
@@ -226,17 +257,29 @@ class Broker:
             self.metrics.serve()  # first: an address that refuses stops the start before anything opens
         if self.console is not None:
             self.console.serve()  # also before anything opens; it reaches the listener only when asked
-        if self.store:
-            return await self._start_cluster_member()
-        self.cluster_id = _load_or_create_cluster_id(data_dir)
-        self.acls = AclService.for_config(self.config)  # before listening: no request is ever unchecked
-        self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
-        cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
-        self.replicas.open()
-        self.groups.start()  # creates __consumer_offsets, loads it in the background
-        await self._start_transaction_coordinator(data_dir)
-        bound = await self._start_servers()
-        cfg = self.config
+        m = self.membership
+        listening = False
+        try:
+            await m.open()  # ACLs before listening: no request is ever unchecked
+            cfg = self.config
+            counts = m.internal_partitions
+            self.transactions = TransactionCoordinator(
+                self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
+                producer_ids=m.producer_ids, markers=m.marker_writer(self.groups),
+                coordinator_epoch=m.coordinator_epoch, crash=CrashPoints(),
+            )
+            await m.start_coordinators(self.groups, self.transactions)
+            bound = await self._start_servers()
+            listening = True
+            await m.join({lst.name: (lst.advertised_host, lst.advertised_port or port)
+                          for lst, _, port in self.bound_listeners()}, self.advertised_host, self.advertised_port)
+        except BaseException:
+            if listening:
+                await self._close_servers()
+            await m.close()
+            raise
+        self._every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms, self._transaction_timeouts)
+        self._every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms, self._transactional_id_expiry)
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         # Kafka checks every producer.id.expiration.check.interval.ms (10 minutes).
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
@@ -244,32 +287,10 @@ class Broker:
             self._every(cfg.log_cleaner_backoff_ms, self._compact)
         return bound
 
-    async def _start_transaction_coordinator(self, data_dir: Path) -> None:
-        """Load ``__transaction_state`` before listening (every transaction left between states
-        is finished first, R19) and start its timers."""
-        cfg = self.config
-        epoch_file = data_dir / "transaction_coordinator_epoch"
-        epoch = int(epoch_file.read_text()) + 1 if epoch_file.exists() else 0
-        write_atomically(epoch_file, str(epoch).encode())
-        self.transactions = TransactionCoordinator(
-            self.replicas, self.clock,
-            self._txn_settings(cfg.transaction_state_log_num_partitions, cfg.offsets_topic_num_partitions),
-            producer_ids=self.producer_ids, markers=LocalMarkerWriter(self.replicas, self.groups),
-            coordinator_epoch=epoch, crash=CrashPoints(),
-        )
-        loaded = await self.transactions.load()
-        log.info("transaction coordinator loaded %d transactional id(s), coordinator epoch %d", loaded, epoch)
-        self._start_transaction_timers()
-
     def _txn_settings(self, num_partitions: int, offsets_partitions: int) -> TxnSettings:
         cfg = self.config
         return TxnSettings(num_partitions=num_partitions, max_timeout_ms=cfg.transaction_max_timeout_ms,
                            id_expiration_ms=cfg.transactional_id_expiration_ms, offsets_partitions=offsets_partitions)
-
-    def _start_transaction_timers(self) -> None:
-        cfg = self.config
-        self._every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms, self._transaction_timeouts)
-        self._every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms, self._transactional_id_expiry)
 
     async def _transaction_timeouts(self) -> None:
         aborted = await self.transactions.abort_timed_out()
@@ -287,106 +308,6 @@ class Broker:
         what = f"housekeeping job {getattr(job, '__name__', job)}"
         self._housekeeping.append(periodic.every(interval_ms / 1000, job, what, log))
 
-    async def _start_cluster_member(self) -> tuple[str, int]:
-        """Cluster mode: create the internal topics in the store unless they exist, listen,
-        then join the cluster (broker/cluster_member.py); partitions are opened as this broker
-        is given their leadership (leader_tracker.py), and the group and transaction
-        coordinators load the internal partitions among them (``_on_lead``), with the leader
-        epoch as the coordinator epoch. Markers for partitions led elsewhere go to their leader
-        as WriteTxnMarkers (markers.ClusterMarkerWriter)."""
-        from oncelog.broker.cluster_member import ClusterMember
-        from oncelog.broker.cluster_parts import ClusterParts
-        from oncelog.broker.markers import ClusterMarkerWriter
-        from oncelog.broker.txn_verifier import RemoteVerifier
-        from oncelog.cluster.producer_ids import StoreProducerIds
-
-        assert self.store
-        cfg = self.config
-        parts = ClusterParts.open(self.store, cfg, self.replicas)
-        self._cluster_parts = parts
-        self.producer_ids = StoreProducerIds(parts.reader)  # type: ignore[assignment]
-        self.cluster = member = ClusterMember(self.store, cfg, self.clock, parts.tracker.apply)
-        try:
-            counts = await member.prepare([
-                (OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                 {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)}),
-                (TXN_TOPIC, cfg.transaction_state_log_num_partitions,
-                 {"cleanup.policy": "compact", "segment.bytes": str(TXN_TOPIC_SEGMENT_BYTES)}),
-            ])
-        except BaseException:
-            parts.close()
-            raise
-        self.groups.num_partitions = counts[OFFSETS_TOPIC]
-        self.groups.start(load_all=False)
-        if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
-            from oncelog.broker.cluster_member import connector
-            from oncelog.cluster.acls import StoreAcls
-
-            self._store_acls = StoreAcls(connector(self.store), f"node {self.node_id} acls")
-            self.acls = await asyncio.to_thread(AclService.for_config, cfg, self._store_acls)
-            member.after_poll.append(self.acls.refresh)  # type: ignore[union-attr]
-
-        inter = self._inter_broker_listener()
-
-        def address_of(node: int) -> tuple[str, int] | None:
-            b = member.view.broker(node)
-            return None if b is None else b.endpoint(inter.name)
-
-        self._peers = PeerClients(self.node_id, address_of, self._peer_security(inter))
-        self.transactions = TransactionCoordinator(
-            self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
-            producer_ids=self.producer_ids,
-            markers=ClusterMarkerWriter(self.node_id, self.replicas, self.groups, lambda: member.view, self._peers),
-            crash=CrashPoints(),
-        )
-        self.transactions.remote = RemoteVerifier(lambda: member.view, self._peers, self.transactions.partition_of)
-        parts.tracker.on_lead = self._on_lead
-        parts.tracker.on_resign = self._on_resign
-        from oncelog.broker.cluster_credentials import StoreUserCredentials
-        from oncelog.broker.cluster_member import connector
-
-        self.users = users = StoreUserCredentials(connector(self.store), self.node_id)
-        try:
-            await users.refresh()  # the schema exists: member.prepare() made it
-        except BaseException:
-            users.close()
-            parts.close()
-            raise
-        self._every(1000, users.refresh_quietly)
-        bound = await self._start_servers()
-        try:
-            await member.start(self.advertised_host, self.advertised_port,
-                               {lst.name: (lst.advertised_host, lst.advertised_port or port)
-                                for lst, _, port in self.bound_listeners()})
-        except BaseException:
-            await self._close_servers()
-            parts.close()
-            raise
-        self.cluster_id = member.cluster_id
-        from oncelog.broker.outbox_drainer import OutboxDrainer
-
-        self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
-                                     self.producer_ids.next_producer_id, self.clock, self.node_id)
-        self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
-        self._start_transaction_timers()
-        self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
-        self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
-        if cfg.log_cleaner_enable:
-            self._every(cfg.log_cleaner_backoff_ms, self._compact)
-        return bound
-
-    def _on_lead(self, tp: TopicPartition, leader_epoch: int) -> None:
-        if tp.topic == TXN_TOPIC:
-            self.transactions.lead(tp.partition, leader_epoch)
-        elif tp.topic == OFFSETS_TOPIC:
-            self.groups.lead(tp.partition)
-
-    def _on_resign(self, tp: TopicPartition) -> None:
-        if tp.topic == TXN_TOPIC:
-            self.transactions.resign(tp.partition)
-        elif tp.topic == OFFSETS_TOPIC:
-            self.groups.resign(tp.partition)
-
     async def stop(self) -> None:
         self.cleaner.stop.set()
         for task in self._housekeeping:
@@ -394,19 +315,7 @@ class Broker:
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.groups.stop()
         await self._close_servers()
-        if self._outbox is not None:
-            await self._outbox.stop()
-        if self.cluster is not None:
-            await self.cluster.stop()
-        if self._peers is not None:
-            self._peers.close()
-        if self._cluster_parts is not None:
-            self._cluster_parts.close()
-        close_users = getattr(self.users, "close", None)
-        if close_users is not None:
-            close_users()
-        if self._store_acls is not None:
-            self._store_acls.close()
+        await self.membership.close()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
         if self.console is not None:
@@ -458,11 +367,11 @@ class Broker:
         from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
         from oncelog.cluster.pg_log import PgPartitionLog
 
-        parts = self._cluster_parts
-        if parts is None or not isinstance(part.log, PgPartitionLog):
+        compactor = self.membership.compactor
+        if compactor is None or not isinstance(part.log, PgPartitionLog):
             return
         try:
-            res = await asyncio.to_thread(part.log.compact, parts.compactor, part.last_stable_offset,
+            res = await asyncio.to_thread(part.log.compact, compactor, part.last_stable_offset,
                                           self.clock.now_ms(), stop=self.cleaner.stop)
         except LeaderFenced as exc:
             log.info("compaction of %s stopped: %s", tp, exc)  # the tracker closes the partition
@@ -475,17 +384,70 @@ class Broker:
                      res.batches_before, res.bytes_before, res.batches_after, res.bytes_after, res.pages)
 
 
-class _ListenerView:
-    """The broker as the handlers of one listener see it: everything is the broker's, except
-    the advertised address, which is the listener's (``advertised.listeners``)."""
+class ListenerContext:
+    """The broker as the handlers of one listener see it (``context.BrokerContext``, every
+    member declared): everything is the broker's, except the advertised address, which is the
+    listener's (``advertised.listeners``)."""
 
     def __init__(self, broker: Broker, listener: listeners_mod.Listener, server: Server) -> None:
         self._broker = broker
         self._listener = listener
         self._server = server
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._broker, name)
+    @property
+    def config(self) -> BrokerConfig:
+        return self._broker.config
+
+    @property
+    def clock(self) -> Clock:
+        return self._broker.clock
+
+    @property
+    def node_id(self) -> int:
+        return self._broker.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self._broker.cluster_id
+
+    @property
+    def replicas(self) -> ReplicaManager:
+        return self._broker.replicas
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        return self._broker.groups
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        return self._broker.transactions
+
+    @property
+    def producer_ids(self) -> ProducerIdSource:
+        return self._broker.producer_ids
+
+    @property
+    def metadata(self) -> Metadata:
+        return self._broker.metadata
+
+    @property
+    def topics(self) -> TopicStore:
+        return self._broker.topics
+
+    @property
+    def configs(self) -> ConfigStore:
+        return self._broker.configs
+
+    @property
+    def users(self) -> CredentialService:
+        return self._broker.users
+
+    @property
+    def acls(self) -> AclService | None:
+        return self._broker.acls
+
+    def advertised_versions(self) -> dict[int, tuple[int, int]]:
+        return self._broker.advertised_versions()
 
     @property
     def advertised_host(self) -> str:

@@ -1,7 +1,7 @@
 """docs/COMPATIBILITY.md, generated: every Kafka API (keys 0..92 as Kafka 4.x numbers them) with
 the versions Kafka's own schemas define (kio is generated from them), the versions oncelog
-advertises embedded (``routes.advertised_versions``) and in cluster mode (``CLUSTER_ROUTES``),
-and one line on what oncelog does or why the API is not served.
+advertises embedded and in cluster mode (``routes.advertised_versions``: one routing table serves
+both, issue 27), and one line on what oncelog does or why the API is not served.
 
 ``python -m oncelog.broker.compatibility > docs/COMPATIBILITY.md`` rewrites the file; a unit test
 holds the file equal to ``render()``, so the document cannot drift from the routing tables.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from kio.schema.index import api_key_map, schema_name_map
 
-from oncelog.broker.cluster_routes import CLUSTER_ROUTES
 from oncelog.broker.routes import advertised_versions
 
 __all__ = ["NOTES", "render"]
@@ -139,7 +138,7 @@ def _kafka_range(key: int) -> tuple[str, tuple[int, int] | None]:
 def render() -> str:
     """The whole of docs/COMPATIBILITY.md."""
     embedded = advertised_versions()
-    cluster = {k: v for k, v in embedded.items() if k in CLUSTER_ROUTES}
+    cluster = embedded  # one routing table in both modes (issue 27)
     lines = [
         "# Kafka API compatibility",
         "",

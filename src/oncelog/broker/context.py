@@ -1,9 +1,14 @@
 """What a request handler may use, and what it knows of the client asking.
 
 ``BrokerContext`` names exactly the broker's parts a handler reaches: settings, clock, identity,
-the partitions (``replicas``), the two coordinators, producer ids, the advertised address and
-the advertised API versions. ``Broker`` provides them; handlers are typed against this protocol,
-never against the broker class, so nothing below the entrance imports the broker.
+the partitions (``replicas``), the two coordinators, and the membership's narrow services
+(issue 27, broker/membership/): ``metadata`` (brokers, leaders, elections), ``topics`` and
+``configs`` (where metadata changes are written), ``users`` (SCRAM credentials), ``acls`` and
+``producer_ids``; then the advertised address and the advertised API versions. ``Broker``
+provides them, and ``broker.ListenerContext`` for each further listener; handlers are typed
+against this protocol, never against the broker class, so nothing below the entrance imports the
+broker. Every member is declared here: nothing is found by ``getattr``. Embedded or cluster
+mode is not a handler's question: the services answer for either.
 
 ``Client`` is the connection a request came on: its peer address (JoinGroup records it) and a
 future resolved when it closes (a Fetch long poll stops waiting then).
@@ -21,35 +26,67 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
-    from oncelog.broker.auth.credentials import UserCredentials
-    from oncelog.broker.cluster_credentials import StoreUserCredentials
     from oncelog.broker.acls import AclService
-    from oncelog.broker.cluster_member import ClusterMember
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.broker.membership import ConfigStore, CredentialService, Metadata, ProducerIdSource, TopicStore
     from oncelog.broker.replica_manager import ReplicaManager
     from oncelog.broker.transaction_coordinator import TransactionCoordinator
     from oncelog.clock import Clock
-    from oncelog.coordinator.producer_ids import ProducerIdManager
 
 __all__ = ["BrokerContext", "Client", "CloseConnection", "Handler"]
 
 
 class BrokerContext(Protocol):
-    config: "BrokerConfig"
-    clock: "Clock"
-    node_id: int
-    cluster_id: str
-    replicas: "ReplicaManager"
-    groups: "GroupCoordinator"
-    transactions: "TransactionCoordinator"
-    producer_ids: "ProducerIdManager"
-    #: cluster mode (issue 15): the broker's membership and view of the store; None when embedded
-    cluster: "ClusterMember | None"
-    #: issue 18: the SCRAM credentials (AlterUserScramCredentials / Describe..., SASL logins)
-    users: "UserCredentials | StoreUserCredentials"
-    #: issue 18: the ACLs and their authorizer; None when ``authorizer.class.name`` is empty (everything allowed)
-    acls: "AclService | None"
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def replicas(self) -> "ReplicaManager": ...
+
+    @property
+    def groups(self) -> "GroupCoordinator": ...
+
+    @property
+    def transactions(self) -> "TransactionCoordinator": ...
+
+    @property
+    def producer_ids(self) -> "ProducerIdSource": ...
+
+    @property
+    def metadata(self) -> "Metadata":
+        """The brokers, each partition's leader, the controller, elections (issue 27)."""
+        ...
+
+    @property
+    def topics(self) -> "TopicStore":
+        """Where topics are created, grown and deleted (topics.json, or the cluster's store)."""
+        ...
+
+    @property
+    def configs(self) -> "ConfigStore":
+        """Where topic configs and dynamic broker configs are written."""
+        ...
+
+    @property
+    def users(self) -> "CredentialService":
+        """Issue 18: the SCRAM credentials (AlterUserScramCredentials / Describe..., SASL logins)."""
+        ...
+
+    @property
+    def acls(self) -> "AclService | None":
+        """Issue 18: the ACLs and their authorizer; None when ``authorizer.class.name`` is empty
+        (everything allowed)."""
+        ...
 
     @property
     def advertised_host(self) -> str: ...

@@ -11,7 +11,10 @@ bug lines have a fixed template, so the broker's log limiter (``oncelog.logs``) 
 few per window whatever a client sends. ``CloseConnection`` (a handler's verdict, or a
 protocol violation found here) propagates to the server, which closes that one connection.
 
-Routing is the ``routes.ROUTES`` table; the versions checked are the advertised ones.
+Routing is the ``routes.ROUTES`` table, the same in both modes; the versions checked are the
+advertised ones. Before a request is handled, ``fence`` runs (the membership's
+``fence_if_lease_lapsed``: a cluster member whose lease ran out answers nothing from its
+leaderships; embedded it does nothing).
 
 Metrics (issue 19): with ``metrics.listen`` set, each request is counted here, its time from
 arrival to encoded response observed, and its whole-request error code counted
@@ -23,12 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection, Handler
 from oncelog.broker.handlers import api_versions
 from oncelog.protocol import apis, framing, messages
 from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.broker.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +49,13 @@ OFFLOAD_ENTRIES = 5_000
 class Dispatcher:
     """``handle(frame, client)``: the one callable the server knows."""
 
-    def __init__(self, broker: BrokerContext, routes: dict[int, Handler]) -> None:
+    def __init__(self, broker: BrokerContext, routes: dict[int, Handler], *, fence: Callable[[], None] = lambda: None,
+                 metrics: "BrokerMetrics | None" = None) -> None:
         self.broker = broker
         self.routes = routes
         self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in routes}
-        self.metrics = getattr(broker, "metrics", None)
+        self.fence = fence
+        self.metrics = metrics
 
     async def handle(self, frame: bytes, client: Client) -> list[Any] | None:
         """Handle one request frame. Returns the response parts, or None when no response is
@@ -77,9 +85,7 @@ class Dispatcher:
             raise CloseConnection(f"{exc} (from {client.peer})") from None
         offload = offload or (request.entries > OFFLOAD_ENTRIES and head.api_key != apis.PRODUCE)
         error = 0
-        cluster = getattr(self.broker, "cluster", None)
-        if cluster is not None:  # cluster mode: a zombie answers nothing from its leaderships
-            cluster.fence_if_lease_lapsed()
+        self.fence()  # cluster mode: a zombie answers nothing from its leaderships
         try:
             body = await handler(self.broker, request, client)
         except CloseConnection:

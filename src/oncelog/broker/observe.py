@@ -138,11 +138,8 @@ async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
         snap.listeners.append((lst.name, lst.protocol, host, port))
     for srv in broker.servers:
         snap.connections[srv.name] = snap.connections.get(srv.name, 0) + srv.connection_count
-    if broker.cluster is not None:
-        snap.mode = "cluster"
-        snap.brokers.extend((b.node_id, b.host, b.port, b.rack) for b in broker.cluster.view.brokers)
-    else:
-        snap.brokers.append((broker.node_id, broker.advertised_host, broker.advertised_port, None))
+    snap.mode = broker.membership.mode
+    snap.brokers.extend((n.node_id, n.host, n.port, n.rack) for n in broker.membership.nodes(broker.listener_name))
 
     partitions = broker.replicas.partitions
     for i, (tp, part) in enumerate(list(partitions.items())):

@@ -213,6 +213,12 @@ class UserCredentials:
         """AlterUserScramCredentials: ``alter`` (the cluster store's class has the same method)."""
         return self.alter(deletions, upsertions)
 
+    async def refresh(self) -> None:
+        """Nothing to reload: this broker is the only writer of its file."""
+
+    def close(self) -> None:
+        """Nothing to close: the file is written whole at each change."""
+
     def alter(self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
               ) -> dict[str, tuple[ErrorCode, str | None]]:
         """``CredentialStore.alter`` on a copy, saved, then made current (a failed save leaves

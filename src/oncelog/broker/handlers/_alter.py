@@ -6,10 +6,11 @@ configs to the complete new set (AlterConfigs: the request's set replaces them; 
 SET / DELETE / APPEND / SUBTRACT on them). The new set is validated completely (INVALID_CONFIG
 for an unknown topic config or a bad value, INVALID_REQUEST for a read-only broker config,
 UNKNOWN_TOPIC_OR_PARTITION for a missing topic) before anything is written; with
-``validate_only`` nothing is. Then: a topic's configs go to topics.json (embedded) or the store
-(cluster mode, where every broker's leader tracker applies them) and its open partitions' LogConfig
-changes at once; broker configs go to ``<data-dir>/dynamic-broker-configs.json`` and every
-partition's LogConfig is recomputed. No alter policy is configured, so POLICY_VIOLATION is never
+``validate_only`` nothing is. Then the new set goes to the ``ConfigStore`` (broker/membership/):
+a topic's configs to topics.json (embedded) or the store (cluster mode, where every broker's
+leader tracker applies them), and its open partitions' LogConfig changes at once; broker configs
+to ``<data-dir>/dynamic-broker-configs.json`` or the store, and every partition's LogConfig is
+recomputed. No alter policy is configured, so POLICY_VIOLATION is never
 given (as Kafka without ``alter.config.policy.class.name``).
 """
 
@@ -42,10 +43,7 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         new = rm.validate_topic_configs(name, change(dict(meta.configs), effective))
         if validate_only:
             return
-        if broker.cluster is not None:
-            await broker.cluster.alter_topic_configs(name, new)
-        else:
-            rm.set_topic_configs(name, new)
+        await broker.configs.set_topic_configs(name, new)
     elif resource_type == BROKER:
         scope = rm.dynamic.scope_of(name)
         current = rm.dynamic.current(scope)
@@ -57,10 +55,7 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         rm.check_broker_configs(scope, new)
         if validate_only:
             return
-        if broker.cluster is not None:
-            await broker.cluster.alter_broker_configs(rm.dynamic.resource_of(scope), new)
-        else:
-            rm.set_broker_configs(scope, new)
+        await broker.configs.set_broker_configs(scope, new)
     else:
         raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4)")
 

@@ -1,74 +1,43 @@
 """Shared by the handlers that describe the cluster or create topics (Metadata, DescribeCluster,
-CreateTopics): in cluster mode (issue 15) the live brokers as registered in the store, from the
-broker's latest view (broker/cluster_member.py), and topics created in the store; embedded, this
-broker alone and its local topics.
-
-The controller id names the live broker with the lowest node id: there is no controller (any
-broker rebalances, under a lock in the store), but clients expect one live broker there.
+CreateTopics, CreatePartitions, ...): the brokers, a partition's leader, the controller id and
+topic creation, as the membership (issue 27, broker/membership/) answers them: this broker alone
+and its local topics when embedded; in cluster mode the live brokers as registered in the store,
+from the broker's latest view, and topics created in the store.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
+from oncelog.broker.membership import Node
 from oncelog.broker.replica_manager import NewTopic, TopicMeta
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None
+__all__ = ["Node", "controller_id", "create_topics", "nodes", "partition_leader"]
 
 
 def nodes(broker: BrokerContext) -> list[Node]:
-    if broker.cluster is None:
-        return [Node(broker.node_id, broker.advertised_host, broker.advertised_port, None)]
-    return [Node(b.node_id, *b.endpoint(broker.listener_name), b.rack) for b in broker.cluster.view.brokers]
+    """The live brokers, each with its address on the listener the request came on."""
+    return broker.metadata.nodes(broker.listener_name)
 
 
 def partition_leader(broker: BrokerContext, tp: TopicPartition) -> tuple[ErrorCode, int, int]:
-    """(error, leader, leader epoch) of a partition of a known topic: this broker and epoch 0
-    when embedded; in cluster mode those of the broker's view (LEADER_NOT_AVAILABLE, leader -1,
-    epoch -1 while it has no live leader). The store keeps the data, so the leader is the one
-    replica and the ISR."""
-    if broker.cluster is None:
-        return ErrorCode.none, broker.node_id, 0
-    leader, epoch = broker.cluster.view.leader(tp)
+    """(error, leader, leader epoch) of a partition of a known topic (LEADER_NOT_AVAILABLE,
+    leader -1, epoch -1 while it has no live leader). The leader is the one replica and the ISR."""
+    leader, epoch = broker.metadata.leader(tp)
     if leader < 0:
         return ErrorCode.leader_not_available, -1, -1
     return ErrorCode.none, leader, max(epoch, 0)
 
 
 def controller_id(broker: BrokerContext) -> int:
-    if broker.cluster is None:
-        return broker.node_id
-    live = broker.cluster.view.live_ids
-    return min(live) if live else -1
+    return broker.metadata.controller_id()
 
 
 async def create_topics(broker: BrokerContext, new: Sequence[NewTopic], *,
                         validate_only: bool = False) -> list[TopicMeta | KafkaError]:
-    """Create topics (CreateTopics, Metadata auto-creation): one result per request, in order.
-    Embedded: ``ReplicaManager.create_topics``. In cluster mode each topic is validated as
-    embedded (a replication factor up to the number of live brokers is accepted: the store
-    keeps the data, there are no replicas to place) and created in the store, then leaders are
-    given by a rebalance and the broker's view is refreshed."""
-    rm = broker.replicas
-    if broker.cluster is None:
-        return rm.create_topics(new, validate_only=validate_only)
-    max_rf = max(1, len(broker.cluster.view.brokers))
-    checked: list[TopicMeta | KafkaError] = []
-    for t in new:
-        try:
-            checked.append(rm.validate_new_topic(t, max_rf))
-        except KafkaError as exc:
-            checked.append(exc)
-    if validate_only:
-        return checked
-    return await broker.cluster.create_topics(checked)
+    """Create topics (CreateTopics, Metadata auto-creation): one result per request, in order
+    (``TopicStore.create``)."""
+    return await broker.topics.create(new, validate_only=validate_only)

@@ -32,7 +32,7 @@ def _outcome(broker: BrokerContext, tp: TopicPartition,
         return ErrorCode.unknown_topic_or_partition, f"partition {tp.topic}-{tp.partition} does not exist"
     if replicas is None:
         return ErrorCode.no_reassignment_in_progress, f"no reassignment of {tp.topic}-{tp.partition} is in progress"
-    leader = broker.node_id if broker.cluster is None else broker.cluster.view.leader(tp)[0]
+    leader = broker.metadata.leader(tp)[0]
     if list(replicas) == [leader]:
         return ErrorCode.none, None
     return (ErrorCode.invalid_replica_assignment,

@@ -72,11 +72,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 _acl.refuse(denied, client.principal, f"ALTER topic {t.name}")
             meta = broker.replicas.check_partition_increase(t.name, t.count)
             _check_assignments(broker, t, meta.num_partitions)
-            if broker.cluster is not None:
-                if not validate_only:
-                    await broker.cluster.add_partitions(t.name, t.count)
-            else:
-                broker.replicas.add_partitions(t.name, t.count, validate_only=validate_only)
+            await broker.topics.add_partitions(t.name, t.count, validate_only=validate_only)
             outcome[t.name] = None
         except KafkaError as exc:
             outcome[t.name] = exc

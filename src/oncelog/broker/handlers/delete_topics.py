@@ -59,10 +59,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             meta = rm.topic(name)
             if meta.internal:
                 raise InvalidRequest(f"internal topic {name} cannot be deleted")
-            if broker.cluster is not None:
-                await broker.cluster.delete_topic(name)
-            else:
-                rm.delete_topic(name)
+            await broker.topics.delete(name)
             results.append(m.DeletableTopicResult(name=name, topic_id=meta.topic_id, error_code=ErrorCode.none))
         except KafkaError as exc:
             results.append(

@@ -36,31 +36,18 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     wanted: list[TopicPartition] | None = None
     if req.topic_partitions is not None:
         wanted = [TopicPartition(t.topic, p) for t in req.topic_partitions for p in t.partitions]
-    before: dict[TopicPartition, int] = {}
-    after: dict[TopicPartition, int] = {}
-    if broker.cluster is not None:
-        view = broker.cluster.view
-        before = {tp: view.leader(tp)[0] for tp in view.partitions}
-        try:
-            await broker.cluster.rebalance()
-        except KafkaError as exc:
-            return m.ElectLeadersResponse(error_code=exc.code, replica_election_results=())
-        view = broker.cluster.view
-        after = {tp: view.leader(tp)[0] for tp in view.partitions}
+    try:
+        election = await broker.metadata.elect_preferred()
+    except KafkaError as exc:
+        return m.ElectLeadersResponse(error_code=exc.code, replica_election_results=())
 
     def result(tp: TopicPartition) -> tuple[ErrorCode, str | None]:
         if not rm.exists(tp):
             return ErrorCode.unknown_topic_or_partition, f"partition {tp.topic}-{tp.partition} does not exist"
-        if broker.cluster is None:
-            return ErrorCode.election_not_needed, "the partition's only replica leads it"
-        if after.get(tp, -1) < 0:
-            return ErrorCode.preferred_leader_not_available, f"no live broker can lead {tp.topic}-{tp.partition}"
-        if after[tp] != before.get(tp, -1):
-            return ErrorCode.none, None
-        return ErrorCode.election_not_needed, "the partition is led where the placement wants it"
+        return election.outcome(tp)
 
     if wanted is None:  # all partitions: Kafka lists only those an election changed
-        wanted = [tp for tp in after if after[tp] >= 0 and after[tp] != before.get(tp, -1)]
+        wanted = list(election.moved)
     by_topic: dict[str, list[Any]] = {}
     for tp in wanted:
         code, message = result(tp)

@@ -142,11 +142,10 @@ _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch
 def _current_leader(broker: BrokerContext, m: Builder, tp: TopicPartition, leaders: set[int]) -> dict[str, Any]:
     """KIP-951 (v16+): the leader this broker's view knows for ``tp`` (cluster mode), so the
     client can go there without a metadata round trip; nothing when it knows none."""
-    if broker.cluster is None:
+    hint = broker.metadata.leader_hint(tp)
+    if hint is None:
         return {}
-    leader, epoch = broker.cluster.view.leader(tp)
-    if leader < 0:
-        return {}
+    leader, epoch = hint
     leaders.add(leader)
     return {"current_leader": m.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)}
 

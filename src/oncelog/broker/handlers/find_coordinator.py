@@ -62,18 +62,15 @@ def _resolve(broker: BrokerContext, key_type: int, key: str, g: _acl.Gate | None
         check(broker, key)
     except KafkaError as exc:
         return exc.code, -1, "", -1
-    if broker.cluster is None:
-        return ErrorCode.none, broker.node_id, broker.advertised_host, broker.advertised_port
-    view = broker.cluster.view
     if key_type == GROUP:
         partition = broker.groups.partition_for(key)
     else:
         partition = broker.transactions.partition_of(key)
-    leader, _ = view.leader(TopicPartition(TOPICS[key_type], partition))
-    node = view.broker(leader) if leader >= 0 else None
+    leader, _ = broker.metadata.leader(TopicPartition(TOPICS[key_type], partition))
+    node = broker.metadata.node(leader, broker.listener_name)
     if node is None:
         return ErrorCode.coordinator_not_available, -1, "", -1
-    return (ErrorCode.none, node.node_id, *node.endpoint(broker.listener_name))
+    return ErrorCode.none, node.node_id, node.host, node.port
 
 
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:

@@ -1,0 +1,238 @@
+"""The membership/metadata interface (issue 27): what the broker's start sequence, dispatcher and
+handlers know of "the cluster", whether it is this one node (``embedded.py``) or the brokers
+sharing a PostgreSQL store (``postgres.py``).
+
+Two levels:
+
+* ``Metadata``: what a handler may ask: the brokers (``nodes``, ``node``), a partition's leader
+  and leader epoch (``leader``), the leader a NOT_LEADER answer may name (``leader_hint``), the
+  controller id, and a preferred leader election. Embedded, this node leads everything at
+  epoch 0 and is the controller.
+* ``Membership``: ``Metadata`` plus the stores and the lifecycle the broker drives, in this
+  order: ``open`` (before anything listens), ``marker_writer``, ``start_coordinators``, then,
+  once listening, ``join``; ``close`` at stop (also after a failed start).
+
+Each store is a Protocol of its own, implemented embedded and on PostgreSQL:
+
+==================  ===============================================  ============================
+store               embedded                                         PostgreSQL
+==================  ===============================================  ============================
+TopicStore          ``ReplicaManager`` (topics.json)                 ``cluster/topics.py``
+ConfigStore         topics.json, dynamic-broker-configs.json         ``cluster/topics.py``,
+                                                                     ``cluster/broker_configs.py``
+AclStore            ``acl/file_store.AclFileStore`` (acls.json)      ``cluster/acls.StoreAcls``
+CredentialService   ``auth/credentials.UserCredentials``             ``cluster_credentials.
+                    (scram-credentials.json)                         StoreUserCredentials``
+ProducerIdSource    ``coordinator/producer_ids.ProducerIdManager``   ``cluster/producer_ids.
+                    (producer_id_block.json)                         StoreProducerIds``
+==================  ===============================================  ============================
+
+The implementations satisfy the Protocols structurally (cluster/ and acl/ import nothing of the
+broker); tests/unit/test_membership.py holds each one to its Protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.acl.model import AclBinding
+    from oncelog.broker.acls import AclService
+    from oncelog.broker.auth.credentials import CredentialStore
+    from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.broker.markers import MarkerWriter
+    from oncelog.broker.replica_manager import NewTopic, TopicMeta
+    from oncelog.broker.transaction_coordinator import TransactionCoordinator
+    from oncelog.cluster.connection import StoreConnection
+    from oncelog.protocol.errors import KafkaError
+
+__all__ = ["AclStore", "ConfigStore", "CredentialService", "Election", "Membership", "Metadata", "Node",
+           "ProducerIdSource", "TopicStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A broker as a client is told of it: its address on the listener the client came on."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """What a preferred leader election did (ElectLeaders).
+
+    ``moved``: the partitions whose leader it changed, in the metadata's order; ``led``: the
+    partitions with a live leader afterwards (None: every partition has one); ``why_not_needed``:
+    the message of ELECTION_NOT_NEEDED."""
+
+    why_not_needed: str
+    moved: tuple[TopicPartition, ...] = ()
+    led: frozenset[TopicPartition] | None = None
+
+    def outcome(self, tp: TopicPartition) -> tuple[ErrorCode, str | None]:
+        """The answer for an existing partition ``tp``."""
+        if self.led is not None and tp not in self.led:
+            return ErrorCode.preferred_leader_not_available, f"no live broker can lead {tp.topic}-{tp.partition}"
+        if tp in self.moved:
+            return ErrorCode.none, None
+        return ErrorCode.election_not_needed, self.why_not_needed
+
+
+class Metadata(Protocol):
+    """What a handler may ask of the cluster (see the module docstring)."""
+
+    def nodes(self, listener: str) -> list[Node]:
+        """The live brokers, each with its address on ``listener``."""
+        ...
+
+    def node(self, node_id: int, listener: str) -> Node | None:
+        """Live broker ``node_id`` with its address on ``listener``; None when it is not live."""
+        ...
+
+    def leader(self, tp: TopicPartition) -> tuple[int, int]:
+        """(leader, leader epoch) of partition ``tp`` of a known topic; (-1, -1) while it has no
+        live leader."""
+        ...
+
+    def leader_hint(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """The (leader, epoch) a NOT_LEADER_OR_FOLLOWER answer names (KIP-951), so the client
+        goes there without a metadata round trip; None when there is none to name (embedded:
+        there is no other broker)."""
+        ...
+
+    def controller_id(self) -> int:
+        """The controller id clients are told: the live broker with the lowest id (-1: none)."""
+        ...
+
+    async def elect_preferred(self) -> Election:
+        """Move leaders where the placement wants them. Raises KafkaError (the store is out of
+        reach)."""
+        ...
+
+
+class TopicStore(Protocol):
+    """Where topics are created, grown and deleted. Every method validates completely before
+    it writes (nothing is written with ``validate_only``) and raises the topic's KafkaError."""
+
+    async def create(self, new: Sequence["NewTopic"], *, validate_only: bool = False
+                     ) -> list["TopicMeta | KafkaError"]:
+        """One result per entry of ``new``, in order."""
+        ...
+
+    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None: ...
+
+    async def delete(self, name: str) -> None: ...
+
+
+class ConfigStore(Protocol):
+    """Where the dynamic configs are kept: a topic's (validated) configs, and the broker's
+    dynamic configs of one scope ("" the cluster default, else a node id's)."""
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+
+    async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None: ...
+
+
+@runtime_checkable
+class AclStore(Protocol):
+    """The durable set of ACL bindings (broker/acls.AclService calls it in a worker thread, one
+    call at a time)."""
+
+    def load(self) -> list["AclBinding"]: ...
+
+    def apply(self, current: frozenset["AclBinding"], added: Iterable["AclBinding"],
+              removed: Iterable["AclBinding"]) -> frozenset["AclBinding"]:
+        """Durably add and remove bindings; returns the whole set now stored."""
+        ...
+
+    def changed(self) -> bool:
+        """Did another broker change the bindings since the last ``load``? (Embedded: never.)"""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class CredentialService(Protocol):
+    """The SCRAM credentials: ``store`` is what SASL logins read at each exchange."""
+
+    store: "CredentialStore"
+
+    async def apply(self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+                    ) -> dict[str, tuple[ErrorCode, str | None]]:
+        """AlterUserScramCredentials: durable before it returns."""
+        ...
+
+    async def refresh(self) -> None:
+        """Reload what another broker may have changed (embedded: nothing to do)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ProducerIdSource(Protocol):
+    def next_producer_id(self) -> int:
+        """An id never given before, by any broker of the cluster, across restarts (R5)."""
+        ...
+
+
+class Membership(Metadata, Protocol):
+    """``Metadata`` plus the stores and the lifecycle (see the module docstring)."""
+
+    #: "embedded" or "cluster" (the console and the metrics say which)
+    mode: str
+    #: the cluster id (valid after ``open``)
+    cluster_id: str
+    topics: TopicStore
+    configs: ConfigStore
+    users: CredentialService
+    #: valid after ``open``
+    producer_ids: ProducerIdSource
+    #: the ACL service (after ``open``); None when ``authorizer.class.name`` is empty
+    acls: "AclService | None"
+    #: (after ``open``) the partition counts of the internal topics the coordinators place keys by
+    internal_partitions: Mapping[str, int]
+    #: (after ``open``) the transaction coordinator's epoch: embedded, one more per start;
+    #: cluster mode, each partition's leader epoch (so 0 here)
+    coordinator_epoch: int
+    #: the connection the PostgreSQL engine's compaction uses (None embedded)
+    compactor: "StoreConnection | None"
+
+    async def open(self) -> None:
+        """Before anything listens: recover and open what this node holds or reach the store,
+        create the internal topics' metadata, load ACLs and credentials."""
+        ...
+
+    def marker_writer(self, groups: "GroupCoordinator") -> "MarkerWriter":
+        """How the transaction coordinator writes its markers (to the partitions led here; in
+        cluster mode also to the other brokers')."""
+        ...
+
+    async def start_coordinators(self, groups: "GroupCoordinator", transactions: "TransactionCoordinator") -> None:
+        """Start the group and transaction coordinators: embedded, every internal partition is
+        loaded now (before listening, R19); in cluster mode, as this broker is given their
+        leadership."""
+        ...
+
+    async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:
+        """Once listening (``listeners``: name -> advertised (host, port); ``host:port`` the
+        primary listener's): become a member."""
+        ...
+
+    def fence_if_lease_lapsed(self) -> None:
+        """Called before every request: a member whose lease ran out drops its leaderships
+        before it answers anything from them (embedded: nothing to do)."""
+        ...
+
+    async def close(self) -> None:
+        """Leave the cluster and close what ``open`` opened (best effort; also after a failed
+        start)."""
+        ...

@@ -1,0 +1,274 @@
+"""The membership of a cluster on PostgreSQL (issue 15, issue 27): the brokers sharing one store.
+
+Its stores are the store's tables: topics and topic configs (cluster/topics.py), dynamic broker
+configs (cluster/broker_configs.py), ACLs (cluster/acls.py), SCRAM credentials
+(cluster_credentials.py over cluster/credentials.py) and producer-id blocks
+(cluster/producer_ids.py). A metadata change is one transaction in the store, then this broker
+loads and applies a new view at once (broker/cluster_member.py) and the others at the
+notification or their next poll.
+
+The parts it drives, opened by ``open`` and closed by ``close`` in reverse:
+``ClusterParts`` (the store connections, the group committers and the leader tracker that opens
+and closes partitions as leadership moves), ``ClusterMember`` (the session, heartbeat, poll and
+rebalance), ``PeerClients`` (markers and transaction verification for partitions led
+elsewhere), the ACL and credential stores, and once joined the outbox drainer (issue 31). The
+group and transaction coordinators load an internal partition when this broker is given its
+leadership, with the leader epoch as the coordinator epoch.
+
+psycopg (the 'cluster' extra) is needed: ``membership_for`` imports this module only for a
+broker started with a store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Mapping, Sequence
+
+from oncelog.broker import periodic
+from oncelog.broker.acls import AclService
+from oncelog.broker.cluster_credentials import StoreUserCredentials
+from oncelog.broker.cluster_member import ClusterMember, connector
+from oncelog.broker.cluster_parts import ClusterParts
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
+from oncelog.broker.markers import ClusterMarkerWriter, MarkerWriter
+from oncelog.broker.membership.interface import Election, Node
+from oncelog.broker.outbox_drainer import OutboxDrainer
+from oncelog.broker.peer_client import PeerClients, PeerSecurity
+from oncelog.broker.replica_manager import NewTopic, ReplicaManager, TopicMeta
+from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
+from oncelog.broker.txn_verifier import RemoteVerifier
+from oncelog.clock import Clock
+from oncelog.cluster.acls import StoreAcls
+from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.producer_ids import StoreProducerIds
+from oncelog.cluster.view import ClusterView
+from oncelog.protocol.errors import KafkaError
+from oncelog.types import TopicPartition
+
+__all__ = ["StoreConfigs", "StoreMembership", "StoreTopics"]
+
+log = logging.getLogger(__name__)
+
+#: how often the SCRAM credentials are reloaded from the store
+CREDENTIALS_REFRESH_S = 1.0
+
+
+class StoreTopics:
+    """``TopicStore`` on the store (cluster/topics.py through ``ClusterMember``). A new topic is
+    validated as embedded, except that a replication factor up to the number of live brokers is
+    accepted (the store keeps the data: there are no replicas to place); then it is created in
+    the store, leaders are given by a rebalance and the view is refreshed."""
+
+    def __init__(self, owner: "StoreMembership") -> None:
+        self._owner = owner
+
+    async def create(self, new: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicMeta | KafkaError]:
+        rm = self._owner.replicas
+        max_rf = max(1, len(self._owner.view.brokers))
+        checked: list[TopicMeta | KafkaError] = []
+        for t in new:
+            try:
+                checked.append(rm.validate_new_topic(t, max_rf))
+            except KafkaError as exc:
+                checked.append(exc)
+        if validate_only:
+            return checked
+        return await self._owner.member.create_topics(checked)
+
+    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """``count`` was checked (``ReplicaManager.check_partition_increase``)."""
+        if not validate_only:
+            await self._owner.member.add_partitions(name, count)
+
+    async def delete(self, name: str) -> None:
+        await self._owner.member.delete_topic(name)
+
+
+class StoreConfigs:
+    """``ConfigStore`` on the store: every broker's leader tracker applies what it reads."""
+
+    def __init__(self, owner: "StoreMembership") -> None:
+        self._owner = owner
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        await self._owner.member.alter_topic_configs(name, configs)
+
+    async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        resource = self._owner.replicas.dynamic.resource_of(scope)
+        await self._owner.member.alter_broker_configs(resource, configs)
+
+
+class StoreMembership:
+    """``Membership`` of a broker of the cluster at ``dsn`` (see the module docstring).
+    ``inter_broker()``: the inter-broker listener's name and how to log in there."""
+
+    mode = "cluster"
+
+    def __init__(self, dsn: str, config: BrokerConfig, clock: Clock, replicas: ReplicaManager,
+                 inter_broker: Callable[[], tuple[str, PeerSecurity]]) -> None:
+        self.dsn = dsn
+        self.config = config
+        self.clock = clock
+        self.replicas = replicas
+        self.node_id = config.node_id
+        self._inter_broker = inter_broker
+        self.cluster_id = ""
+        self.topics = StoreTopics(self)
+        self.configs = StoreConfigs(self)
+        self.users = StoreUserCredentials(connector(dsn), config.node_id)
+        self.producer_ids: StoreProducerIds  # set by open()
+        self.acls: AclService | None = None
+        self.internal_partitions: Mapping[str, int] = {}
+        self.coordinator_epoch = 0  # each internal partition's leader epoch is its coordinator epoch
+        self.compactor: StoreConnection | None = None
+        self.member: ClusterMember  # set by open()
+        self._parts: ClusterParts | None = None
+        self._peers: PeerClients | None = None
+        self._store_acls: StoreAcls | None = None
+        self._outbox: OutboxDrainer | None = None
+        self._jobs: list[asyncio.Task[None]] = []
+        self._joined = False
+
+    @property
+    def view(self) -> ClusterView:
+        """The latest view of the store (brokers, topics, leaders and epochs)."""
+        return self.member.view
+
+    # -- Metadata ---------------------------------------------------------------------------
+
+    def nodes(self, listener: str) -> list[Node]:
+        return [Node(b.node_id, *b.endpoint(listener), b.rack) for b in self.member.view.brokers]
+
+    def node(self, node_id: int, listener: str) -> Node | None:
+        b = self.member.view.broker(node_id) if node_id >= 0 else None
+        return None if b is None else Node(b.node_id, *b.endpoint(listener), b.rack)
+
+    def leader(self, tp: TopicPartition) -> tuple[int, int]:
+        return self.member.view.leader(tp)
+
+    def leader_hint(self, tp: TopicPartition) -> tuple[int, int] | None:
+        leader, epoch = self.member.view.leader(tp)
+        return None if leader < 0 else (leader, epoch)
+
+    def controller_id(self) -> int:
+        """There is no controller (any broker rebalances, under a lock in the store), but clients
+        expect one live broker there: the one with the lowest id."""
+        live = self.member.view.live_ids
+        return min(live) if live else -1
+
+    async def elect_preferred(self) -> Election:
+        """A rebalance (cluster/leadership.rebalance): leaders go where the placement policy
+        (cluster/assignment.py) wants them. An unclean election never loses data here (there
+        are no out-of-sync replicas), so it is the same."""
+        view = self.member.view
+        before = {tp: view.leader(tp)[0] for tp in view.partitions}
+        await self.member.rebalance()
+        view = self.member.view
+        after = {tp: view.leader(tp)[0] for tp in view.partitions}
+        return Election("the partition is led where the placement wants it",
+                        moved=tuple(tp for tp, n in after.items() if n >= 0 and n != before.get(tp, -1)),
+                        led=frozenset(tp for tp, n in after.items() if n >= 0))
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the store parts, create the schema and the internal topics unless they exist
+        (the first broker's partition counts are everyone's), load the ACLs and credentials."""
+        cfg = self.config
+        parts = self._parts = ClusterParts.open(self.dsn, cfg, self.replicas)
+        self.compactor = parts.compactor
+        self.producer_ids = StoreProducerIds(parts.reader)
+        self.member = member = ClusterMember(self.dsn, cfg, self.clock, parts.tracker.apply)
+        self.internal_partitions = await member.prepare([
+            (OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+             {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)}),
+            (TXN_TOPIC, cfg.transaction_state_log_num_partitions,
+             {"cleanup.policy": "compact", "segment.bytes": str(TXN_TOPIC_SEGMENT_BYTES)}),
+        ])
+        self.cluster_id = member.cluster_id
+        if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
+            self._store_acls = StoreAcls(connector(self.dsn), f"node {self.node_id} acls")
+            self.acls = acls = await asyncio.to_thread(AclService.for_config, cfg, self._store_acls)
+            if acls is not None:
+                member.after_poll.append(acls.refresh)
+        inter, security = self._inter_broker()
+
+        def address_of(node: int) -> tuple[str, int] | None:
+            b = member.view.broker(node)
+            return None if b is None else b.endpoint(inter)
+
+        self._peers = PeerClients(self.node_id, address_of, security)
+        await self.users.refresh()  # the schema exists: member.prepare() made it
+        self._jobs.append(periodic.every(CREDENTIALS_REFRESH_S, self.users.refresh_quietly,
+                                         "housekeeping job refresh_quietly", log))
+
+    def marker_writer(self, groups: GroupCoordinator) -> MarkerWriter:
+        assert self._peers is not None, "open() first"
+        member = self.member
+        return ClusterMarkerWriter(self.node_id, self.replicas, groups, lambda: member.view, self._peers)
+
+    async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator) -> None:
+        """Each internal partition is loaded when this broker is given its leadership (the
+        leader tracker's ``on_lead``) and dropped when it loses it (``on_resign``)."""
+        assert self._parts is not None and self._peers is not None, "open() first"
+        member = self.member
+        groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
+        groups.start(load_all=False)
+        transactions.remote = RemoteVerifier(lambda: member.view, self._peers, transactions.partition_of)
+
+        def on_lead(tp: TopicPartition, leader_epoch: int) -> None:
+            if tp.topic == TXN_TOPIC:
+                transactions.lead(tp.partition, leader_epoch)
+            elif tp.topic == OFFSETS_TOPIC:
+                groups.lead(tp.partition)
+
+        def on_resign(tp: TopicPartition) -> None:
+            if tp.topic == TXN_TOPIC:
+                transactions.resign(tp.partition)
+            elif tp.topic == OFFSETS_TOPIC:
+                groups.resign(tp.partition)
+
+        self._parts.tracker.on_lead = on_lead
+        self._parts.tracker.on_resign = on_resign
+
+    async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:
+        """Register (``host:port`` the primary listener's advertised address), rebalance, load
+        the first view, then start draining the database outbox (issue 31) into the
+        partitions led here."""
+        assert self._parts is not None, "open() first"
+        await self.member.start(host, port, dict(listeners))
+        self._joined = True
+        self.cluster_id = self.member.cluster_id
+        self._outbox = OutboxDrainer(self.replicas, self._parts.reader, connector(self.dsn),
+                                     self.producer_ids.next_producer_id, self.clock, self.node_id)
+        self._outbox.start()
+
+    def fence_if_lease_lapsed(self) -> None:
+        self.member.fence_if_lease_lapsed()
+
+    async def close(self) -> None:
+        """Stop draining, leave (deregister and rebalance, so the partitions move at once),
+        then close the peers, the store parts, the credential and ACL connections. Safe after
+        a failed start and a second time."""
+        for task in self._jobs:
+            task.cancel()
+        await asyncio.gather(*self._jobs, return_exceptions=True)
+        self._jobs = []
+        if self._outbox is not None:
+            outbox, self._outbox = self._outbox, None
+            await outbox.stop()
+        if self._joined:
+            self._joined = False
+            await self.member.stop()
+        if self._peers is not None:
+            peers, self._peers = self._peers, None
+            peers.close()
+        if self._parts is not None:
+            parts, self._parts = self._parts, None
+            parts.close()
+        self.users.close()
+        if self._store_acls is not None:
+            store_acls, self._store_acls = self._store_acls, None
+            store_acls.close()
