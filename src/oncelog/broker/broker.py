@@ -446,6 +446,10 @@ class ListenerContext:
     def acls(self) -> AclService | None:
         return self._broker.acls
 
+    @property
+    def metrics(self) -> "BrokerMetrics | None":
+        return self._broker.metrics
+
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         return self._broker.advertised_versions()
 

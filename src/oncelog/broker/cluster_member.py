@@ -27,6 +27,9 @@ is fenced by its leader epoch in the store), it only stops a deposed broker from
 
 ``stop`` deregisters (the session ends at once) and rebalances, so the broker's partitions move
 without waiting for the session timeout.
+
+Metadata changes (topics, configs) are not made here: broker/membership/postgres.py writes them
+through ``call`` and then ``refresh``es or ``rebalance``s (issue 27).
 """
 
 from __future__ import annotations
@@ -43,17 +46,15 @@ import psycopg
 
 from oncelog.broker import periodic
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import TopicMeta
 from oncelog.clock import Clock
 from oncelog.cluster import leadership, schema
-from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import BrokerNotRegistered, BrokerSessionExpired, StoreUnavailable
 from oncelog.cluster.membership import BrokerSession, SessionConfig
 from oncelog.cluster.notify import MetadataListener
 from oncelog.cluster.view import ClusterView, load
-from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
+from oncelog.protocol.errors import KafkaError
 
 __all__ = ["POLL_INTERVAL_S", "ClusterMember"]
 
@@ -97,9 +98,10 @@ class ClusterMember:
 
     # -- the control thread ----------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[Any], T]) -> T:
-        """Run ``fn(conn)`` on the control thread with its connection. Database failures become
-        StoreUnavailable (the connection is dropped and reopened by the next call)."""
+    async def call(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(conn)`` on the control thread with its connection (one store call at a time;
+        the metadata stores of broker/membership/postgres.py write through it). Database failures
+        become StoreUnavailable (the connection is dropped and reopened by the next call)."""
         def run() -> T:
             conn = self._control.raw()
             try:
@@ -119,19 +121,19 @@ class ClusterMember:
         configs) unless they exist; returns each internal topic's partition count as stored
         (the first broker's: the coordinators of every broker must place keys alike).
         Raises StoreUnavailable."""
-        self.cluster_id = await self._call(_ensure_schema_and_cluster_id)
+        self.cluster_id = await self.call(_ensure_schema_and_cluster_id)
 
         def ensure(conn: Any) -> dict[str, int]:
             return {name: store_topics.ensure(conn, name, n, configs).partitions for name, n, configs in internal_topics}
 
-        return await self._call(ensure)
+        return await self.call(ensure)
 
     async def start(self, host: str, port: int, listeners: Mapping[str, tuple[str, int]] | None = None) -> None:
         """Create the schema (unless ``prepare`` did), register, rebalance, load the first view,
         start the timers. Raises DuplicateBrokerRegistration (another live process holds the
         node id) or StoreUnavailable."""
         if not self.cluster_id:
-            self.cluster_id = await self._call(_ensure_schema_and_cluster_id)
+            self.cluster_id = await self.call(_ensure_schema_and_cluster_id)
         self.session = BrokerSession(self._control, self.node_id, host, port, config=self.session_config,
                                      clock=self.clock, listeners=listeners)
         await self._register()
@@ -169,8 +171,8 @@ class ClusterMember:
         try:
             if self.session is not None:
                 session = self.session
-                await self._call(lambda _conn: session.deregister())
-                await self._call(leadership.rebalance)
+                await self.call(lambda _conn: session.deregister())
+                await self.call(leadership.rebalance)
                 log.info("node %d deregistered; its partitions moved", self.node_id)
         except KafkaError as exc:
             log.warning("node %d: deregistering failed (%s); its session will expire", self.node_id, exc)
@@ -201,13 +203,13 @@ class ClusterMember:
         async with self._registering:
             session = self.session
             assert session is not None
-            epoch = await self._call(lambda _conn: session.register())
+            epoch = await self.call(lambda _conn: session.register())
             log.info("node %d registered at %s:%d, broker epoch %d", self.node_id, session.host, session.port, epoch)
             await self.rebalance()
 
     async def rebalance(self) -> None:
         """Rebalance leaders in the store, then load and apply a new view."""
-        done = await self._call(leadership.rebalance)
+        done = await self.call(leadership.rebalance)
         if done.changes:
             log.info("node %d rebalanced: %d partition(s) moved; live brokers %s", self.node_id,
                      len(done.changes), list(done.live))
@@ -216,7 +218,7 @@ class ClusterMember:
 
     async def refresh(self) -> ClusterView:
         """Load a view from the store and apply it."""
-        view = await self._call(load)
+        view = await self.call(load)
         self._apply(view)
         return view
 
@@ -243,7 +245,7 @@ class ClusterMember:
         session = self.session
         assert session is not None
         try:
-            await self._call(lambda _conn: session.heartbeat())
+            await self.call(lambda _conn: session.heartbeat())
         except (BrokerSessionExpired, BrokerNotRegistered) as exc:
             log.warning("node %d: %s; dropping every leadership and registering again", self.node_id, exc)
             self._drop_leaderships()
@@ -262,7 +264,7 @@ class ClusterMember:
 
     async def _poll(self) -> None:
         try:
-            view = await self._call(load)
+            view = await self.call(load)
         except StoreUnavailable as exc:
             log.info("node %d: reading the cluster metadata failed: %s", self.node_id, exc)
             if not self.may_lead():
@@ -281,62 +283,6 @@ class ClusterMember:
                 await self.rebalance()
             except KafkaError as exc:  # the next poll sees the same change and tries again
                 log.info("node %d: rebalancing failed (retried at the next poll): %s", self.node_id, exc)
-
-    # -- topics -----------------------------------------------------------------------------
-
-    async def create_topics(self, metas: Sequence[TopicMeta | KafkaError]) -> list[TopicMeta | KafkaError]:
-        """Create the validated topics of ``metas`` in the store (one transaction each; errors
-        pass through), then rebalance so they get leaders. Returns one result per entry."""
-        wanted = [m for m in metas if isinstance(m, TopicMeta)]
-        if not wanted:
-            return list(metas)
-
-        def create(conn: Any) -> dict[str, TopicMeta | KafkaError]:
-            out: dict[str, TopicMeta | KafkaError] = {}
-            for m in wanted:
-                try:
-                    info = store_topics.create(conn, m.name, m.num_partitions, m.configs, m.topic_id)
-                    out[m.name] = TopicMeta(info.name, info.topic_id, info.partitions, dict(info.configs))
-                except KafkaError as exc:
-                    out[m.name] = exc
-            return out
-
-        created = await self._call(create)
-        if any(isinstance(r, TopicMeta) for r in created.values()):
-            await self.rebalance()
-        return [created[m.name] if isinstance(m, TopicMeta) else m for m in metas]
-
-
-    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Store the new (validated) configs of topic ``name``, then load and apply a view (this
-        broker sees them at once; the others at their notification or next poll). Raises
-        UnknownTopicOrPartition, StoreUnavailable."""
-        found = await self._call(lambda conn: store_topics.set_configs(conn, name, configs))
-        if not found:
-            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-        await self.refresh()
-
-    async def alter_broker_configs(self, resource: str, configs: dict[str, str]) -> None:
-        """Store the new (validated) dynamic broker configs of ``resource`` ("" the cluster
-        default, or a node id), then load and apply a view (this broker applies them at once;
-        the others at their notification or next poll). Raises StoreUnavailable."""
-        await self._call(lambda conn: store_broker_configs.set_configs(conn, resource, configs))
-        await self.refresh()
-
-    async def delete_topic(self, name: str) -> None:
-        """Delete topic ``name`` from the store (cluster/topics.delete: one transaction), then
-        load and apply a view: its leaders (this broker at once, the others at their
-        notification or next poll) close its partitions. Raises UnknownTopicOrPartition,
-        StoreUnavailable."""
-        await self._call(lambda conn: store_topics.delete(conn, name))
-        await self.refresh()
-
-    async def add_partitions(self, name: str, count: int) -> None:
-        """Grow topic ``name`` to ``count`` partitions in the store (cluster/topics.grow: one
-        transaction), then rebalance so the new partitions get leaders. Raises
-        UnknownTopicOrPartition, InvalidPartitions, StoreUnavailable."""
-        await self._call(lambda conn: store_topics.grow(conn, name, count))
-        await self.rebalance()
 
 def _ensure_schema_and_cluster_id(conn: Any) -> str:
     """Create the schema unless it exists and return the cluster id stored with it (made by the

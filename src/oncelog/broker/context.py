@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.group_coordinator import GroupCoordinator
     from oncelog.broker.membership import ConfigStore, CredentialService, Metadata, ProducerIdSource, TopicStore
+    from oncelog.broker.metrics import RequestStats
     from oncelog.broker.replica_manager import ReplicaManager
     from oncelog.broker.transaction_coordinator import TransactionCoordinator
     from oncelog.clock import Clock
@@ -86,6 +87,12 @@ class BrokerContext(Protocol):
     def acls(self) -> "AclService | None":
         """Issue 18: the ACLs and their authorizer; None when ``authorizer.class.name`` is empty
         (everything allowed)."""
+        ...
+
+    @property
+    def metrics(self) -> "RequestStats | None":
+        """Issue 19: the request and per-topic traffic counters; None unless ``metrics.listen``
+        is set."""
         ...
 
     @property

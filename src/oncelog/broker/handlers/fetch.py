@@ -173,7 +173,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         finally:
             for w in waiters:
                 w.cancel()
-    metrics = getattr(broker, "metrics", None)  # issue 19: None unless metrics.listen is set
+    metrics = broker.metrics  # issue 19: None unless metrics.listen is set
     if metrics is not None:
         _count_out(metrics, broker, topics)
     endpoints = ()

@@ -65,7 +65,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     topics: list[tuple[Any, list[PartitionResult]]] = []
     waiting: list[tuple[list[PartitionResult], int, str, int, Any]] = []  # cluster mode only
     known = broker.replicas.topics
-    metrics = getattr(broker, "metrics", None)  # issue 19: None unless metrics.listen is set
+    metrics = broker.metrics  # issue 19: None unless metrics.listen is set
     # ACLs (issue 18, acl/rules.py): WRITE on the transactional id for the whole request, WRITE on
     # each topic for its partitions; checked once per topic, never per batch or record.
     g = _acl.gate(broker, client, API_KEY)

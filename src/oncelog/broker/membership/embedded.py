@@ -95,7 +95,7 @@ class EmbeddedMembership:
         self.topics = EmbeddedTopics(replicas)
         self.configs = EmbeddedConfigs(replicas)
         self.users = UserCredentials(CredentialFile(self._data_dir))
-        self.producer_ids: ProducerIdManager  # set by open()
+        self.producer_ids = ProducerIdManager(self._data_dir / "producer_id_block.json")
         self.acls: AclService | None = None
         self.internal_partitions = {OFFSETS_TOPIC: config.offsets_topic_num_partitions,
                                     TXN_TOPIC: config.transaction_state_log_num_partitions}
@@ -125,12 +125,11 @@ class EmbeddedMembership:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """The cluster id, the ACLs (before listening: no request is ever unchecked), the
-        producer-id block file, then every log recovered and opened."""
+        """The cluster id, the ACLs (before listening: no request is ever unchecked), then every
+        log recovered and opened."""
         data_dir = self._data_dir
         self.cluster_id = _load_or_create_cluster_id(data_dir)
         self.acls = AclService.for_config(self._config)
-        self.producer_ids = ProducerIdManager(data_dir / "producer_id_block.json")
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self._replicas.open()
         epoch_file = data_dir / "transaction_coordinator_epoch"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from oncelog.broker import periodic
 from oncelog.broker.acls import AclService
@@ -40,11 +40,13 @@ from oncelog.broker.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.broker.txn_verifier import RemoteVerifier
 from oncelog.clock import Clock
+from oncelog.cluster import broker_configs as store_broker_configs
+from oncelog.cluster import topics as store_topics
 from oncelog.cluster.acls import StoreAcls
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.producer_ids import StoreProducerIds
 from oncelog.cluster.view import ClusterView
-from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 from oncelog.types import TopicPartition
 
 __all__ = ["StoreConfigs", "StoreMembership", "StoreTopics"]
@@ -56,48 +58,86 @@ CREDENTIALS_REFRESH_S = 1.0
 
 
 class StoreTopics:
-    """``TopicStore`` on the store (cluster/topics.py through ``ClusterMember``). A new topic is
-    validated as embedded, except that a replication factor up to the number of live brokers is
-    accepted (the store keeps the data: there are no replicas to place); then it is created in
-    the store, leaders are given by a rebalance and the view is refreshed."""
+    """``TopicStore`` on the store (cluster/topics.py), each change one transaction on the
+    member's control thread (``ClusterMember.call``); then this broker loads and applies a view
+    at once (the others at their notification or next poll), after a rebalance where partitions
+    need leaders."""
 
     def __init__(self, owner: "StoreMembership") -> None:
         self._owner = owner
 
     async def create(self, new: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicMeta | KafkaError]:
+        """Each topic is validated as embedded, except that a replication factor up to the
+        number of live brokers is accepted (the store keeps the data: there are no replicas to
+        place); then created in the store (one transaction each), and a rebalance gives the new
+        partitions leaders."""
         rm = self._owner.replicas
-        max_rf = max(1, len(self._owner.view.brokers))
+        member = self._owner.member
+        max_rf = max(1, len(member.view.brokers))
         checked: list[TopicMeta | KafkaError] = []
         for t in new:
             try:
                 checked.append(rm.validate_new_topic(t, max_rf))
             except KafkaError as exc:
                 checked.append(exc)
-        if validate_only:
+        wanted = [m for m in checked if isinstance(m, TopicMeta)]
+        if validate_only or not wanted:
             return checked
-        return await self._owner.member.create_topics(checked)
+
+        def create(conn: Any) -> dict[str, TopicMeta | KafkaError]:
+            out: dict[str, TopicMeta | KafkaError] = {}
+            for m in wanted:
+                try:
+                    info = store_topics.create(conn, m.name, m.num_partitions, m.configs, m.topic_id)
+                    out[m.name] = TopicMeta(info.name, info.topic_id, info.partitions, dict(info.configs))
+                except KafkaError as exc:
+                    out[m.name] = exc
+            return out
+
+        created = await member.call(create)
+        if any(isinstance(r, TopicMeta) for r in created.values()):
+            await member.rebalance()
+        return [created[m.name] if isinstance(m, TopicMeta) else m for m in checked]
 
     async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
-        """``count`` was checked (``ReplicaManager.check_partition_increase``)."""
-        if not validate_only:
-            await self._owner.member.add_partitions(name, count)
+        """Grow topic ``name`` to ``count`` partitions (``count`` was checked:
+        ``ReplicaManager.check_partition_increase``), then rebalance so the new partitions get
+        leaders. Raises UnknownTopicOrPartition, InvalidPartitions, StoreUnavailable."""
+        if validate_only:
+            return
+        member = self._owner.member
+        await member.call(lambda conn: store_topics.grow(conn, name, count))
+        await member.rebalance()
 
     async def delete(self, name: str) -> None:
-        await self._owner.member.delete_topic(name)
+        """Delete topic ``name`` (cluster/topics.delete); its leaders close its partitions when
+        they apply the next view. Raises UnknownTopicOrPartition, StoreUnavailable."""
+        member = self._owner.member
+        await member.call(lambda conn: store_topics.delete(conn, name))
+        await member.refresh()
 
 
 class StoreConfigs:
-    """``ConfigStore`` on the store: every broker's leader tracker applies what it reads."""
+    """``ConfigStore`` on the store: every broker's leader tracker applies what the next view
+    holds (this broker at once)."""
 
     def __init__(self, owner: "StoreMembership") -> None:
         self._owner = owner
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        await self._owner.member.alter_topic_configs(name, configs)
+        """Raises UnknownTopicOrPartition, StoreUnavailable."""
+        member = self._owner.member
+        found = await member.call(lambda conn: store_topics.set_configs(conn, name, configs))
+        if not found:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        await member.refresh()
 
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        """``scope`` is stored as its resource: "" the cluster default, or a node id."""
         resource = self._owner.replicas.dynamic.resource_of(scope)
-        await self._owner.member.alter_broker_configs(resource, configs)
+        member = self._owner.member
+        await member.call(lambda conn: store_broker_configs.set_configs(conn, resource, configs))
+        await member.refresh()
 
 
 class StoreMembership:
@@ -105,6 +145,8 @@ class StoreMembership:
     ``inter_broker()``: the inter-broker listener's name and how to log in there."""
 
     mode = "cluster"
+    producer_ids: StoreProducerIds  # set by open()
+    member: ClusterMember  # set by open()
 
     def __init__(self, dsn: str, config: BrokerConfig, clock: Clock, replicas: ReplicaManager,
                  inter_broker: Callable[[], tuple[str, PeerSecurity]]) -> None:
@@ -118,12 +160,10 @@ class StoreMembership:
         self.topics = StoreTopics(self)
         self.configs = StoreConfigs(self)
         self.users = StoreUserCredentials(connector(dsn), config.node_id)
-        self.producer_ids: StoreProducerIds  # set by open()
         self.acls: AclService | None = None
         self.internal_partitions: Mapping[str, int] = {}
         self.coordinator_epoch = 0  # each internal partition's leader epoch is its coordinator epoch
         self.compactor: StoreConnection | None = None
-        self.member: ClusterMember  # set by open()
         self._parts: ClusterParts | None = None
         self._peers: PeerClients | None = None
         self._store_acls: StoreAcls | None = None
