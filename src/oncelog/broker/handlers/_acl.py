@@ -16,13 +16,16 @@ gets ``NOT_REQUESTED`` (Integer.MIN_VALUE).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from oncelog.acl.authorizer import Authorizer
 from oncelog.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, ResourceType
 from oncelog.acl.rules import RULES, Need
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.protocol.errors import ErrorCode, error_for
+
+if TYPE_CHECKING:
+    from kio.static.protocol import RequestPayload  # kio's type of every request (the flag differs by API)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ def gate(broker: BrokerContext, client: Client, api_key: int) -> Gate | None:
     return Gate(acls.authorizer, client.principal, client.host, RULES[api_key])
 
 
-def authorized_operations(g: Gate | None, req: Any, flag: str, rtype: ResourceType, name: str = CLUSTER_NAME) -> int:
+def authorized_operations(g: Gate | None, req: "RequestPayload", flag: str, rtype: ResourceType, name: str = CLUSTER_NAME) -> int:
     """KIP-430: NOT_REQUESTED unless the request's boolean ``flag`` is set; every supported
     operation without an authorizer; the allowed ones with."""
     if not getattr(req, flag, False):
@@ -106,7 +109,7 @@ def authorized_operations(g: Gate | None, req: Any, flag: str, rtype: ResourceTy
     return g.operations(rtype, name)
 
 
-def cluster_operations(g: Gate | None, req: Any) -> int:
+def cluster_operations(g: Gate | None, req: "RequestPayload") -> int:
     """KIP-430 cluster operations (Metadata v8-10, DescribeCluster): 0 without DESCRIBE on the
     cluster (the rule ``cluster_ops``), as Kafka."""
     if g is not None and getattr(req, "include_cluster_authorized_operations", False) and not g.allowed("cluster_ops"):

@@ -5,12 +5,59 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Sequence
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.coordinator.group.types import OffsetCommitData
 from oncelog.protocol.errors import ErrorCode
 from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:  # kio's classes of the versions served (annotations only)
+    from oncelog.broker.handlers._acl import Gate
+    from kio.schema.offset_commit.v2.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV2
+    from kio.schema.offset_commit.v3.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV3
+    from kio.schema.offset_commit.v4.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV4
+    from kio.schema.offset_commit.v5.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV5
+    from kio.schema.offset_commit.v6.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV6
+    from kio.schema.offset_commit.v7.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV7
+    from kio.schema.offset_commit.v8.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV8
+    from kio.schema.offset_commit.v9.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV9
+    from kio.schema.offset_commit.v10.request import OffsetCommitRequestTopic as OffsetCommitRequestTopicV10
+    OffsetCommitTopic = (
+        OffsetCommitRequestTopicV2 | OffsetCommitRequestTopicV3 | OffsetCommitRequestTopicV4 |
+        OffsetCommitRequestTopicV5 | OffsetCommitRequestTopicV6 | OffsetCommitRequestTopicV7 |
+        OffsetCommitRequestTopicV8 | OffsetCommitRequestTopicV9 | OffsetCommitRequestTopicV10
+    )
+    from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequestTopic as TxnOffsetCommitRequestTopicV0
+    from kio.schema.txn_offset_commit.v1.request import TxnOffsetCommitRequestTopic as TxnOffsetCommitRequestTopicV1
+    from kio.schema.txn_offset_commit.v2.request import TxnOffsetCommitRequestTopic as TxnOffsetCommitRequestTopicV2
+    from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequestTopic as TxnOffsetCommitRequestTopicV3
+    from kio.schema.txn_offset_commit.v4.request import TxnOffsetCommitRequestTopic as TxnOffsetCommitRequestTopicV4
+    from kio.schema.txn_offset_commit.v5.request import TxnOffsetCommitRequestTopic as TxnOffsetCommitRequestTopicV5
+    TxnOffsetCommitTopic = (
+        TxnOffsetCommitRequestTopicV0 | TxnOffsetCommitRequestTopicV1 | TxnOffsetCommitRequestTopicV2 |
+        TxnOffsetCommitRequestTopicV3 | TxnOffsetCommitRequestTopicV4 | TxnOffsetCommitRequestTopicV5
+    )
+    from kio.schema.offset_fetch.v1.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV1
+    from kio.schema.offset_fetch.v2.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV2
+    from kio.schema.offset_fetch.v3.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV3
+    from kio.schema.offset_fetch.v4.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV4
+    from kio.schema.offset_fetch.v5.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV5
+    from kio.schema.offset_fetch.v6.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV6
+    from kio.schema.offset_fetch.v7.request import OffsetFetchRequestTopic as OffsetFetchRequestTopicV7
+    OffsetFetchTopic = (
+        OffsetFetchRequestTopicV1 | OffsetFetchRequestTopicV2 | OffsetFetchRequestTopicV3 |
+        OffsetFetchRequestTopicV4 | OffsetFetchRequestTopicV5 | OffsetFetchRequestTopicV6 |
+        OffsetFetchRequestTopicV7
+    )
+    from kio.schema.offset_fetch.v8.request import OffsetFetchRequestTopics as OffsetFetchRequestTopicsV8
+    from kio.schema.offset_fetch.v9.request import OffsetFetchRequestTopics as OffsetFetchRequestTopicsV9
+    from kio.schema.offset_fetch.v10.request import OffsetFetchRequestTopics as OffsetFetchRequestTopicsV10
+    OffsetFetchTopics = (
+        OffsetFetchRequestTopicsV8 | OffsetFetchRequestTopicsV9 | OffsetFetchRequestTopicsV10
+    )
+    #: a request topic that names its topic by name or (some versions) by id
+    GroupTopic = OffsetCommitTopic | TxnOffsetCommitTopic | OffsetFetchTopic | OffsetFetchTopics
 
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -27,13 +74,13 @@ def client_host(client: Client) -> str:
     return f"/{client.host}" if client.host else ""
 
 
-def unknown_id_key(topic_id: Any) -> str:
+def unknown_id_key(topic_id: uuid.UUID) -> str:
     """The stand-in topic name under which a request's unknown topic id is answered: no topic can
     have it (Kafka's topic names are [a-zA-Z0-9._-] only)."""
     return f"<unknown topic id {topic_id}>"
 
 
-def topic_key(broker: BrokerContext, t: Any) -> str:
+def topic_key(broker: BrokerContext, t: "GroupTopic") -> str:
     """The name of a request topic entity that names its topic by ``name`` or, in the versions
     that have it, by ``topic_id``: an id the broker does not know gives ``unknown_id_key``."""
     topic_id = getattr(t, "topic_id", None)
@@ -43,14 +90,14 @@ def topic_key(broker: BrokerContext, t: Any) -> str:
     return meta.name if meta is not None else unknown_id_key(topic_id)
 
 
-def topic_id_of(broker: BrokerContext, name: str) -> Any:
+def topic_id_of(broker: BrokerContext, name: str) -> uuid.UUID:
     """The id of topic ``name`` for an answer that names topics by id (the all-zero id when the
     topic is unknown, as Kafka answers an id it cannot resolve)."""
     meta = broker.replicas.topics.get(name)
     return meta.topic_id if meta is not None else uuid.UUID(int=0)
 
 
-def requested_offsets(broker: BrokerContext, topics: Any) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitData]]:
+def requested_offsets(broker: BrokerContext, topics: "Sequence[OffsetCommitTopic | TxnOffsetCommitTopic]") -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitData]]:
     """The offsets of an OffsetCommit / TxnOffsetCommit request: (codes already decided, offsets
     to commit), keyed by ``topic_key``. Partitions the broker does not have get
     UNKNOWN_TOPIC_OR_PARTITION; those of a topic id it does not know, UNKNOWN_TOPIC_ID."""
@@ -71,7 +118,7 @@ def requested_offsets(broker: BrokerContext, topics: Any) -> tuple[dict[TopicPar
     return codes, offsets
 
 
-def authorize_offsets(g: Any, group_id: str, codes: dict[TopicPartition, ErrorCode],
+def authorize_offsets(g: "Gate", group_id: str, codes: dict[TopicPartition, ErrorCode],
                       offsets: dict[TopicPartition, OffsetCommitData], request_denied: ErrorCode | None = None) -> None:
     """ACLs of OffsetCommit / TxnOffsetCommit (issue 18, acl/rules.py), in Kafka's order: a
     request-wide refusal (``request_denied``: the transactional id), then READ on the group, for

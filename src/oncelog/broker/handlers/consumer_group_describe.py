@@ -13,6 +13,7 @@ from typing import Any
 from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
+from oncelog.coordinator.group.consumer_group import Assignment
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -23,7 +24,7 @@ API_KEY = apis.CONSUMER_GROUP_DESCRIBE
 CONSUMER_MEMBER = 1  # member_type: -1 unknown, 0 classic, 1 consumer
 
 
-def _assignment(broker: BrokerContext, m: Builder, a: Any) -> Any:
+def _assignment(broker: BrokerContext, m: Builder, a: "Assignment") -> Any:
     rows = []
     for tid, ps in sorted(a.items(), key=lambda kv: str(kv[0])):
         meta = broker.replicas.topic_by_id(tid)

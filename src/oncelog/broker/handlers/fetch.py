@@ -46,14 +46,56 @@ from oncelog.storage.engine import parts_length
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 from oncelog.types import TopicPartition
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # kio's classes of the versions served (annotations only)
     from oncelog.broker.metrics import RequestStats
+    from kio.schema.fetch.v4.request import FetchRequest as FetchRequestV4
+    from kio.schema.fetch.v5.request import FetchRequest as FetchRequestV5
+    from kio.schema.fetch.v6.request import FetchRequest as FetchRequestV6
+    from kio.schema.fetch.v7.request import FetchRequest as FetchRequestV7
+    from kio.schema.fetch.v8.request import FetchRequest as FetchRequestV8
+    from kio.schema.fetch.v9.request import FetchRequest as FetchRequestV9
+    from kio.schema.fetch.v10.request import FetchRequest as FetchRequestV10
+    from kio.schema.fetch.v11.request import FetchRequest as FetchRequestV11
+    from kio.schema.fetch.v12.request import FetchRequest as FetchRequestV12
+    from kio.schema.fetch.v13.request import FetchRequest as FetchRequestV13
+    from kio.schema.fetch.v14.request import FetchRequest as FetchRequestV14
+    from kio.schema.fetch.v15.request import FetchRequest as FetchRequestV15
+    from kio.schema.fetch.v16.request import FetchRequest as FetchRequestV16
+    from kio.schema.fetch.v17.request import FetchRequest as FetchRequestV17
+    from kio.schema.fetch.v18.request import FetchRequest as FetchRequestV18
+    FetchRequest = (
+        FetchRequestV4 | FetchRequestV5 | FetchRequestV6 | FetchRequestV7 | FetchRequestV8 | FetchRequestV9 |
+        FetchRequestV10 | FetchRequestV11 | FetchRequestV12 | FetchRequestV13 | FetchRequestV14 |
+        FetchRequestV15 | FetchRequestV16 | FetchRequestV17 | FetchRequestV18
+    )
+    from kio.schema.fetch.v4.response import FetchableTopicResponse as FetchableTopicResponseV4
+    from kio.schema.fetch.v5.response import FetchableTopicResponse as FetchableTopicResponseV5
+    from kio.schema.fetch.v6.response import FetchableTopicResponse as FetchableTopicResponseV6
+    from kio.schema.fetch.v7.response import FetchableTopicResponse as FetchableTopicResponseV7
+    from kio.schema.fetch.v8.response import FetchableTopicResponse as FetchableTopicResponseV8
+    from kio.schema.fetch.v9.response import FetchableTopicResponse as FetchableTopicResponseV9
+    from kio.schema.fetch.v10.response import FetchableTopicResponse as FetchableTopicResponseV10
+    from kio.schema.fetch.v11.response import FetchableTopicResponse as FetchableTopicResponseV11
+    from kio.schema.fetch.v12.response import FetchableTopicResponse as FetchableTopicResponseV12
+    from kio.schema.fetch.v13.response import FetchableTopicResponse as FetchableTopicResponseV13
+    from kio.schema.fetch.v14.response import FetchableTopicResponse as FetchableTopicResponseV14
+    from kio.schema.fetch.v15.response import FetchableTopicResponse as FetchableTopicResponseV15
+    from kio.schema.fetch.v16.response import FetchableTopicResponse as FetchableTopicResponseV16
+    from kio.schema.fetch.v17.response import FetchableTopicResponse as FetchableTopicResponseV17
+    from kio.schema.fetch.v18.response import FetchableTopicResponse as FetchableTopicResponseV18
+    FetchableTopicResponse = (
+        FetchableTopicResponseV4 | FetchableTopicResponseV5 | FetchableTopicResponseV6 |
+        FetchableTopicResponseV7 | FetchableTopicResponseV8 | FetchableTopicResponseV9 |
+        FetchableTopicResponseV10 | FetchableTopicResponseV11 | FetchableTopicResponseV12 |
+        FetchableTopicResponseV13 | FetchableTopicResponseV14 | FetchableTopicResponseV15 |
+        FetchableTopicResponseV16 | FetchableTopicResponseV17 | FetchableTopicResponseV18
+    )
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1
 
 
-def _collect(broker: BrokerContext, req: Any, m: Builder, read_committed: bool,
+def _collect(broker: BrokerContext, req: "FetchRequest", m: Builder, read_committed: bool,
              by_id: bool, leaders: set[int] | None, denied: dict[str, str]) -> tuple[list[Any], int, list[Any], bool]:
     """One pass over the requested partitions: (topic responses, bytes, partitions, any_error).
     ``leaders`` (v16+, cluster mode): collects the node ids named as ``current_leader``.
@@ -183,7 +225,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     return m.FetchResponse(error_code=ErrorCode.none, session_id=0, responses=tuple(topics), node_endpoints=endpoints)
 
 
-def _count_out(metrics: "RequestStats", broker: BrokerContext, topics: list[Any]) -> None:
+def _count_out(metrics: "RequestStats", broker: BrokerContext, topics: "list[FetchableTopicResponse]") -> None:
     """Bytes of whole batches answered, per topic (issue 19): the slices' lengths, no parsing;
     once per topic per request."""
     for t in topics:
@@ -200,7 +242,7 @@ def _count_out(metrics: "RequestStats", broker: BrokerContext, topics: list[Any]
             metrics.fetched(name, n)
 
 
-def _authorize(broker: BrokerContext, client: Client, req: Any, by_id: bool) -> dict[str, str]:
+def _authorize(broker: BrokerContext, client: Client, req: "FetchRequest", by_id: bool) -> dict[str, str]:
     """ACLs (issue 18, acl/rules.py): a follower's fetch needs CLUSTER_ACTION (the whole request
     fails); a consumer's needs READ on each topic. Returns the topics it may not read (one check
     per topic per request)."""

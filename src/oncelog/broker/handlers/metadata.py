@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
@@ -43,6 +43,27 @@ from oncelog.protocol.framing import Request
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # kio's classes of the versions served (annotations only)
+    from kio.schema.metadata.v0.request import MetadataRequest as MetadataRequestV0
+    from kio.schema.metadata.v1.request import MetadataRequest as MetadataRequestV1
+    from kio.schema.metadata.v2.request import MetadataRequest as MetadataRequestV2
+    from kio.schema.metadata.v3.request import MetadataRequest as MetadataRequestV3
+    from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
+    from kio.schema.metadata.v5.request import MetadataRequest as MetadataRequestV5
+    from kio.schema.metadata.v6.request import MetadataRequest as MetadataRequestV6
+    from kio.schema.metadata.v7.request import MetadataRequest as MetadataRequestV7
+    from kio.schema.metadata.v8.request import MetadataRequest as MetadataRequestV8
+    from kio.schema.metadata.v9.request import MetadataRequest as MetadataRequestV9
+    from kio.schema.metadata.v10.request import MetadataRequest as MetadataRequestV10
+    from kio.schema.metadata.v11.request import MetadataRequest as MetadataRequestV11
+    from kio.schema.metadata.v12.request import MetadataRequest as MetadataRequestV12
+    from kio.schema.metadata.v13.request import MetadataRequest as MetadataRequestV13
+    MetadataRequest = (
+        MetadataRequestV0 | MetadataRequestV1 | MetadataRequestV2 | MetadataRequestV3 | MetadataRequestV4 |
+        MetadataRequestV5 | MetadataRequestV6 | MetadataRequestV7 | MetadataRequestV8 | MetadataRequestV9 |
+        MetadataRequestV10 | MetadataRequestV11 | MetadataRequestV12 | MetadataRequestV13
+    )
 
 API_KEY = apis.METADATA
 TOPIC_IDS_FROM = 12  # the first version whose requests may name topics by id (KIP-516)
@@ -146,7 +167,7 @@ def _partition(broker: BrokerContext, m: Builder, topic: str, p: int) -> Any:
                                        replica_nodes=replicas, isr_nodes=replicas, offline_replicas=())
 
 
-def _refused(m: Builder, req: Any, broker: BrokerContext, code: ErrorCode) -> Any:
+def _refused(m: Builder, req: "MetadataRequest", broker: BrokerContext, code: ErrorCode) -> Any:
     """Kafka's ``MetadataRequest.getErrorResponse``: each named topic answers ``code``."""
     topics = tuple(m.MetadataResponseTopic(error_code=code, name=t.name if t.name is not None else "",
                                            topic_id=t.topic_id, partitions=())

@@ -12,7 +12,8 @@ gets offset -1.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any, Sequence
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
@@ -25,19 +26,22 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 from oncelog.protocol.framing import Request
 
+if TYPE_CHECKING:  # kio's classes of the versions served (annotations only)
+    from oncelog.broker.handlers._group import OffsetFetchTopic, OffsetFetchTopics
+
 API_KEY = apis.OFFSET_FETCH
 #: OffsetFetch v10+ names topics by id
 TOPIC_IDS_FROM = 10
 
 
-def _known_id(broker: BrokerContext, name: str) -> Any:
+def _known_id(broker: BrokerContext, name: str) -> uuid.UUID | None:
     """The id of an existing topic, None for one that no longer exists."""
     tid = topic_id_of(broker, name)
     return tid if tid.int else None
 
 
-def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bool,
-           g: _acl.Gate | None, member_id: str | None = None, member_epoch: int = -1) -> tuple[list[Any], ErrorCode]:
+def _fetch(broker: BrokerContext, group_id: str, topics: "Sequence[OffsetFetchTopic | OffsetFetchTopics] | None",
+           require_stable: bool, g: _acl.Gate | None, member_id: str | None = None, member_epoch: int = -1) -> tuple[list[Any], ErrorCode]:
     """[(tp, committed or None, error code)] in request order (or all committed), group error.
     ACLs (issue 18): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on each
     topic, else TOPIC_AUTHORIZATION_FAILED for a named partition, and left out of "all"."""
@@ -66,7 +70,8 @@ def _fetch(broker: BrokerContext, group_id: str, topics: Any, require_stable: bo
     return out, ErrorCode.none
 
 
-def _topics(m: Builder, rows: list[Any], topic_cls: str, part_cls: str, ids: Any = None) -> tuple[Any, ...]:
+def _topics(m: Builder, rows: list[Any], topic_cls: str, part_cls: str,
+            ids: dict[str, uuid.UUID | None] | None = None) -> tuple[Any, ...]:
     """The answer's topics; ``ids`` (v10+): name -> topic id, by which the answer names them
     (a topic without one, deleted since its offsets were committed, is left out)."""
     by_topic: dict[str, list[Any]] = {}
