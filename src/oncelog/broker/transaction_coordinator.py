@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from oncelog.broker.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.markers import MarkerWriter
@@ -42,7 +42,6 @@ from oncelog.broker.txn_verifier import RemoteVerifier
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.placement import partition_for
-from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction.loader import replay_batch
 from oncelog.coordinator.transaction.shard import MarkerJob, TransactionShard, TxnResult, TxnSettings
@@ -52,6 +51,9 @@ from oncelog.protocol import records
 from oncelog.protocol.errors import (ConcurrentTransactions, CoordinatorNotAvailable, InvalidProducerEpoch, KafkaError,
                                      NotEnoughReplicas, UnknownTopicOrPartition)
 from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.broker.membership import ProducerIdSource  # embedded blocks, or the store's
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ MARKER_RETRY_MAX_S = 4.0
 
 class TransactionCoordinator:
     def __init__(self, replicas: ReplicaManager, clock: Clock, settings: TxnSettings, *,
-                 producer_ids: ProducerIdManager, markers: MarkerWriter, coordinator_epoch: int = 0,
+                 producer_ids: "ProducerIdSource", markers: MarkerWriter, coordinator_epoch: int = 0,
                  remote: "RemoteVerifier | None" = None, crash: CrashPoints | None = None) -> None:
         self.settings = settings
         self.clock = clock
