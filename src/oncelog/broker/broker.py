@@ -213,7 +213,7 @@ class Broker:
     @property
     def listener_name(self) -> str:
         """The name of the listener requests come on, as the handlers see it (the primary's here;
-        a ``_ListenerView`` says its own)."""
+        a ``ListenerContext`` says its own)."""
         return self.listener.name
 
     @property
