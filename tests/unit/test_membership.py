@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import oncelog
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.membership import interface
 from oncelog.clock import ManualClock
 from oncelog.protocol.errors import ErrorCode
@@ -71,14 +71,14 @@ def config(tmp_path: Path) -> BrokerConfig:
 
 def _embedded(config: BrokerConfig) -> Any:
     from oncelog.broker.membership.embedded import EmbeddedMembership
-    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.broker.partitions.replica_manager import ReplicaManager
 
     return EmbeddedMembership(config, ReplicaManager(config, ManualClock()), lambda listener: ("h", 9092))
 
 
 def _postgres(config: BrokerConfig) -> Any:
     from oncelog.broker.membership.postgres import StoreMembership
-    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.broker.partitions.replica_manager import ReplicaManager
 
     def inter() -> Any:
         raise AssertionError("not called before open()")
@@ -103,7 +103,7 @@ def test_every_store_protocol_has_both_implementations(tmp_path: Path) -> None:
     classes, held to one Protocol (no more telling them apart by ``getattr``)."""
     from oncelog.acl.file_store import AclFileStore
     from oncelog.broker.auth.credentials import UserCredentials
-    from oncelog.broker.cluster_credentials import StoreUserCredentials
+    from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
     from oncelog.cluster.acls import StoreAcls
     from oncelog.cluster.producer_ids import StoreProducerIds
     from oncelog.coordinator.producer_ids import ProducerIdManager
@@ -155,9 +155,10 @@ def test_an_election_outcome_per_partition() -> None:
 def test_handlers_and_dispatch_never_ask_which_mode() -> None:
     """Zero ``cluster is None`` / ``is not None`` branches, no ``getattr`` for a service the
     context does not declare, and one routing table (issue 27)."""
-    paths = [*(SRC / "broker" / "handlers").glob("*.py"), SRC / "broker" / "dispatch.py", SRC / "broker" / "broker.py"]
+    paths = [*(SRC / "broker" / "handlers").glob("*.py"), SRC / "broker" / "network" / "dispatch.py",
+             SRC / "broker" / "broker.py"]
     bad = {}
-    for path in [*paths, SRC / "broker" / "observe.py"]:
+    for path in [*paths, SRC / "broker" / "observability" / "observe.py"]:
         found = re.findall(r"cluster is (?:not )?None|broker\.cluster\b|CLUSTER_ROUTES", path.read_text())
         if found:
             bad[path.name] = found

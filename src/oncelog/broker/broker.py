@@ -13,15 +13,15 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from oncelog.broker import listeners as listeners_mod
-from oncelog.broker import metrics as metrics_mod
+from oncelog.broker.network import listeners as listeners_mod
+from oncelog.broker.observability import metrics as metrics_mod
 from oncelog.broker import periodic
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
-from oncelog.broker.acls import AclService
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.dispatch import Dispatcher
-from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.auth.acls import AclService
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.broker.membership import (
     ConfigStore,
     CredentialService,
@@ -31,13 +31,12 @@ from oncelog.broker.membership import (
     TopicStore,
     membership_for,
 )
-from oncelog.broker.peer_client import PeerSecurity
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.membership.peer_client import PeerSecurity
+from oncelog.broker.network.dispatch import Dispatcher
+from oncelog.broker.network.server import Server
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
-from oncelog.broker.server import Server
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC
-from oncelog.broker.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
@@ -48,8 +47,8 @@ from oncelog.storage.log import PartitionLog
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.broker.metrics import BrokerMetrics
-    from oncelog.broker.partition import Partition
+    from oncelog.broker.observability.metrics import BrokerMetrics
+    from oncelog.broker.partitions.partition import Partition
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
@@ -73,7 +72,7 @@ class Broker:
         self.membership: Membership = membership_for(config, self.clock, self.replicas, store,
                                                      address_of=self._advertised_address,
                                                      inter_broker=self._inter_broker)
-        #: issue 19: Prometheus metrics (broker/metrics.py); None unless metrics.listen is set
+        #: issue 19: Prometheus metrics (broker/observability/metrics.py); None unless metrics.listen is set
         self.metrics: BrokerMetrics | None = metrics_mod.metrics_for(self)
         #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
         self.console: Console | None = None

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
-    from oncelog.broker.acls import AclService
-    from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.broker.auth.acls import AclService
+    from oncelog.broker.configuration.config import BrokerConfig
+    from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
+    from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
     from oncelog.broker.membership import ConfigStore, CredentialService, Metadata, ProducerIdSource, TopicStore
-    from oncelog.broker.metrics import RequestStats
-    from oncelog.broker.replica_manager import ReplicaManager
-    from oncelog.broker.transaction_coordinator import TransactionCoordinator
+    from oncelog.broker.observability.metrics import RequestStats
+    from oncelog.broker.partitions.replica_manager import ReplicaManager
     from oncelog.clock import Clock
 
 __all__ = ["BrokerContext", "Client", "CloseConnection", "Handler"]

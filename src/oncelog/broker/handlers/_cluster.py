@@ -11,7 +11,7 @@ from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.membership import Node
-from oncelog.broker.replica_manager import NewTopic, TopicMeta
+from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 

@@ -47,7 +47,7 @@ from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # kio's classes of the versions served (annotations only)
-    from oncelog.broker.metrics import RequestStats
+    from oncelog.broker.observability.metrics import RequestStats
     from kio.schema.fetch.v4.request import FetchRequest as FetchRequestV4
     from kio.schema.fetch.v5.request import FetchRequest as FetchRequestV5
     from kio.schema.fetch.v6.request import FetchRequest as FetchRequestV6

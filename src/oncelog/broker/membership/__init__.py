@@ -1,18 +1,22 @@
-"""Cluster membership and metadata (issue 27): who the brokers are, who leads each partition, and
+"""Membership and metadata (issues 15, 27): who the brokers are, who leads each partition, and
 where topics, configs, ACLs, SCRAM credentials and producer-id blocks are kept.
 
-This package owns ONE interface (``interface.py``: ``Membership`` and the store Protocols
-``TopicStore``, ``ConfigStore``, ``AclStore``, ``CredentialService``, ``ProducerIdSource``) and its
-two implementations: ``embedded.py`` (this node is the cluster: topics.json, the data-dir files,
-local producer-id blocks) and ``postgres.py`` (the cluster on PostgreSQL: the glue of
-broker/cluster_member.py, cluster_parts.py, cluster_credentials.py over cluster/). The broker's
-start sequence, the dispatcher and the handlers are written once against the interface; the one
-place that picks an implementation is ``membership_for``.
+ONE interface (``interface.py``: ``Metadata``, ``Membership`` and the store Protocols
+``TopicStore``, ``ConfigStore``, ``AclStore``, ``CredentialService``, ``ProducerIdSource``) with two
+implementations: ``embedded.py`` (this node is the cluster: topics.json, the data dir's
+credential/ACL/config files, local producer-id blocks) and ``postgres.py`` (the cluster on a
+PostgreSQL store). The broker's start sequence, the dispatcher and the handlers are written once
+against the interface; ``membership_for`` is the one place that picks an implementation.
 
-May import: the broker's configuration and replica manager, the coordinator runtimes' marker
-writers, broker/auth, acl/, coordinator/ and (postgres.py only, lazily: psycopg is the 'cluster'
-extra) cluster/ and the broker's cluster glue. Imported by: broker.py, context.py (types only)
-and the handlers (types and ``Node``).
+The PostgreSQL implementation's parts: registration and the cluster view
+(``cluster_member.py``, ``cluster_parts.py``), leading the partitions the store assigns
+(``leader_tracker.py``), the store-backed credentials (``cluster_credentials.py``), requests to
+the other brokers (``peer_client.py``) and the database outbox's drain (``outbox_drainer.py``).
+They need psycopg (the 'cluster' extra): nothing imports them until a broker starts with a store.
+
+May import: oncelog's pure layers and ``oncelog.cluster`` (the stores), the root's ``context``,
+``routes`` and ``periodic``, broker/configuration, broker/auth, broker/partitions and
+broker/coordinators. The broker (root), handlers and observability import it.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from oncelog.broker.membership.interface import (
 )
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.peer_client import PeerSecurity
-    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.broker.configuration.config import BrokerConfig
+    from oncelog.broker.membership.peer_client import PeerSecurity
+    from oncelog.broker.partitions.replica_manager import ReplicaManager
     from oncelog.clock import Clock
 
 __all__ = ["AclStore", "ConfigStore", "CredentialService", "Election", "Membership", "Metadata", "Node",

@@ -19,14 +19,14 @@ import uuid
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from oncelog.broker.acls import AclService
+from oncelog.broker.auth.acls import AclService
 from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
-from oncelog.broker.markers import LocalMarkerWriter, MarkerWriter
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.partitions.markers import LocalMarkerWriter, MarkerWriter
 from oncelog.broker.membership.interface import Election, Node
-from oncelog.broker.replica_manager import NewTopic, ReplicaManager, TopicMeta
-from oncelog.broker.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
+from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
+from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage import cleaner

@@ -21,6 +21,7 @@ TopicStore          ``ReplicaManager`` (topics.json)                 ``cluster/t
 ConfigStore         topics.json, dynamic-broker-configs.json         ``cluster/topics.py``,
                                                                      ``cluster/broker_configs.py``
 AclStore            ``acl/file_store.AclFileStore`` (acls.json)      ``cluster/acls.StoreAcls``
+(auth/acls.py)
 CredentialService   ``auth/credentials.UserCredentials``             ``cluster_credentials.
                     (scram-credentials.json)                         StoreUserCredentials``
 ProducerIdSource    ``coordinator/producer_ids.ProducerIdManager``   ``cluster/producer_ids.
@@ -34,19 +35,19 @@ broker); tests/unit/test_membership.py holds each one to its Protocol.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
 
+from oncelog.broker.auth.acls import AclStore
 from oncelog.protocol.errors import ErrorCode
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.acl.model import AclBinding
-    from oncelog.broker.acls import AclService
+    from oncelog.broker.auth.acls import AclService
     from oncelog.broker.auth.credentials import CredentialStore
-    from oncelog.broker.group_coordinator import GroupCoordinator
-    from oncelog.broker.markers import MarkerWriter
-    from oncelog.broker.replica_manager import NewTopic, TopicMeta
-    from oncelog.broker.transaction_coordinator import TransactionCoordinator
+    from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
+    from oncelog.broker.partitions.markers import MarkerWriter
+    from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
+    from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
     from oncelog.cluster.connection import StoreConnection
     from oncelog.protocol.errors import KafkaError
 
@@ -138,25 +139,6 @@ class ConfigStore(Protocol):
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
 
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None: ...
-
-
-@runtime_checkable
-class AclStore(Protocol):
-    """The durable set of ACL bindings (broker/acls.AclService calls it in a worker thread, one
-    call at a time)."""
-
-    def load(self) -> list["AclBinding"]: ...
-
-    def apply(self, current: frozenset["AclBinding"], added: Iterable["AclBinding"],
-              removed: Iterable["AclBinding"]) -> frozenset["AclBinding"]:
-        """Durably add and remove bindings; returns the whole set now stored."""
-        ...
-
-    def changed(self) -> bool:
-        """Did another broker change the bindings since the last ``load``? (Embedded: never.)"""
-        ...
-
-    def close(self) -> None: ...
 
 
 @runtime_checkable

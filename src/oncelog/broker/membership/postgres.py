@@ -26,19 +26,19 @@ import logging
 from typing import Any, Callable, Mapping, Sequence
 
 from oncelog.broker import periodic
-from oncelog.broker.acls import AclService
-from oncelog.broker.cluster_credentials import StoreUserCredentials
-from oncelog.broker.cluster_member import ClusterMember, connector
-from oncelog.broker.cluster_parts import ClusterParts
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
-from oncelog.broker.markers import ClusterMarkerWriter, MarkerWriter
+from oncelog.broker.auth.acls import AclService
+from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
+from oncelog.broker.membership.cluster_member import ClusterMember, connector
+from oncelog.broker.membership.cluster_parts import ClusterParts
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
+from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
 from oncelog.broker.membership.interface import Election, Node
-from oncelog.broker.outbox_drainer import OutboxDrainer
-from oncelog.broker.peer_client import PeerClients, PeerSecurity
-from oncelog.broker.replica_manager import NewTopic, ReplicaManager, TopicMeta
-from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
-from oncelog.broker.txn_verifier import RemoteVerifier
+from oncelog.broker.membership.outbox_drainer import OutboxDrainer
+from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
+from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
+from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
+from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.clock import Clock
 from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics

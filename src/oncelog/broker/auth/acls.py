@@ -16,17 +16,37 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Protocol, runtime_checkable
 
 from oncelog.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
 from oncelog.acl.file_store import AclFileStore
 from oncelog.acl.model import AclBinding, AclFilter
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.membership.interface import AclStore
+from oncelog.broker.configuration.config import BrokerConfig
 
 __all__ = ["AclService", "AclStore"]
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class AclStore(Protocol):
+    """The durable set of ACL bindings (issue 27: one of the membership's stores,
+    broker/membership/interface.py): ``acl/file_store.AclFileStore`` embedded,
+    ``cluster/acls.StoreAcls`` in cluster mode. ``AclService`` calls it in a worker thread, one
+    call at a time."""
+
+    def load(self) -> list[AclBinding]: ...
+
+    def apply(self, current: frozenset[AclBinding], added: Iterable[AclBinding],
+              removed: Iterable[AclBinding]) -> frozenset[AclBinding]:
+        """Durably add and remove bindings; returns the whole set now stored."""
+        ...
+
+    def changed(self) -> bool:
+        """Did another broker change the bindings since the last ``load``? (Embedded: never.)"""
+        ...
+
+    def close(self) -> None: ...
 
 
 class AclService:

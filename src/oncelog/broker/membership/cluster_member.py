@@ -45,7 +45,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 import psycopg
 
 from oncelog.broker import periodic
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.clock import Clock
 from oncelog.cluster import leadership, schema
 from oncelog.cluster import topics as store_topics

@@ -18,7 +18,7 @@ leaderships; embedded it does nothing).
 
 Metrics (issue 19): with ``metrics.listen`` set, each request is counted here, its time from
 arrival to encoded response observed, and its whole-request error code counted
-(``broker/metrics.py``); without, ``metrics`` is None and that is the only check made.
+(``broker/observability/metrics.py``); without, ``metrics`` is None and that is the only check made.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from oncelog.protocol import apis, framing, messages
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from oncelog.broker.metrics import BrokerMetrics
+    from oncelog.broker.observability.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
