@@ -26,6 +26,7 @@ from oncelog.broker.acls import AclService
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.dispatch import Dispatcher
 from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
+from oncelog.broker.share_coordinator import ShareCoordinator
 from oncelog.broker.markers import LocalMarkerWriter
 from oncelog.broker.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.replica_manager import ReplicaManager
@@ -78,6 +79,8 @@ class Broker:
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
+        #: share groups (KIP-932, issue 30): embedded mode only (started there)
+        self.shares = ShareCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
         self.producer_ids: ProducerIdManager  # set by start()
         self.store = store
@@ -234,6 +237,7 @@ class Broker:
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self.replicas.open()
         self.groups.start()  # creates __consumer_offsets, loads it in the background
+        self.shares.start()  # loads __share_group_state (when it exists) in the background
         await self._start_transaction_coordinator(data_dir)
         bound = await self._start_servers()
         cfg = self.config
@@ -393,6 +397,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.groups.stop()
+        await self.shares.stop()
         await self._close_servers()
         if self._outbox is not None:
             await self._outbox.stop()

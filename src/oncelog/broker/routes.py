@@ -29,6 +29,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "sasl_handshake", "sasl_authenticate", "describe_user_scram_credentials", "alter_user_scram_credentials",  # issue 18
     "create_acls", "delete_acls", "describe_acls",  # issue 18
     "consumer_group_heartbeat", "consumer_group_describe",  # issue 30 (KIP-848)
+    "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",  # issue 30 (KIP-932)
 )
 
 
