@@ -179,7 +179,7 @@ class SharePartition:
             rec = self.records.get(self.spso)  # None: an offset the log does not have (compaction)
             if rec is not None and rec.state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
                 break
-            del self.records[self.spso]
+            self.records.pop(self.spso, None)
             self.spso += 1
 
     # -- acquisition ------------------------------------------------------------------------------
