@@ -20,6 +20,7 @@ from typing import Callable
 
 from oncelog.broker import topic_config
 from oncelog.broker.context import BrokerContext
+from oncelog.broker.handlers import _share
 from oncelog.broker.share_coordinator import GROUP_CONFIGS
 from oncelog.protocol.errors import InvalidRequest
 
@@ -67,7 +68,7 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         # share groups' configs (KIP-932, issue 30): broker/share_coordinator.py keeps them
         if not name:
             raise InvalidRequest("a group resource needs a group id")
-        shares = broker.shares
+        shares = _share.service(broker)
         current = dict(shares.configs.get(name, {}))
         new = change(current, lambda key: shares.config(name, key) if key in GROUP_CONFIGS else "")
         await shares.alter_configs(name, new, validate_only)

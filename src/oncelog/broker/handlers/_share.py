@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.context import BrokerContext
 from oncelog.protocol.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -15,8 +16,10 @@ if TYPE_CHECKING:
 MAX_ACK_BATCHES = 100_000
 
 
-def service(broker: Any) -> "ShareCoordinator":
-    return broker.shares  # type: ignore[no-any-return]
+def service(broker: BrokerContext) -> "ShareCoordinator":
+    """The broker's share-group service (embedded mode: ``Broker.shares``; not part of
+    ``BrokerContext`` while that interface is being reworked)."""
+    return getattr(broker, "shares")  # type: ignore[no-any-return]
 
 
 def acks_of(topics: Any) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, tuple[int, ...]]]]:
