@@ -18,6 +18,7 @@ __all__ = ["CLUSTER_ROUTES", "NOT_SERVED"]
 
 #: share groups (KIP-932) are served by the embedded broker only: their state is not in the store yet
 NOT_SERVED: frozenset[int] = frozenset({apis.SHARE_GROUP_HEARTBEAT, apis.SHARE_GROUP_DESCRIBE, apis.SHARE_FETCH,
-                                        apis.SHARE_ACKNOWLEDGE})
+                                        apis.SHARE_ACKNOWLEDGE, apis.DESCRIBE_SHARE_GROUP_OFFSETS,
+                                        apis.ALTER_SHARE_GROUP_OFFSETS, apis.DELETE_SHARE_GROUP_OFFSETS})
 
 CLUSTER_ROUTES: dict[int, Handler] = {key: handler for key, handler in ROUTES.items() if key not in NOT_SERVED}

@@ -22,7 +22,7 @@ _REMOVED = {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata", 7: "co
 _NO_TOKENS = ("not served: delegation tokens (KIP-48) are not implemented (no token store, no SCRAM tokenauth "
               "logins); clients log in as SASL/PLAIN or SCRAM users (docs/SECURITY.md)")
 _KRAFT_INTERNAL = "not served: KRaft controller/inter-broker API; oncelog has no Raft quorum (metadata is local or in PostgreSQL)"
-_SHARE = "not served: the share coordinator's inter-broker and admin APIs of share groups (KIP-932)"
+_SHARE = "not served: the share coordinator's inter-broker APIs (KIP-932): the share-group state is the broker's own"
 _STREAMS = "not served: the streams rebalance protocol (KIP-1071) is not implemented"
 
 NOTES: dict[int, str] = {
@@ -121,9 +121,9 @@ NOTES: dict[int, str] = {
     87: _SHARE,
     88: _STREAMS,
     89: _STREAMS,
-    90: _SHARE,
-    91: _SHARE,
-    92: _SHARE,
+    90: "a share group's start offset and (v1) lag per partition (embedded only)",
+    91: "a share group's start offsets set while it has no members, durable (embedded only)",
+    92: "a share group forgets its state on whole topics while it has no members (embedded only)",
 }
 
 LAST_KEY = 92

@@ -30,6 +30,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "create_acls", "delete_acls", "describe_acls",  # issue 18
     "consumer_group_heartbeat", "consumer_group_describe",  # issue 30 (KIP-848)
     "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",  # issue 30 (KIP-932)
+    "describe_share_group_offsets", "alter_share_group_offsets", "delete_share_group_offsets",
 )
 
 

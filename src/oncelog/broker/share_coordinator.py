@@ -86,6 +86,23 @@ class PartitionFetch:
     acquired: list[AcquiredRange] = field(default_factory=list)
 
 
+class _Signal:
+    """Wakes every waiter at once: ``next()`` is a future the next ``fire()`` resolves (shared by
+    its waiters, never cancelled by them)."""
+
+    def __init__(self) -> None:
+        self._fut: asyncio.Future[None] | None = None
+
+    def next(self) -> asyncio.Future[None]:
+        if self._fut is None or self._fut.done():
+            self._fut = asyncio.get_running_loop().create_future()
+        return self._fut
+
+    def fire(self) -> None:
+        if self._fut is not None and not self._fut.done():
+            self._fut.set_result(None)
+
+
 class _Shard:
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -110,8 +127,12 @@ class ShareCoordinator:
         self.runtime: CoordinatorRuntime[_Shard] = CoordinatorRuntime("share coordinator", STATE_TOPIC, replicas,
                                                                       clock, logger=log)
         self.lock = asyncio.Lock()
-        self.available = asyncio.Event()  # set when records become AVAILABLE again (wakes parked fetches)
+        self.available = _Signal()  # fired when records become AVAILABLE again (wakes parked fetches)
         self._loaded: asyncio.Event | None = None
+        #: share partition -> members whose fetch waits for room under the lock limit, first come
+        #: first served: a member that frees room by acknowledging does not take it back at once
+        #: while others wait (else the first members to fill the limit would starve the rest)
+        self._turns: dict[PartKey, list[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -242,7 +263,7 @@ class ShareCoordinator:
             now = self.clock.now_ms()
             changed = [pk for pk, sp in self.partitions.items() if pk[0] == group_id and sp.release_member(member_id, now)]
             if changed:
-                self.available.set()
+                self.available.fire()
                 await self._persist(changed)
 
     # -- share fetch / acknowledge ----------------------------------------------------------------
@@ -282,7 +303,7 @@ class ShareCoordinator:
                 except KafkaError as exc:
                     out[(tid, p)] = exc
             if changed:
-                self.available.set()
+                self.available.fire()
                 try:
                     await self._persist(changed)
                 except KafkaError as exc:
@@ -302,17 +323,16 @@ class ShareCoordinator:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(wait_ms, 0), self.max_wait_ms) / 1000
         while True:
-            self.available.clear()
+            avail = self.available.next()  # taken before looking: a fire while we look is not missed
             out, parts = await self._acquire(group_id, member_id, wanted, max_records, max_bytes)
             remaining = deadline - loop.time()
             if any(r.acquired or r.error for r in out.values()) or remaining <= 0 or closed.done() or not parts:
+                self._leave_turns(group_id, member_id, wanted)
                 return out
             waiters = [p.waiter() for p in parts]
-            avail = loop.create_task(self.available.wait())
             try:
                 await asyncio.wait([*waiters, avail, closed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                avail.cancel()
                 for w in waiters:
                     w.cancel()
 
@@ -339,8 +359,11 @@ class ShareCoordinator:
                 parts.append(part)
                 if records_left <= 0 or budget <= 0:
                     continue
-                sp = self._partition((group_id, tid, p), part)
-                if sp.acquired_count() >= self.max_locks:
+                pk = (group_id, tid, p)
+                sp = self._partition(pk, part)
+                turns = self._turns.get(pk)
+                if sp.acquired_count() >= self.max_locks or (turns and turns[0] != member_id):
+                    self._wait_turn(pk, member_id)
                     continue
                 start = sp.next_fetch_offset()
                 upper = part.last_stable_offset if read_committed else part.high_watermark
@@ -358,7 +381,11 @@ class ShareCoordinator:
                         for h, _ in batches]
                 ranges = sp.acquire(member_id, view, records_left, now)
                 if not ranges:
+                    if sp.acquired_count():  # records there, but held up to the lock limit: wait for room
+                        self._wait_turn(pk, member_id)
                     continue
+                if turns and turns[0] == member_id:
+                    turns.pop(0)
                 records_left -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
                 for h, data in batches:
                     if any(r.first_offset <= h.last_offset and h.base_offset <= r.last_offset for r in ranges):
@@ -366,6 +393,22 @@ class ShareCoordinator:
                         budget -= len(data)
                 res.acquired = ranges
         return out, parts
+
+    def _wait_turn(self, pk: PartKey, member_id: str) -> None:
+        turns = self._turns.setdefault(pk, [])
+        if member_id not in turns:
+            turns.append(member_id)
+
+    def _leave_turns(self, group_id: str, member_id: str, wanted: list[tuple[uuid.UUID, int]]) -> None:
+        """A fetch that ends gives up its place (the next one queues again)."""
+        for tid, p in wanted:
+            turns = self._turns.get((group_id, tid, p))
+            if turns and member_id in turns:
+                turns.remove(member_id)
+                if turns:
+                    self.available.fire()  # the next in line may go
+                else:
+                    del self._turns[(group_id, tid, p)]
 
     # -- timers -----------------------------------------------------------------------------------
 
@@ -392,13 +435,51 @@ class ShareCoordinator:
             now = self.clock.now_ms()
             changed = [pk for pk in due if pk in self.partitions and self.partitions[pk].expire_locks(now)]
             if changed:
-                self.available.set()
+                self.available.fire()
                 await self._persist(changed)
 
-    # -- views ------------------------------------------------------------------------------------
+    # -- administration (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) --
 
-    def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], int]:
-        return {(tid, p): sp.spso for (g, tid, p), sp in self.partitions.items() if g == group_id and sp.initialized}
+    def known(self, group_id: str) -> bool:
+        """A share group this broker has: members, configs or share-partition state."""
+        return group_id in self.groups.groups or group_id in self.configs or any(
+            pk[0] == group_id for pk in self.partitions)
+
+    def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], SharePartition]:
+        """(topic id, partition) -> the group's share partition, for those initialized."""
+        return {(tid, p): sp for (g, tid, p), sp in self.partitions.items() if g == group_id and sp.initialized}
+
+    def _check_empty(self, group_id: str) -> None:
+        group = self.groups.groups.get(group_id)
+        if group is not None and group.members:
+            from oncelog.protocol.errors import NonEmptyGroup
+            raise NonEmptyGroup(f"share group {group_id} has {len(group.members)} member(s): stop them first")
+
+    async def alter_offsets(self, group_id: str, offsets: dict[tuple[uuid.UUID, int], int]) -> None:
+        """AlterShareGroupOffsets: each partition's share-partition start offset becomes the one
+        given, nothing in flight. Raises NonEmptyGroup while the group has members."""
+        await self.ready()
+        self._check_empty(group_id)
+        async with self.lock:
+            for (tid, p), offset in offsets.items():
+                pk = (group_id, tid, p)
+                sp = self.partitions.get(pk)
+                if sp is None:
+                    sp = self.partitions[pk] = SharePartition(max_in_flight=self.max_locks)
+                    self._configure(pk)
+                sp.reset_to(offset)
+            await self._persist([(group_id, tid, p) for tid, p in offsets])
+
+    async def delete_offsets(self, group_id: str, topic_ids: set[uuid.UUID]) -> None:
+        """DeleteShareGroupOffsets: the group forgets its state on these topics (the next fetch
+        starts per ``share.auto.offset.reset``). Raises NonEmptyGroup while it has members."""
+        await self.ready()
+        self._check_empty(group_id)
+        async with self.lock:
+            gone = [pk for pk in self.partitions if pk[0] == group_id and pk[1] in topic_ids]
+            await self._write([(srec.SnapshotKey(*pk), None) for pk in gone])
+            for pk in gone:
+                del self.partitions[pk]
 
 
 def _is_aborted(h: records.BatchHeader, aborted: list[Any]) -> bool:

@@ -89,6 +89,9 @@ SHARE_GROUP_HEARTBEAT = 76
 SHARE_GROUP_DESCRIBE = 77
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
 
 #: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
 #: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
@@ -146,6 +149,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     SHARE_GROUP_DESCRIBE: (1, 1),
     SHARE_FETCH: (1, 2),  # v2: lock renewal (acknowledge type 4, KIP-1222), acquire mode
     SHARE_ACKNOWLEDGE: (1, 2),
+    DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),  # v1: lag
+    ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 
