@@ -1,0 +1,106 @@
+"""Share-group administration (KIP-932, issue 30) against a real broker: ListGroups lists a share
+group with type ``share``; ShareGroupDescribe shows its members; DescribeShareGroupOffsets its
+start offset and lag; AlterShareGroupOffsets moves it (refused while members run) and the next
+consumer starts there; DeleteShareGroupOffsets makes it start over per
+``share.auto.offset.reset``; ``oncelog groups describe`` shows all of it.
+
+Before issue 30 none of these APIs was served (the connection was closed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from kafka_clients import create_topic, produce
+from oncelog.client import ProtocolClient
+from oncelog.protocol import apis
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages import make
+from test_groups_share import FAST, poll_records, set_group_configs, share_consumer
+
+pytestmark = pytest.mark.integration
+
+
+def _req(c: ProtocolClient, key: int, cls: str, **fields: Any) -> Any:
+    v = c.version_for(key)
+    m = c.classes(key, v)
+    return c.request(key, make(m[cls], **{k: (f(m) if callable(f) else f) for k, f in fields.items()}), version=v)
+
+
+def _describe_offsets(bootstrap: str, group: str) -> dict[int, tuple[int, int]]:
+    with ProtocolClient(bootstrap) as c:
+        res = _req(c, apis.DESCRIBE_SHARE_GROUP_OFFSETS, "DescribeShareGroupOffsetsRequest",
+                   groups=lambda m: (make(m["DescribeShareGroupOffsetsRequestGroup"], group_id=group, topics=None),))
+    g = res.groups[0]
+    assert g.error_code == ErrorCode.none, g
+    return {p.partition_index: (p.start_offset, p.lag) for t in g.topics for p in t.partitions}
+
+
+def _alter(bootstrap: str, group: str, topic: str, offset: int) -> Any:
+    with ProtocolClient(bootstrap) as c:
+        return _req(c, apis.ALTER_SHARE_GROUP_OFFSETS, "AlterShareGroupOffsetsRequest", group_id=group,
+                    topics=lambda m: (make(m["AlterShareGroupOffsetsRequestTopic"], topic_name=topic, partitions=(
+                        make(m["AlterShareGroupOffsetsRequestPartition"], partition_index=0, start_offset=offset),)),))
+
+
+def _consume(bootstrap: str, group: str, topic: str, want: int, timeout: float = 30) -> list[int]:
+    c = share_consumer(bootstrap, group, [topic])
+    got: list[int] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(got) < want and time.monotonic() < deadline:
+            got += [m.offset() for m in poll_records(c, 0.5)]
+        c.commit_sync(30)
+    finally:
+        c.close()
+    return got
+
+
+def test_list_describe_alter_delete_share_group_offsets(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    b = broker_factory("share-admin", FAST)
+    create_topic("confluent", b.bootstrap, "qa", 1)
+    produce("confluent", b.bootstrap, "qa", [(0, None, b"v%d" % i) for i in range(50)])
+    set_group_configs(b.bootstrap, "sga", {"share.auto.offset.reset": "earliest"})
+    member = share_consumer(b.bootstrap, "sga", ["qa"])
+    try:
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 50 and time.monotonic() < deadline:
+            got += [m.offset() for m in poll_records(member, 0.5)]
+        member.commit_sync(30)
+        assert sorted(got) == list(range(50))
+        with ProtocolClient(b.bootstrap) as c:
+            listed = _req(c, apis.LIST_GROUPS, "ListGroupsRequest", states_filter=(), types_filter=("share",))
+            desc = _req(c, apis.SHARE_GROUP_DESCRIBE, "ShareGroupDescribeRequest", group_ids=("sga", "nope"),
+                        include_authorized_operations=False)
+        assert [(g.group_id, g.group_type, g.group_state) for g in listed.groups] == [("sga", "share", "Stable")]
+        sga, nope = desc.groups
+        assert sga.error_code == ErrorCode.none and len(sga.members) == 1
+        assert [t.topic_name for t in sga.members[0].assignment.topic_partitions] == ["qa"]
+        assert nope.error_code == ErrorCode.group_id_not_found
+        assert _describe_offsets(b.bootstrap, "sga") == {0: (50, 0)}
+        assert _alter(b.bootstrap, "sga", "qa", 10).error_code == ErrorCode.non_empty_group
+        out = subprocess.run([sys.executable, "-m", "oncelog", "groups", "describe", "sga", "-b", b.bootstrap],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
+        assert out.returncode == 0, out.stderr
+        assert "share group (KIP-932)" in out.stdout and "qa" in out.stdout, out.stdout
+    finally:
+        member.close()
+    deadline = time.monotonic() + 15  # the member's leave is processed
+    while time.monotonic() < deadline and _alter(b.bootstrap, "sga", "qa", 40).error_code != ErrorCode.none:
+        time.sleep(0.2)
+    assert _describe_offsets(b.bootstrap, "sga") == {0: (40, 10)}
+    assert sorted(_consume(b.bootstrap, "sga", "qa", 10)) == list(range(40, 50))  # starts at the altered offset
+    with ProtocolClient(b.bootstrap) as c:
+        res = _req(c, apis.DELETE_SHARE_GROUP_OFFSETS, "DeleteShareGroupOffsetsRequest", group_id="sga",
+                   topics=lambda m: (make(m["DeleteShareGroupOffsetsRequestTopic"], topic_name="qa"),))
+    assert res.error_code == ErrorCode.none and res.responses[0].error_code == ErrorCode.none
+    assert _describe_offsets(b.bootstrap, "sga") == {}
+    assert sorted(_consume(b.bootstrap, "sga", "qa", 50)) == list(range(50))  # earliest again
