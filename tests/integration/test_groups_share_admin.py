@@ -104,3 +104,22 @@ def test_list_describe_alter_delete_share_group_offsets(broker_factory) -> None:
     assert res.error_code == ErrorCode.none and res.responses[0].error_code == ErrorCode.none
     assert _describe_offsets(b.bootstrap, "sga") == {}
     assert sorted(_consume(b.bootstrap, "sga", "qa", 50)) == list(range(50))  # earliest again
+
+
+def test_share_group_configs_are_described(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """DescribeConfigs on a GROUP resource: the share group's own values and the defaults; a
+    config a share group does not have is INVALID_CONFIG."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    b = broker_factory("share-configs", FAST)
+    set_group_configs(b.bootstrap, "sgc", {"share.isolation.level": "read_committed"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = ConfigResource("GROUP", "sgc")
+    configs = admin.describe_configs([res])[res].result(30)
+    assert configs["share.isolation.level"].value == "read_committed"
+    assert configs["share.auto.offset.reset"].value == "latest"
+    assert configs["share.record.lock.duration.ms"].value == "30000"
+    with pytest.raises(Exception, match="INVALID_CONFIG|unknown group config"):
+        set_group_configs(b.bootstrap, "sgc", {"share.no.such.config": "1"})
+    with pytest.raises(Exception, match="INVALID_CONFIG|one of"):
+        set_group_configs(b.bootstrap, "sgc", {"share.auto.offset.reset": "by_duration:PT1H"})

@@ -37,3 +37,32 @@ def acks_of(topics: Any) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, tup
                 out.setdefault((t.topic_id, p.partition_index), []).append(
                     (b.first_offset, b.last_offset, tuple(b.acknowledge_types)))
     return out
+
+
+_GROUP_CONFIG, _DEFAULT_CONFIG, _STATIC_BROKER_CONFIG = 8, 6, 5  # DescribeConfigs config sources
+_STRING, _INT = 2, 3  # config types
+_BROKER_SYNONYM = {"share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
+                   "share.delivery.count.limit": "group.share.delivery.count.limit"}
+
+
+def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, str | None, bool, int, list, int, str]]:
+    """DescribeConfigs rows of a share group's configs: its own value (GROUP_CONFIG) or the
+    default (the broker's config for those that have one)."""
+    from oncelog.broker.share_coordinator import GROUP_CONFIGS
+
+    svc = service(broker)
+    own = svc.configs.get(group_id, {})
+    rows = []
+    for name, default in sorted(GROUP_CONFIGS.items()):
+        synonyms = []
+        if name in own:
+            synonyms.append((name, own[name], _GROUP_CONFIG))
+        if name in _BROKER_SYNONYM:
+            broker_name = _BROKER_SYNONYM[name]
+            synonyms.append((broker_name, str(broker.config.kafka_value(broker_name)), _STATIC_BROKER_CONFIG))
+        else:
+            synonyms.append((name, default, _DEFAULT_CONFIG))
+        value, source = synonyms[0][1], synonyms[0][2]
+        rows.append((name, value, False, source, synonyms, _STRING if name in ("share.auto.offset.reset",
+                     "share.isolation.level") else _INT, ""))
+    return rows
