@@ -26,7 +26,14 @@ from typing import Any
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _share
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError, TopicAuthorizationFailed
+from oncelog.protocol.errors import (
+    ErrorCode,
+    InvalidRequest,
+    KafkaError,
+    TopicAuthorizationFailed,
+    UnknownTopicId,
+    UnknownTopicOrPartition,
+)
 from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 
@@ -57,6 +64,15 @@ def leader(broker: BrokerContext, m: Builder, tid: uuid.UUID) -> Any:
     return m.LeaderIdAndEpoch(leader_id=broker.node_id if meta is not None else -1, leader_epoch=epoch)
 
 
+def _missing(broker: BrokerContext, tid: uuid.UUID, p: int) -> KafkaError | None:
+    meta = broker.replicas.topic_by_id(tid)
+    if meta is None:
+        return UnknownTopicId(f"topic id {tid} is unknown")
+    if not 0 <= p < meta.num_partitions:
+        return UnknownTopicOrPartition(f"{meta.name}-{p} does not exist")
+    return None
+
+
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
@@ -80,8 +96,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         return failed(exc)
     named = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]
     denied = topic_denied(broker, g, {tid for tid, _ in named})
-    if session is not None:
-        session.partitions.update(k for k in named if k[0] not in denied)
+    missing = {k: e for k in named if (e := _missing(broker, *k)) is not None}
+    if session is not None:  # only partitions that exist: a session's size is bounded by the topics
+        session.partitions.update(k for k in named if k[0] not in denied and k not in missing)
         for t in req.forgotten_topics_data:
             session.partitions.difference_update((t.topic_id, p) for p in t.partitions)
     ack_results = await svc.acknowledge(req.group_id, req.member_id,
@@ -96,7 +113,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for tid, p in keys:
         res = fetched.get((tid, p))
-        err = denied.get(tid) or (res.error if res is not None else None)
+        err = denied.get(tid) or missing.get((tid, p)) or (res.error if res is not None else None)
         ack_err = ack_results.get((tid, p))
         if tid in denied and (tid, p) in acks:
             ack_err = denied[tid]
