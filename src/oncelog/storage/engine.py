@@ -1,4 +1,4 @@
-"""The storage engine interface: what the partition leader (``broker/partition.py``) and the
+"""The storage engine interface: what the partition leader (``broker/partitions/partition.py``) and the
 rest of the broker need from one partition's log, and nothing more.
 
 Two engines implement it. ``storage.log.PartitionLog`` keeps the batches in local segment files

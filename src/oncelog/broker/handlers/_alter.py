@@ -1,6 +1,6 @@
 """Shared by AlterConfigs (33) and IncrementalAlterConfigs (44): change the configs of one
 resource, a TOPIC, the BROKER's dynamic configs or (embedded) a share GROUP's configs
-(``share.auto.offset.reset`` ..., broker/share_coordinator.py), as Kafka 4.x does.
+(``share.auto.offset.reset`` ..., broker/coordinators/share_coordinator.py), as Kafka 4.x does.
 
 ``alter(broker, type, name, change, validate_only)``: ``change`` maps the resource's current
 configs to the complete new set (AlterConfigs: the request's set replaces them; Incremental:
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from oncelog.broker import topic_config
+from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.handlers import _share
-from oncelog.broker.share_coordinator import GROUP_CONFIGS
+from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
 from oncelog.protocol.errors import InvalidRequest
 
 TOPIC, BROKER, GROUP = 2, 4, 32
@@ -65,7 +65,7 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         else:
             rm.set_broker_configs(scope, new)
     elif resource_type == GROUP and broker.cluster is None and hasattr(broker, "shares"):
-        # share groups' configs (KIP-932, issue 30): broker/share_coordinator.py keeps them
+        # share groups' configs (KIP-932, issue 30): broker/coordinators/share_coordinator.py keeps them
         if not name:
             raise InvalidRequest("a group resource needs a group id")
         shares = _share.service(broker)

@@ -10,7 +10,7 @@ from oncelog.broker.context import BrokerContext
 from oncelog.protocol.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from oncelog.broker.share_coordinator import ShareCoordinator
+    from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
 
 #: at most this many acknowledgement batches per request (a client sends a few per partition)
 MAX_ACK_BATCHES = 100_000
@@ -48,7 +48,7 @@ _BROKER_SYNONYM = {"share.record.lock.duration.ms": "group.share.record.lock.dur
 def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, str | None, bool, int, list, int, str]]:
     """DescribeConfigs rows of a share group's configs: its own value (GROUP_CONFIG) or the
     default (the broker's config for those that have one)."""
-    from oncelog.broker.share_coordinator import GROUP_CONFIGS
+    from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
 
     svc = service(broker)
     own = svc.configs.get(group_id, {})

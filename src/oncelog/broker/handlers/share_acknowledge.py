@@ -2,7 +2,7 @@
 RELEASE, REJECT, GAP (and RENEW, v2) per record range, for records it holds. The request
 continues the member's share session (epoch N > 0) or closes it (-1: the member's records still
 acquired are then released); epoch 0 is INVALID_REQUEST. Applied per partition all or nothing,
-durable before the answer (broker/share_coordinator.py); a record the member does not hold
+durable before the answer (broker/coordinators/share_coordinator.py); a record the member does not hold
 (lock expired, another member's, acknowledged already) is INVALID_RECORD_STATE for its partition.
 """
 

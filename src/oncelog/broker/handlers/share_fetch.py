@@ -3,7 +3,7 @@
 The request names the member's share session (epoch 0 opens it, N > 0 continues it, -1 closes
 it: coordinator/share/group.py ``Sessions``), the partitions it adds to the session, those it
 forgets, and acknowledgement batches for records it holds (applied first, durable before the
-answer: broker/share_coordinator.py). Then records are acquired from the session's partitions,
+answer: broker/coordinators/share_coordinator.py). Then records are acquired from the session's partitions,
 up to ``max_records`` (whole batches) and ``max_bytes``; the answer carries the log batches that
 hold them and the acquired ranges with their delivery counts; a record outside those ranges
 (another member's, an aborted transaction's, a control record) is not the member's to deliver.

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from oncelog.broker.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import Clock
 from oncelog.coordinator.load_report import SkipReport, batch_records
 from oncelog.coordinator.placement import partition_for

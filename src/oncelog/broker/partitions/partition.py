@@ -189,7 +189,7 @@ class Partition:
         the batch is submitted to the group commit and the caller resumes after its COMMIT, the
         event loop serving others meanwhile. The producer state is updated only after COMMIT
         (a refused or failed append leaves it untouched; the engine then refuses further
-        appends until the leader is rebuilt from the store, broker/leader_tracker.py). Batches
+        appends until the leader is rebuilt from the store, broker/membership/leader_tracker.py). Batches
         of one producer id are appended one after the other here, so each is checked against a
         state that includes the previous one. Raises the append's KafkaError
         (NOT_LEADER_OR_FOLLOWER when fenced, KAFKA_STORAGE_ERROR when the store failed).
@@ -251,7 +251,7 @@ class Partition:
 
     async def append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                                   drained: tuple[int, ...]) -> AppendResult:
-        """Issue 31: append a batch the outbox drainer built (broker/outbox_drainer.py) from the
+        """Issue 31: append a batch the outbox drainer built (broker/membership/outbox_drainer.py) from the
         ``oncelog.outbox`` rows ``drained``, which the store deletes in the transaction that
         writes the batch. The batch is an idempotent producer's (the broker's own producer id)
         and takes the produce path: the producer state check (a duplicate is answered with its
