@@ -120,3 +120,38 @@ def test_hostile_share_requests_get_their_error_codes(broker_factory) -> None:  
     finally:
         cons.close()
     assert b.proc.poll() is None  # the broker is still up
+
+
+def test_share_fetch_v2_record_limit_and_lock_renewal(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """ShareFetch v2 (KIP-1222): acquire mode 1 caps the records at max_records inside one batch;
+    a renewal (is_renew_ack, acknowledge type 4) keeps a lock past its first deadline; type 4
+    without is_renew_ack is INVALID_REQUEST."""
+    b = broker_factory("share-v2", FAST)
+    create_topic("confluent", b.bootstrap, "qv2", 1)
+    produce("confluent", b.bootstrap, "qv2", [(0, None, b"v%d" % i) for i in range(20)], extra={"linger.ms": 200})
+    set_group_configs(b.bootstrap, "sgv2", {"share.auto.offset.reset": "earliest",
+                                            "share.record.lock.duration.ms": "2000"})
+    with ProtocolClient(b.bootstrap) as c:
+        tid = _topic_id(c, "qv2")
+        m = c.classes(apis.SHARE_FETCH, 2)
+
+        def fetch(epoch: int, *, acks: tuple = (), renew: bool = False, max_records: int = 3) -> Any:
+            batches = tuple(make(m["AcknowledgementBatch"], first_offset=f, last_offset=last, acknowledge_types=t)
+                            for f, last, t in acks)
+            topic = make(m["FetchTopic"], topic_id=tid, partitions=(
+                make(m["FetchPartition"], partition_index=0, acknowledgement_batches=batches),))
+            return c.request(apis.SHARE_FETCH, make(
+                m["ShareFetchRequest"], group_id="sgv2", member_id="v2", share_session_epoch=epoch, max_wait=0 * MS,
+                min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+                share_acquire_mode=1, is_renew_ack=renew, topics=(topic,), forgotten_topics_data=()), version=2)
+
+        first = _part(fetch(0))
+        got = [(r.first_offset, r.last_offset) for r in first.acquired_records]
+        assert got == [(0, 2)], got  # 20 records in one batch: only 3 taken
+        assert fetch(1, acks=((0, 0, (4,)),)).error_code == ErrorCode.invalid_request  # renew needs is_renew_ack
+        time.sleep(1.2)
+        p = _part(fetch(1, acks=((0, 2, (4,)),), renew=True))  # renewed at ~1.2 s: lock until ~3.2 s
+        assert p.acknowledge_error_code == ErrorCode.none and not p.acquired_records  # a renewal fetches nothing
+        time.sleep(1.3)  # ~2.5 s: past the first deadline, within the renewed one
+        p = _part(fetch(2, acks=((0, 2, (1,)),), max_records=0))
+        assert p.acknowledge_error_code == ErrorCode.none  # still ours: the renewal held the lock

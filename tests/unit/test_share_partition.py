@@ -44,6 +44,14 @@ def test_acquire_takes_whole_batches_and_archives_skipped_ones() -> None:
     assert sp.state_of(5).state is X and sp.state_of(3).state is Q and sp.state_of(3).member_id == "a"
 
 
+def test_record_limit_mode_splits_a_batch() -> None:
+    sp = _sp()
+    assert sp.acquire("a", LOG, 3, now=0, record_limit=True) == [AcquiredRange(0, 2, 1)]
+    assert sp.speo == 3  # the rest of the batch stays new: not skipped
+    assert sp.acquire("b", LOG, 3, now=0, record_limit=True) == [AcquiredRange(3, 4, 1), AcquiredRange(6, 6, 1)]
+    assert sp.state_of(5).state is X
+
+
 def test_accept_release_reject_and_the_spso() -> None:
     sp = _sp()
     sp.acquire("a", LOG, 100, now=0)
@@ -170,9 +178,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.batches.append(LogBatch(self.end, self.end + n - 1, skip and n == 1))
         self.end += n
 
-    @rule(member=st.sampled_from(MEMBERS), n=st.integers(1, 6))
-    def acquire(self, member: str, n: int) -> None:
-        for r in self.sp.acquire(member, self._log(), n, self.now):
+    @rule(member=st.sampled_from(MEMBERS), n=st.integers(1, 6), strict=st.booleans())
+    def acquire(self, member: str, n: int, strict: bool) -> None:
+        got = self.sp.acquire(member, self._log(), n, self.now, record_limit=strict)
+        if strict:
+            assert sum(r.last_offset - r.first_offset + 1 for r in got) <= n
+        for r in got:
             for off in range(r.first_offset, r.last_offset + 1):
                 assert off not in self.accepted, f"accepted record {off} delivered again"
                 self.deliveries[off] = self.deliveries.get(off, 0) + 1
@@ -212,6 +223,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.sp = SharePartition.restore(srec.decode_value(srec.SnapshotKey("g", uuid.UUID(int=1), 0),  # type: ignore[arg-type]
                                                            srec.encode_value(snap)),
                                          delivery_limit=self.LIMIT, lock_ms=50, max_in_flight=20)
+
+    @invariant()
+    def nothing_skipped(self) -> None:
+        """Every offset of the log below the SPEO was delivered, or archived as a skip batch."""
+        skipped = {o for b in self.batches if b.skip for o in range(b.first_offset, b.last_offset + 1)}
+        for o in range(0, self.sp.speo):
+            assert o in self.deliveries or o in skipped, f"offset {o} below the SPEO never delivered"
 
     @invariant()
     def consistent(self) -> None:

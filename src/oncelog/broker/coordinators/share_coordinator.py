@@ -317,14 +317,15 @@ class ShareCoordinator:
         await self._member_gone(group_id, member_id)
 
     async def fetch(self, group_id: str, member_id: str, wanted: list[tuple[uuid.UUID, int]], max_records: int,
-                    max_bytes: int, wait_ms: int, closed: asyncio.Future[Any]) -> dict[tuple[uuid.UUID, int], PartitionFetch]:
+                    max_bytes: int, wait_ms: int, closed: asyncio.Future[Any], *,
+                    record_limit: bool = False) -> dict[tuple[uuid.UUID, int], PartitionFetch]:
         """Acquire records for ``member_id`` from the ``wanted`` partitions; when none is acquired,
         wait up to ``wait_ms`` (at most fetch.max.wait.ms) for records to become available."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(wait_ms, 0), self.max_wait_ms) / 1000
         while True:
             avail = self.available.next()  # taken before looking: a fire while we look is not missed
-            out, parts = await self._acquire(group_id, member_id, wanted, max_records, max_bytes)
+            out, parts = await self._acquire(group_id, member_id, wanted, max_records, max_bytes, record_limit)
             remaining = deadline - loop.time()
             if any(r.acquired or r.error for r in out.values()) or remaining <= 0 or closed.done() or not parts:
                 self._leave_turns(group_id, member_id, wanted)
@@ -337,7 +338,7 @@ class ShareCoordinator:
                     w.cancel()
 
     async def _acquire(self, group_id: str, member_id: str, wanted: list[tuple[uuid.UUID, int]], max_records: int,
-                       max_bytes: int) -> tuple[dict[tuple[uuid.UUID, int], PartitionFetch], list[Any]]:
+                       max_bytes: int, record_limit: bool = False) -> tuple[dict[tuple[uuid.UUID, int], PartitionFetch], list[Any]]:
         out: dict[tuple[uuid.UUID, int], PartitionFetch] = {}
         parts = []
         budget = max(max_bytes, 1)
@@ -379,7 +380,7 @@ class ShareCoordinator:
                 aborted = part.aborted.collect(start, upper) if read_committed else []
                 view = [LogBatch(h.base_offset, h.last_offset, h.is_control or _is_aborted(h, aborted))
                         for h, _ in batches]
-                ranges = sp.acquire(member_id, view, records_left, now)
+                ranges = sp.acquire(member_id, view, records_left, now, record_limit=record_limit)
                 if not ranges:
                     if sp.acquired_count():  # records there, but held up to the lock limit: wait for room
                         self._wait_turn(pk, member_id)

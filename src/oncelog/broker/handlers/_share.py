@@ -22,10 +22,14 @@ def service(broker: BrokerContext) -> "ShareCoordinator":
     return getattr(broker, "shares")  # type: ignore[no-any-return]
 
 
-def acks_of(topics: Any) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, tuple[int, ...]]]]:
+RENEW = 4  # acknowledge type (v2, KIP-1222): only in a request whose is_renew_ack is set
+
+
+def acks_of(topics: Any, renew: bool = False) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, tuple[int, ...]]]]:
     """(topic id, partition) -> its acknowledgement batches, in request order (a topic may be
     named twice: librdkafka sends the partitions it adds and those it acknowledges apart).
-    Raises InvalidRequest for more than ``MAX_ACK_BATCHES`` batches."""
+    Raises InvalidRequest for more than ``MAX_ACK_BATCHES`` batches, and for the RENEW type in
+    a request that is not ``renew`` (is_renew_ack)."""
     out: dict[tuple[uuid.UUID, int], list[tuple[int, int, tuple[int, ...]]]] = {}
     n = 0
     for t in topics:
@@ -34,6 +38,8 @@ def acks_of(topics: Any) -> dict[tuple[uuid.UUID, int], list[tuple[int, int, tup
                 n += 1
                 if n > MAX_ACK_BATCHES:
                     raise InvalidRequest(f"more than {MAX_ACK_BATCHES} acknowledgement batches")
+                if not renew and RENEW in b.acknowledge_types:
+                    raise InvalidRequest("acknowledge type 4 (renew) needs is_renew_ack")
                 out.setdefault((t.topic_id, p.partition_index), []).append(
                     (b.first_offset, b.last_offset, tuple(b.acknowledge_types)))
     return out

@@ -35,7 +35,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if req.share_session_epoch == 0:
             raise InvalidRequest("ShareAcknowledge cannot open a share session (epoch 0)")
         _acl.check(g, "group", req.group_id)
-        acks = _share.acks_of(req.topics)
+        acks = _share.acks_of(req.topics, bool(getattr(req, "is_renew_ack", False)))
         await svc.ready()
         session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch)
     except KafkaError as exc:

@@ -8,7 +8,9 @@ up to ``max_records`` (whole batches) and ``max_bytes``; the answer carries the 
 hold them and the acquired ranges with their delivery counts; a record outside those ranges
 (another member's, an aborted transaction's, a control record) is not the member's to deliver.
 When nothing could be acquired the request waits up to ``max_wait`` (at most
-``fetch.max.wait.ms``) for new records or released ones.
+``fetch.max.wait.ms``) for new records or released ones. v2 (KIP-1222): ``is_renew_ack`` asks
+only to renew locks (acknowledge type 4; nothing is fetched), ``share_acquire_mode`` 1 caps the
+records acquired at ``max_records`` (a batch is split).
 
 Errors: top level INVALID_REQUEST (no group or member id; acknowledgements on epoch 0),
 SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
@@ -38,6 +40,7 @@ from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 
 API_KEY = apis.SHARE_FETCH
+RECORD_LIMIT = 1  # v2 share_acquire_mode: at most max_records (0: batch optimized, whole batches)
 _MS = datetime.timedelta(milliseconds=1)
 
 
@@ -87,7 +90,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if not req.group_id or not req.member_id:
             raise InvalidRequest("GroupId and MemberId can't be empty.")
         _acl.check(g, "group", req.group_id)
-        acks = _share.acks_of(req.topics)
+        renew = bool(getattr(req, "is_renew_ack", False))
+        acks = _share.acks_of(req.topics, renew)
         if req.share_session_epoch == 0 and acks:
             raise InvalidRequest("acknowledgements cannot be sent on a request that opens a share session (epoch 0)")
         await svc.ready()
@@ -106,9 +110,10 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     fetched: dict[Any, Any] = {}
     if session is None:
         await svc.close_session(req.group_id, req.member_id)
-    elif req.max_records > 0 and session.partitions:
+    elif req.max_records > 0 and session.partitions and not renew:  # a renewal fetches nothing (v2)
         fetched = await svc.fetch(req.group_id, req.member_id, sorted(session.partitions, key=str), req.max_records,
-                                  req.max_bytes, int(req.max_wait.total_seconds() * 1000), client.closed)
+                                  req.max_bytes, int(req.max_wait.total_seconds() * 1000), client.closed,
+                                  record_limit=getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT)
     keys = list(dict.fromkeys([*named, *(k for k, r in fetched.items() if r.acquired or r.error), *ack_results]))
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for tid, p in keys:

@@ -193,13 +193,15 @@ class SharePartition:
                 return off
         return self.speo
 
-    def acquire(self, member: str, batches: Iterable[LogBatch], max_records: int, now: int) -> list[AcquiredRange]:
+    def acquire(self, member: str, batches: Iterable[LogBatch], max_records: int, now: int, *,
+                record_limit: bool = False) -> list[AcquiredRange]:
         """Acquire for ``member`` up to ``max_records`` records among those of ``batches`` (the
         log read from ``next_fetch_offset``, ascending): AVAILABLE in-flight records, then new
         ones from SPEO on by whole batches (a batch started is taken whole, as Kafka's default
         batch-optimized mode: the answer may hold more than ``max_records``). Records of a
-        ``skip`` batch are archived, never acquired. In-flight offsets the log skips (compacted
-        away) are dropped. Returns the acquired ranges, ascending."""
+        ``skip`` batch are archived, never acquired. ``record_limit`` (ShareFetch v2's acquire
+        mode 1): never more than ``max_records``, a batch split if need be. In-flight offsets the
+        log skips (compacted away) are dropped. Returns the acquired ranges, ascending."""
         taken: list[tuple[int, int]] = []  # (offset, delivery count)
         count = 0
         limit = self.spso + self.max_in_flight
@@ -207,6 +209,8 @@ class SharePartition:
         for b in batches:
             if b.last_offset < cursor:
                 continue
+            if b.last_offset >= self.speo and count >= max_records:
+                break  # new records, and enough taken (before the SPEO may jump a gap below)
             for off in range(cursor, min(b.first_offset, self.speo)):  # not in the log any more
                 rec = self.records.get(off)
                 if rec is not None and rec.state is RecordState.AVAILABLE:
@@ -216,16 +220,13 @@ class SharePartition:
                     break
                 self.speo = b.first_offset  # offsets compacted away: nothing to deliver there
             cursor = b.last_offset + 1
-            new_batch = b.last_offset >= self.speo
-            if new_batch and count >= max_records:
-                break
             for off in range(max(b.first_offset, self.spso), b.last_offset + 1):
                 if off < self.speo:
                     rec = self.records.get(off)
                     if rec is None or rec.state is not RecordState.AVAILABLE or count >= max_records:
                         continue
                 else:
-                    if off >= limit:
+                    if off >= limit or (record_limit and count >= max_records):
                         break
                     self.records[off] = InFlight()
                     self.speo = off + 1
