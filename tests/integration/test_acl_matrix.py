@@ -178,6 +178,11 @@ def _topic_id(c: ProtocolClient) -> uuid.UUID:
 
 def share_fetch(partition_error: bool) -> Callable[[ProtocolClient], E]:
     def call(c: ProtocolClient) -> E:
+        hb = cls(c, apis.SHARE_GROUP_HEARTBEAT, 1)  # only a member opens a share session
+        joined = c.request(apis.SHARE_GROUP_HEARTBEAT, hb["ShareGroupHeartbeatRequest"](
+            group_id=GROUP, member_id="acl-member", member_epoch=0, subscribed_topic_names=(TOPIC,)), version=1)
+        if joined.error_code != E.none:
+            return E(joined.error_code)
         m = cls(c, apis.SHARE_FETCH, 1)
         topic = m["FetchTopic"](topic_id=_TOPIC_ID[0], partitions=(m["FetchPartition"](
             partition_index=0, acknowledgement_batches=()),))

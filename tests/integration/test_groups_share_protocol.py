@@ -1,6 +1,7 @@
 """Share-group requests crafted by hand (KIP-932, issue 30; R22): each bad request gets its Kafka
 error code and the broker stays up: share-session epochs, acknowledgements on a request that
-opens a session, acknowledgements of records the member does not hold (another member's, twice,
+opens a session, a session opened by a client that is no member, acknowledgements of records
+the member does not hold (another member's, twice,
 far outside the records in flight), unknown topic ids (answered, never kept in the session),
 a share group id held by a consumer group, an empty member id.
 """
@@ -83,7 +84,9 @@ def test_hostile_share_requests_get_their_error_codes(broker_factory) -> None:  
         acquired = [(r.first_offset, r.last_offset, r.delivery_count) for r in first.acquired_records]
         assert acquired and acquired[0][0] == 0 and all(r[2] == 1 for r in acquired)
         assert _fetch(c, "m1", 5, tid).error_code == ErrorCode.invalid_share_session_epoch
-        # another member may not acknowledge m1's records
+        # only a member opens a session; another member may not acknowledge m1's records
+        assert _fetch(c, "stranger", 0, tid).error_code == ErrorCode.unknown_member_id
+        assert _heartbeat(c, "sgp", "m2", 0, ("qh",)).error_code == ErrorCode.none
         _part(_fetch(c, "m2", 0, tid, max_records=0))
         p = _part(_fetch(c, "m2", 1, tid, ((0, 0, (1,)),), max_records=0))
         assert p.acknowledge_error_code == ErrorCode.invalid_record_state
@@ -145,6 +148,11 @@ def test_share_fetch_v2_record_limit_and_lock_renewal(broker_factory) -> None:  
                 min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
                 share_acquire_mode=1, is_renew_ack=renew, topics=(topic,), forgotten_topics_data=()), version=2)
 
+        hb = c.classes(apis.SHARE_GROUP_HEARTBEAT, 1)
+        assert c.request(apis.SHARE_GROUP_HEARTBEAT, make(hb["ShareGroupHeartbeatRequest"], group_id="sgv2",
+                                                          member_id="v2", member_epoch=0, rack_id=None,
+                                                          subscribed_topic_names=("qv2",)),
+                         version=1).error_code == ErrorCode.none
         first = _part(fetch(0))
         got = [(r.first_offset, r.last_offset) for r in first.acquired_records]
         assert got == [(0, 2)], got  # 20 records in one batch: only 3 taken

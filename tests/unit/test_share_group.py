@@ -58,3 +58,18 @@ def test_share_session_epochs() -> None:
     assert s.open("g", "m", -1) is None  # closed
     with pytest.raises(ShareSessionNotFound):
         s.open("g", "m", 3)
+
+
+def test_only_members_open_sessions_and_at_the_limit_those_of_members_gone_are_evicted() -> None:
+    s = Sessions(max_sessions=2)
+    members = {("g", "a"), ("g", "left"), ("g", "b")}
+    s.open("g", "a", 0)
+    s.open("g", "left", 0)
+    members.discard(("g", "left"))
+    with pytest.raises(UnknownMemberId):
+        s.open("g", "stranger", 0, lambda g, m: (g, m) in members)
+    s.open("g", "b", 0, lambda g, m: (g, m) in members)  # the session of the member that left goes
+    assert set(s.sessions) == {("g", "a"), ("g", "b")}
+    members.add(("g", "c"))
+    with pytest.raises(ShareSessionLimitReached):
+        s.open("g", "c", 0, lambda g, m: (g, m) in members)

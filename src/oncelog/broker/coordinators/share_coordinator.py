@@ -268,6 +268,10 @@ class ShareCoordinator:
 
     # -- share fetch / acknowledge ----------------------------------------------------------------
 
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        group = self.groups.groups.get(group_id)
+        return group is not None and member_id in group.members
+
     def _partition(self, pk: PartKey, part: Any) -> SharePartition:
         sp = self.partitions.get(pk)
         if sp is None:
@@ -420,6 +424,8 @@ class ShareCoordinator:
                 await self._tick()
             except asyncio.CancelledError:
                 raise
+            except KafkaError as exc:  # the state topic could not be written: tried again next tick
+                log.warning("share coordinator: lock timeouts or member expiry not written: %s", exc)
             except Exception:
                 log.exception("bug: share coordinator timer failed")
 

@@ -95,7 +95,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if req.share_session_epoch == 0 and acks:
             raise InvalidRequest("acknowledgements cannot be sent on a request that opens a share session (epoch 0)")
         await svc.ready()
-        session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch)
+        session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch, svc.is_member)
     except KafkaError as exc:
         return failed(exc)
     named = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]

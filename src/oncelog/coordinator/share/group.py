@@ -169,14 +169,24 @@ class Sessions:
     max_sessions: int = 2000
     sessions: dict[tuple[str, str], ShareSession] = field(default_factory=dict)
 
-    def open(self, group_id: str, member_id: str, epoch: int) -> ShareSession | None:
+    def open(self, group_id: str, member_id: str, epoch: int,
+             is_member: Callable[[str, str], bool] = lambda g, m: True) -> ShareSession | None:
         """The session a request with ``epoch`` uses, its epoch checked and moved on; None for a
         final request (-1: the session is closed, its partitions the caller's to release).
-        Raises ShareSessionNotFound, InvalidShareSessionEpoch, ShareSessionLimitReached."""
+        Only a member of the group opens a session (UnknownMemberId otherwise: a client cannot
+        make the broker keep state for groups nobody joined); at the limit, a new session evicts
+        those whose member has left; only members' sessions make a new one
+        ShareSessionLimitReached. Raises UnknownMemberId, ShareSessionNotFound, InvalidShareSessionEpoch, ShareSessionLimitReached."""
         key = (group_id, member_id)
         if epoch == 0:
+            if not is_member(group_id, member_id):
+                raise UnknownMemberId(f"member {member_id} is not in share group {group_id}: join it first "
+                                      f"(ShareGroupHeartbeat)")
             if key not in self.sessions and len(self.sessions) >= self.max_sessions:
-                raise ShareSessionLimitReached(f"{self.max_sessions} share sessions are open")
+                for k in [k for k in self.sessions if not is_member(*k)]:
+                    del self.sessions[k]
+            if key not in self.sessions and len(self.sessions) >= self.max_sessions:
+                raise ShareSessionLimitReached(f"{self.max_sessions} share sessions of members are open")
             session = self.sessions[key] = ShareSession(group_id, member_id)
             return session
         session = self.sessions.get(key)
