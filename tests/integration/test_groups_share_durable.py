@@ -84,3 +84,50 @@ def test_share_group_survives_a_broker_sigkill(broker_factory) -> None:  # type:
         counts[o] = counts.get(o, 0) + 1
     twice = {o for o, k in counts.items() if k > 1}
     assert not twice & confirmed_before, sorted(twice & confirmed_before)[:20]
+
+
+def test_garbage_in_the_share_state_topic_is_skipped_and_the_state_survives(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """R22: records a share group's state can never hold, appended to ``__share_group_state``
+    while the broker is down (a record without the key layout, a valid key with a garbage
+    value, an unknown key version, a snapshot spanning 2**62 offsets, a batch that does not
+    decompress), are skipped on load with one line each; the group's start offset survives and
+    a share consumer starts there. Before the span bound, the huge snapshot's load iterated
+    2**62 offsets: the broker never answered again."""
+    import struct
+
+    import bad_batches
+    from oncelog.coordinator.share import records as srec
+    from oncelog.coordinator.share.partition import RecordState, Snapshot, StateBatch
+    from oncelog.protocol import records
+    from oncelog.storage.log import LogConfig, PartitionLog
+    from test_groups_share_admin import _alter, _consume, _describe_offsets
+
+    b = broker_factory("share-garbage", FAST)
+    create_topic("confluent", b.bootstrap, "qg", 1)
+    produce("confluent", b.bootstrap, "qg", [(0, None, b"v%d" % i) for i in range(20)])
+    assert _alter(b.bootstrap, "sgg", "qg", 10).error_code == 0
+    assert _describe_offsets(b.bootstrap, "sgg") == {0: (10, 10)}
+    b.stop()
+
+    now = int(time.time() * 1000)
+    key = srec.SnapshotKey("sgg", __import__("uuid").uuid4(), 0)
+    huge = srec.encode_value(Snapshot(0, 0, (StateBatch(0, 2**62, RecordState.ARCHIVED, 1),)))
+    garbage = [
+        records.build_batch([(b"k", b"v", ())], timestamp_ms=now),
+        records.build_batch([(srec.encode_key(key), b"v", ())], timestamp_ms=now),
+        records.build_batch([(struct.pack(">h", 77) + srec.encode_key(key)[2:], b"\x00\x01", ())], timestamp_ms=now),
+        records.build_batch([(srec.encode_key(key), huge, ())], timestamp_ms=now),
+        bad_batches.with_garbage_compression(records.build_batch([(b"k", b"v", ())] * 4, timestamp_ms=now)),
+    ]
+    plog = PartitionLog.open(b.data_dir / "__share_group_state-0", LogConfig(), now)
+    try:
+        bad = [plog.append(g, records.parse_header(g), now)[0] for g in garbage]
+    finally:
+        plog.close()
+
+    b.start()
+    assert _describe_offsets(b.bootstrap, "sgg") == {0: (10, 10)}  # the state survives the garbage
+    log_text = b.log_path.read_text(errors="replace")
+    for off in bad:
+        assert f"at offset {off} skipped" in log_text, log_text[-3000:]
+    assert sorted(_consume(b.bootstrap, "sgg", "qg", 10)) == list(range(10, 20))

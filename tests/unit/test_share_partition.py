@@ -145,6 +145,13 @@ def test_snapshot_round_trip_through_the_record_bytes() -> None:
         ("share.isolation.level", "read_committed"),)
 
 
+def test_a_snapshot_spanning_too_many_offsets_is_refused_before_any_load_iterates_it() -> None:
+    key = srec.SnapshotKey("g", uuid.uuid4(), 0)
+    huge = Snapshot(0, 0, (StateBatch(0, 2**62, RecordState.ARCHIVED, 1),))
+    with pytest.raises(srec.RecordFormatError):
+        srec.decode_value(key, srec.encode_value(huge))
+
+
 @given(st.binary(max_size=64))
 def test_garbage_records_raise_record_format_error_only(data: bytes) -> None:
     try:

@@ -174,7 +174,10 @@ class ShareCoordinator:
             except srec.RecordFormatError as exc:
                 report.skip(r.offset, "record", exc)
                 continue
-            self.replay(key, value)
+            try:
+                self.replay(key, value)
+            except Exception as exc:  # the load boundary: one bad record never keeps the rest offline
+                report.skip(r.offset, "record", f"bug: its replay raised {type(exc).__name__}: {exc}", exc_info=True)
 
     def replay(self, key: srec.Key, value: srec.Value | None) -> None:
         """Apply one ``__share_group_state`` record (load)."""

@@ -30,6 +30,10 @@ __all__ = ["ConfigKey", "RecordFormatError", "SnapshotKey", "decode_key", "decod
 SNAPSHOT_KEY = 0
 CONFIG_KEY = 100
 _MAX_BATCHES = 1 << 20
+#: the most offsets a snapshot's state batches may span: a share partition has at most
+#: ``group.share.partition.max.record.locks`` records in flight (2,000 by default); a record
+#: spanning more is garbage, refused before a load would iterate it (R22)
+MAX_SPAN = 1 << 20
 
 
 class RecordFormatError(ValueError):
@@ -126,8 +130,9 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
                 st = RecordState(state)
             except ValueError:
                 raise RecordFormatError(f"unknown delivery state {state}") from None
-            if last < first or first < start:
-                raise RecordFormatError(f"state batch {first}..{last} below start {start} or reversed")
+            if last < first or first < start or last - start >= MAX_SPAN:
+                raise RecordFormatError(f"state batch {first}..{last} below start {start}, reversed, or more than "
+                                        f"{MAX_SPAN} offsets past it")
             batches.append(StateBatch(first, last, st, delivered))
         r.end()
         return Snapshot(start, state_epoch, tuple(batches))
