@@ -104,6 +104,24 @@ def test_list_describe_alter_delete_share_group_offsets(broker_factory) -> None:
     assert res.error_code == ErrorCode.none and res.responses[0].error_code == ErrorCode.none
     assert _describe_offsets(b.bootstrap, "sga") == {}
     assert sorted(_consume(b.bootstrap, "sga", "qa", 50)) == list(range(50))  # earliest again
+    # DeleteGroups: the share group goes with its state and configs (latest again: nothing to read)
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    deadline = time.monotonic() + 15  # the last consumer's leave is processed
+    while True:
+        try:
+            admin.delete_consumer_groups(["sga"])["sga"].result(30)
+            break
+        except Exception:  # noqa: BLE001 - NON_EMPTY_GROUP until the member has left
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+    with ProtocolClient(b.bootstrap) as c:
+        res = _req(c, apis.DESCRIBE_SHARE_GROUP_OFFSETS, "DescribeShareGroupOffsetsRequest",
+                   groups=lambda m: (make(m["DescribeShareGroupOffsetsRequestGroup"], group_id="sga", topics=None),))
+    assert res.groups[0].error_code == ErrorCode.group_id_not_found
+    assert _consume(b.bootstrap, "sga", "qa", 1, timeout=3) == []  # share.auto.offset.reset back to latest
 
 
 def test_share_group_configs_are_described(broker_factory) -> None:  # type: ignore[no-untyped-def]

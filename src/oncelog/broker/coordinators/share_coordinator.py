@@ -480,6 +480,22 @@ class ShareCoordinator:
                 sp.reset_to(offset)
             await self._persist([(group_id, tid, p) for tid, p in offsets])
 
+    async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of a share group: its share-partition state and configs go (tombstones,
+        durable before returning). Raises NonEmptyGroup while it has members."""
+        await self.ready()
+        self._check_empty(group_id)
+        async with self.lock:
+            gone = [pk for pk in self.partitions if pk[0] == group_id]
+            recs: list[tuple[srec.Key, srec.Value | None]] = [(srec.SnapshotKey(*pk), None) for pk in gone]
+            if group_id in self.configs:
+                recs.append((srec.ConfigKey(group_id), None))
+            await self._write(recs)
+            for pk in gone:
+                del self.partitions[pk]
+            self.configs.pop(group_id, None)
+            self.groups.groups.pop(group_id, None)
+
     async def delete_offsets(self, group_id: str, topic_ids: set[uuid.UUID]) -> None:
         """DeleteShareGroupOffsets: the group forgets its state on these topics (the next fetch
         starts per ``share.auto.offset.reset``). Raises NonEmptyGroup while it has members."""
