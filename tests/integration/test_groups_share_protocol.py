@@ -122,6 +122,20 @@ def test_hostile_share_requests_get_their_error_codes(broker_factory) -> None:  
             assert _heartbeat(c, "kip848-owned", "s1", 0, ("qh",)).error_code == ErrorCode.group_id_not_found
     finally:
         cons.close()
+    # and a share group's id is not a consumer group's nor a classic group's
+    with ProtocolClient(b.bootstrap) as c:
+        m = c.classes(apis.CONSUMER_GROUP_HEARTBEAT, 1)
+        res = c.request(apis.CONSUMER_GROUP_HEARTBEAT, make(
+            m["ConsumerGroupHeartbeatRequest"], group_id="sgp", member_id="c1", member_epoch=0, instance_id=None,
+            rack_id=None, rebalance_timeout=30000 * MS, subscribed_topic_names=("qh",), server_assignor=None,
+            topic_partitions=()), version=1)
+        assert res.error_code == ErrorCode.group_id_not_found, res
+        m = c.classes(apis.JOIN_GROUP, 5)
+        res = c.request(apis.JOIN_GROUP, make(
+            m["JoinGroupRequest"], group_id="sgp", session_timeout=10000 * MS, rebalance_timeout=10000 * MS,
+            member_id="", group_instance_id=None, protocol_type="consumer",
+            protocols=(m["JoinGroupRequestProtocol"](name="range", metadata=b""),)), version=5)
+        assert res.error_code == ErrorCode.inconsistent_group_protocol, res
     assert b.proc.poll() is None  # the broker is still up
 
 

@@ -72,3 +72,11 @@ def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, s
         rows.append((name, value, False, source, synonyms, _STRING if name in ("share.auto.offset.reset",
                      "share.isolation.level") else _INT, ""))
     return rows
+
+
+def refuse_share_group_id(broker: BrokerContext, group_id: str, error: type[Exception]) -> None:
+    """A classic or consumer member may not take the id of a share group (embedded: the share
+    service knows it): raises ``error`` (Kafka: INCONSISTENT_GROUP_PROTOCOL for JoinGroup,
+    GROUP_ID_NOT_FOUND for ConsumerGroupHeartbeat)."""
+    if getattr(broker, "cluster", None) is None and service(broker).known(group_id):
+        raise error(f"Group {group_id} is a share group.")
