@@ -139,5 +139,24 @@ def test_share_group_configs_are_described(broker_factory) -> None:  # type: ign
     assert configs["share.record.lock.duration.ms"].value == "30000"
     with pytest.raises(Exception, match="INVALID_CONFIG|unknown group config"):
         set_group_configs(b.bootstrap, "sgc", {"share.no.such.config": "1"})
+    with pytest.raises(Exception, match="INVALID_CONFIG|ISO-8601"):
+        set_group_configs(b.bootstrap, "sgc", {"share.auto.offset.reset": "by_duration:1H"})
     with pytest.raises(Exception, match="INVALID_CONFIG|one of"):
-        set_group_configs(b.bootstrap, "sgc", {"share.auto.offset.reset": "by_duration:PT1H"})
+        set_group_configs(b.bootstrap, "sgc", {"share.auto.offset.reset": "newest"})
+
+
+def test_auto_offset_reset_by_duration_starts_at_the_first_record_that_recent(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """``share.auto.offset.reset=by_duration:PT1H``: a new share partition starts at the first
+    record whose timestamp is within the last hour (ListOffsets by time), not at the log start
+    nor at its end."""
+    from confluent_kafka import Producer
+
+    b = broker_factory("share-by-duration", FAST)
+    create_topic("confluent", b.bootstrap, "qd", 1)
+    now = int(time.time() * 1000)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for i in range(10):  # 0..4 two hours old, 5..9 a minute old
+        p.produce("qd", b"v%d" % i, partition=0, timestamp=now - (7_200_000 if i < 5 else 60_000))
+        p.flush(30)
+    set_group_configs(b.bootstrap, "sgd", {"share.auto.offset.reset": "by_duration:PT1H"})
+    assert sorted(_consume(b.bootstrap, "sgd", "qd", 5)) == list(range(5, 10))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -65,8 +66,12 @@ def check_group_config(name: str, value: str | None) -> None:
         raise InvalidConfig(f"unknown group config {name!r} (share groups accept {', '.join(sorted(GROUP_CONFIGS))})")
     if value is None:
         return
+    if name == "share.auto.offset.reset" and value.startswith(BY_DURATION):
+        by_duration_ms(value)  # raises InvalidConfig
+        return
     if name in _CHOICES and value not in _CHOICES[name]:
-        raise InvalidConfig(f"{name}={value!r}: one of {', '.join(_CHOICES[name])} (by_duration: not supported)")
+        raise InvalidConfig(f"{name}={value!r}: one of {', '.join(_CHOICES[name])}"
+                            f"{' or by_duration:<ISO-8601 duration>' if name == 'share.auto.offset.reset' else ''}")
     if name not in _CHOICES:
         try:
             n = int(value)
@@ -74,6 +79,22 @@ def check_group_config(name: str, value: str | None) -> None:
             raise InvalidConfig(f"{name}={value!r} is not an integer") from None
         if n < (2 if name == "share.delivery.count.limit" else 1000):
             raise InvalidConfig(f"{name}={value!r} is too small")
+
+
+BY_DURATION = "by_duration:"
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d{1,9})?)S)?)?", re.IGNORECASE)
+
+
+def by_duration_ms(value: str) -> int:
+    """``by_duration:PnDTnHnMn.nS`` (Java's ``Duration.parse`` form, days at most, as Kafka's
+    ``share.auto.offset.reset``) in milliseconds. Raises InvalidConfig."""
+    text = value[len(BY_DURATION):]
+    m = _DURATION.fullmatch(text)
+    if m is None or text.upper() in ("P", "PT"):
+        raise InvalidConfig(f"share.auto.offset.reset={value!r}: by_duration: takes an ISO-8601 duration "
+                            f"such as PT1H or P1DT30M")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
 
 
 @dataclass
@@ -281,10 +302,20 @@ class ShareCoordinator:
             sp = self.partitions[pk] = SharePartition(max_in_flight=self.max_locks)
             self._configure(pk)
         if not sp.initialized:
-            earliest = self.config(pk[0], "share.auto.offset.reset") == "earliest"
-            sp.initialize(part.log_start_offset if earliest else part.high_watermark)
+            sp.initialize(self._reset_offset(pk[0], part))
         sp.trim_to(part.log_start_offset)
         return sp
+
+    def _reset_offset(self, group_id: str, part: Any) -> int:
+        """Where a share partition starts (``share.auto.offset.reset``): the log start, the high
+        watermark, or (by_duration) the first record at or after now minus the duration."""
+        reset = self.config(group_id, "share.auto.offset.reset")
+        if reset == "earliest":
+            return int(part.log_start_offset)
+        if reset.startswith(BY_DURATION):
+            found = part.log.offset_for_timestamp(self.clock.now_ms() - by_duration_ms(reset))
+            return int(part.high_watermark) if found is None else min(int(found[0]), int(part.high_watermark))
+        return int(part.high_watermark)
 
     async def acknowledge(self, group_id: str, member_id: str,
                           acks: dict[tuple[uuid.UUID, int], list[tuple[int, int, tuple[int, ...]]]]
