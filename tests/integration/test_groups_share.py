@@ -219,3 +219,60 @@ def test_read_committed_never_delivers_aborted_or_open_transactions(broker_facto
     finally:
         c.close()
     assert sorted(values) == sorted([b"committed-%d" % i for i in range(8)] + [b"open-0", b"plain"]), values
+
+
+_HOLDER = """
+import sys, time
+from confluent_kafka import ShareConsumer
+c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[3]])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    got = [m.offset() for m in (c.poll(0.5) or []) if m.error() is None]
+    if got:
+        print(" ".join(map(str, got)), flush=True)
+        break
+time.sleep(600)  # holds its records until it is killed
+"""
+
+
+def test_a_consumer_killed_with_records_acquired_loses_them_to_the_others(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """A consumer process SIGKILLed while it holds records: when its session times out
+    (group.share.session.timeout.ms, 6 s here; the lock is 30 s) the broker releases them and
+    another consumer gets them, delivery count 2; nothing is lost."""
+    import signal
+    import subprocess
+    import sys
+
+    b = broker_factory("share-dead", FAST)
+    create_topic("confluent", b.bootstrap, "q6", 1)
+    produce("confluent", b.bootstrap, "q6", [(0, None, b"v%d" % i) for i in range(10)])
+    _earliest_group(b, "sg6")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, b.bootstrap, "sg6", "q6"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        line = holder.stdout.readline() if holder.stdout else ""  # bounded: the holder gives up after 60 s
+        held = {int(x) for x in line.split()}
+        assert held, "the holder got nothing"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        killed_at = time.monotonic()
+        c = share_consumer(b.bootstrap, "sg6", ["q6"])
+        counts: dict[int, int] = {}
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline and len(counts) < 10:
+                for m in poll_records(c, 0.5):
+                    counts[m.offset()] = m.delivery_count()
+            c.commit_sync(30)
+        finally:
+            c.close()
+        waited = time.monotonic() - killed_at
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+    assert sorted(counts) == list(range(10)), counts
+    assert all(counts[o] == 2 for o in held), (held, counts)  # redelivered once the member was gone
+    assert waited < 25, f"{waited:.1f} s: released by the 30 s lock, not by the session timeout"
