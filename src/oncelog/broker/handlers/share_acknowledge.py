@@ -51,7 +51,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         err = denied.get(tid) or results.get((tid, p))
         by_topic.setdefault(tid, []).append(m.PartitionData(
             partition_index=p, error_code=err.code if err else ErrorCode.none, error_message=str(err) if err else None,
-            current_leader=leader(broker, m, tid)))
+            current_leader=leader(broker, m, tid, p)))
     lock_ms = int(svc.config(req.group_id, "share.record.lock.duration.ms") or svc.lock_ms)
     return m.ShareAcknowledgeResponse(
         error_code=ErrorCode.none, error_message=None, acquisition_lock_timeout=lock_ms * _MS,

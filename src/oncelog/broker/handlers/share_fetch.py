@@ -56,15 +56,17 @@ def topic_denied(broker: BrokerContext, g: Any, topic_ids: set[uuid.UUID]) -> di
     return out
 
 
-def leader(broker: BrokerContext, m: Builder, tid: uuid.UUID) -> Any:
+def leader(broker: BrokerContext, m: Builder, tid: uuid.UUID, p: int) -> Any:
+    """The partition's leader (this broker: share groups are served embedded) and its epoch;
+    -1, -1 for a partition that does not exist."""
     meta = broker.replicas.topic_by_id(tid)
-    epoch = -1
-    if meta is not None:
+    if meta is not None and 0 <= p < meta.num_partitions:
         try:
-            epoch = broker.replicas.partition(meta.name, 0).log.leader_epoch
+            return m.LeaderIdAndEpoch(leader_id=broker.node_id,
+                                      leader_epoch=broker.replicas.partition(meta.name, p).log.leader_epoch)
         except KafkaError:
             pass
-    return m.LeaderIdAndEpoch(leader_id=broker.node_id if meta is not None else -1, leader_epoch=epoch)
+    return m.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
 
 
 def _missing(broker: BrokerContext, tid: uuid.UUID, p: int) -> KafkaError | None:
@@ -126,7 +128,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             partition_index=p, error_code=err.code if err else ErrorCode.none, error_message=str(err) if err else None,
             acknowledge_error_code=ack_err.code if ack_err else ErrorCode.none,
             acknowledge_error_message=str(ack_err) if ack_err else None,
-            current_leader=leader(broker, m, tid),
+            current_leader=leader(broker, m, tid, p),
             records=b"".join(res.data) if res is not None and res.acquired else b"",
             acquired_records=tuple(m.AcquiredRecords(first_offset=r.first_offset, last_offset=r.last_offset,
                                                      delivery_count=r.delivery_count)
