@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 STATE_TOPIC = "__share_group_state"
 STATE_TOPIC_PARTITIONS = 1  # embedded mode: one partition holds every share group's state
+#: Kafka's share.coordinator.state.topic.segment.bytes: segments roll (and the cleaner compacts
+#: them to the latest snapshot per share partition) every 100 MiB, so a load replays little
+STATE_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024
 TICK_SECONDS = 0.1
 #: group configs a share group accepts (IncrementalAlterConfigs on a GROUP resource), with their
 #: defaults and how a value is checked
@@ -223,7 +226,9 @@ class ShareCoordinator:
         partition). Raises the storage's KafkaError."""
         if not recs:
             return
-        meta = self.replicas.ensure_internal_topic(STATE_TOPIC, STATE_TOPIC_PARTITIONS, {"cleanup.policy": "compact"})
+        meta = self.replicas.ensure_internal_topic(
+            STATE_TOPIC, STATE_TOPIC_PARTITIONS,
+            {"cleanup.policy": "compact", "segment.bytes": str(STATE_TOPIC_SEGMENT_BYTES)})
         by_part: dict[int, list[tuple[bytes, bytes | None, tuple[()]]]] = {}
         for k, v in recs:
             by_part.setdefault(partition_for(k.group, meta.num_partitions), []).append(
