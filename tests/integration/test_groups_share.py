@@ -276,3 +276,32 @@ def test_a_consumer_killed_with_records_acquired_loses_them_to_the_others(broker
     assert sorted(counts) == list(range(10)), counts
     assert all(counts[o] == 2 for o in held), (held, counts)  # redelivered once the member was gone
     assert waited < 25, f"{waited:.1f} s: released by the 30 s lock, not by the session timeout"
+
+
+def test_at_the_lock_limit_every_consumer_gets_its_turn(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """``group.share.partition.max.record.locks`` (200 here) is reached by the first consumer's
+    fetch: the others wait for room, and get it in turn. Before the turns, the consumer that
+    freed room by acknowledging took it back in the same request, every time: the others got
+    nothing at all."""
+    b = broker_factory("share-turns", {**FAST, "group.share.partition.max.record.locks": "200"})
+    create_topic("confluent", b.bootstrap, "q7", 1)
+    n = 3000
+    produce("confluent", b.bootstrap, "q7", [(0, None, b"v%d" % i) for i in range(n)], extra={"batch.num.messages": 10})
+    _earliest_group(b, "sg7")
+    consumers = [share_consumer(b.bootstrap, "sg7", ["q7"]) for _ in range(4)]
+    per = [0] * len(consumers)
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 90
+        while len(seen) < n and time.monotonic() < deadline:
+            for i, c in enumerate(consumers):
+                got = poll_records(c, 0.1)
+                per[i] += len(got)
+                seen.update(m.offset() for m in got)
+        for c in consumers:
+            c.commit_sync(30)
+    finally:
+        for c in consumers:
+            c.close()
+    assert len(seen) == n
+    assert all(k > 0 for k in per), per
