@@ -35,6 +35,7 @@ from oncelog.broker.membership.peer_client import PeerSecurity
 from oncelog.broker.network.dispatch import Dispatcher
 from oncelog.broker.network.server import Server
 from oncelog.broker.partitions.replica_manager import ReplicaManager
+from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
 from oncelog.clock import Clock, SystemClock
@@ -72,6 +73,8 @@ class Broker:
         self.membership: Membership = membership_for(config, self.clock, self.replicas, store,
                                                      address_of=self._advertised_address,
                                                      inter_broker=self._inter_broker)
+        #: share groups (KIP-932, issue 30): the membership's (embedded); None where it serves none
+        self.shares: ShareCoordinator | None = self.membership.shares
         #: issue 19: Prometheus metrics (broker/observability/metrics.py); None unless metrics.listen is set
         self.metrics: BrokerMetrics | None = metrics_mod.metrics_for(self)
         #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
@@ -97,7 +100,8 @@ class Broker:
         return 0
 
     def _dispatcher(self, context: "Broker | ListenerContext") -> Dispatcher:
-        return Dispatcher(context, ROUTES, fence=self.membership.fence_if_lease_lapsed, metrics=self.metrics)
+        return Dispatcher(context, ROUTES, unserved=self.membership.unserved_apis,
+                          fence=self.membership.fence_if_lease_lapsed, metrics=self.metrics)
 
     # -- what the handlers use (context.BrokerContext): the membership's services -------------
 
@@ -313,6 +317,8 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.groups.stop()
+        if self.shares is not None:
+            await self.shares.stop()
         await self._close_servers()
         await self.membership.close()
         if self.metrics is not None:
@@ -444,6 +450,10 @@ class ListenerContext:
     @property
     def acls(self) -> AclService | None:
         return self._broker.acls
+
+    @property
+    def shares(self) -> ShareCoordinator | None:
+        return self._broker.shares
 
     @property
     def metrics(self) -> "BrokerMetrics | None":

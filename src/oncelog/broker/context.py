@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from oncelog.broker.auth.acls import AclService
     from oncelog.broker.configuration.config import BrokerConfig
     from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
+    from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
     from oncelog.broker.membership import ConfigStore, CredentialService, Metadata, ProducerIdSource, TopicStore
     from oncelog.broker.observability.metrics import RequestStats
@@ -87,6 +88,12 @@ class BrokerContext(Protocol):
     def acls(self) -> "AclService | None":
         """Issue 18: the ACLs and their authorizer; None when ``authorizer.class.name`` is empty
         (everything allowed)."""
+        ...
+
+    @property
+    def shares(self) -> "ShareCoordinator | None":
+        """Issue 30: the share-group service (KIP-932) where the membership serves share groups
+        (embedded); None where it does not (cluster mode)."""
         ...
 
     @property

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Iterable
 from oncelog.broker.context import Handler
 from oncelog.protocol import apis
 
-__all__ = ["HANDLER_MODULES", "ROUTES", "LazyHandler", "advertised_versions", "load"]
+__all__ = ["EMBEDDED_ONLY", "HANDLER_MODULES", "ROUTES", "LazyHandler", "advertised_versions", "load"]
 
 #: The handler modules (``broker/handlers/NAME.py``); each serves the API ``apis.NAME.upper()``
 #: and says so in its ``API_KEY`` (a test holds the two equal).
@@ -29,6 +29,8 @@ HANDLER_MODULES: tuple[str, ...] = (
     "sasl_handshake", "sasl_authenticate", "describe_user_scram_credentials", "alter_user_scram_credentials",  # issue 18
     "create_acls", "delete_acls", "describe_acls",  # issue 18
     "consumer_group_heartbeat", "consumer_group_describe",  # issue 30 (KIP-848)
+    "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",  # issue 30 (KIP-932)
+    "describe_share_group_offsets", "alter_share_group_offsets", "delete_share_group_offsets",
 )
 
 
@@ -60,6 +62,15 @@ class LazyHandler:
 
 
 ROUTES: dict[int, Handler] = {getattr(apis, name.upper()): LazyHandler(name) for name in HANDLER_MODULES}
+
+#: APIs only the embedded broker serves: share groups (KIP-932, issue 30), whose state is the
+#: embedded broker's own ``__share_group_state`` (not in the cluster store yet). Cluster mode's
+#: membership declares them unserved (``Membership.unserved_apis``): the dispatcher neither routes
+#: nor advertises them.
+EMBEDDED_ONLY: frozenset[int] = frozenset({
+    apis.SHARE_GROUP_HEARTBEAT, apis.SHARE_GROUP_DESCRIBE, apis.SHARE_FETCH, apis.SHARE_ACKNOWLEDGE,
+    apis.DESCRIBE_SHARE_GROUP_OFFSETS, apis.ALTER_SHARE_GROUP_OFFSETS, apis.DELETE_SHARE_GROUP_OFFSETS,
+})
 
 
 def load(api_keys: Iterable[int] = apis.FIRST_REQUESTS) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kio.schema.index import api_key_map, schema_name_map
 
-from oncelog.broker.routes import advertised_versions
+from oncelog.broker.routes import EMBEDDED_ONLY, advertised_versions
 
 __all__ = ["NOTES", "render"]
 
@@ -21,7 +21,7 @@ _REMOVED = {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata", 7: "co
 _NO_TOKENS = ("not served: delegation tokens (KIP-48) are not implemented (no token store, no SCRAM tokenauth "
               "logins); clients log in as SASL/PLAIN or SCRAM users (docs/SECURITY.md)")
 _KRAFT_INTERNAL = "not served: KRaft controller/inter-broker API; oncelog has no Raft quorum (metadata is local or in PostgreSQL)"
-_SHARE = "not served: share groups (KIP-932) are not implemented"
+_SHARE = "not served: the share coordinator's inter-broker APIs (KIP-932): the share-group state is the broker's own"
 _STREAMS = "not served: the streams rebalance protocol (KIP-1071) is not implemented"
 
 NOTES: dict[int, str] = {
@@ -101,10 +101,15 @@ NOTES: dict[int, str] = {
     73: _KRAFT_INTERNAL,
     74: "not served yet",
     75: "topics and partitions paged by response_partition_limit with a cursor; eligible leader replicas empty",
-    76: _SHARE,
-    77: _SHARE,
-    78: _SHARE,
-    79: _SHARE,
+    76: "share groups (KIP-932, issue 30), embedded broker only: members get every partition of their topics (the "
+        "records are divided at acquisition); member epochs, session timeout `group.share.session.timeout.ms`",
+    77: "share groups as the broker has them: state, epochs, members and assignments (embedded only)",
+    78: "records acquired per member with acquisition locks (`group.share.record.lock.duration.ms`) and delivery "
+        "counts (`group.share.delivery.count.limit`); share sessions; acknowledgements durable in "
+        "`__share_group_state` before the answer; `share.isolation.level=read_committed` never acquires aborted or "
+        "open transactions' records; v2: lock renewal (embedded only)",
+    79: "ACCEPT / RELEASE / REJECT / GAP (v2: RENEW) per record range, all or nothing per partition, durable before "
+        "the answer (embedded only)",
     80: _KRAFT_INTERNAL,
     81: _KRAFT_INTERNAL,
     82: _KRAFT_INTERNAL,
@@ -115,9 +120,9 @@ NOTES: dict[int, str] = {
     87: _SHARE,
     88: _STREAMS,
     89: _STREAMS,
-    90: _SHARE,
-    91: _SHARE,
-    92: _SHARE,
+    90: "a share group's start offset and (v1) lag per partition (embedded only)",
+    91: "a share group's start offsets set while it has no members, durable (embedded only)",
+    92: "a share group forgets its state on whole topics while it has no members (embedded only)",
 }
 
 LAST_KEY = 92
@@ -138,7 +143,8 @@ def _kafka_range(key: int) -> tuple[str, tuple[int, int] | None]:
 def render() -> str:
     """The whole of docs/COMPATIBILITY.md."""
     embedded = advertised_versions()
-    cluster = embedded  # one routing table (issue 27): cluster mode serves every API embedded does
+    # one routing table (issue 27): cluster mode serves every API embedded does but share groups'
+    cluster = {k: v for k, v in embedded.items() if k not in EMBEDDED_ONLY}
     lines = [
         "# Kafka API compatibility",
         "",

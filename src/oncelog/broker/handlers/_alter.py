@@ -1,5 +1,6 @@
 """Shared by AlterConfigs (33) and IncrementalAlterConfigs (44): change the configs of one
-resource, a TOPIC or the BROKER's dynamic configs, as Kafka 4.x does.
+resource, a TOPIC, the BROKER's dynamic configs or (embedded) a share GROUP's configs
+(``share.auto.offset.reset`` ..., broker/coordinators/share_coordinator.py), as Kafka 4.x does.
 
 ``alter(broker, type, name, change, validate_only)``: ``change`` maps the resource's current
 configs to the complete new set (AlterConfigs: the request's set replaces them; Incremental:
@@ -20,9 +21,10 @@ from typing import Callable
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext
+from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
 from oncelog.protocol.errors import InvalidRequest
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 Change = Callable[[dict[str, str], Callable[[str], str]], dict[str, str]]
 
 
@@ -56,8 +58,17 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         if validate_only:
             return
         await broker.configs.set_broker_configs(scope, new)
+    elif resource_type == GROUP and broker.shares is not None:
+        # share groups' configs (KIP-932, issue 30): broker/coordinators/share_coordinator.py keeps them
+        if not name:
+            raise InvalidRequest("a group resource needs a group id")
+        shares = broker.shares
+        current = dict(shares.configs.get(name, {}))
+        new = change(current, lambda key: shares.config(name, key) if key in GROUP_CONFIGS else "")
+        await shares.alter_configs(name, new, validate_only)
     else:
-        raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4)")
+        raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4; "
+                             f"GROUP 32 embedded)")
 
 
 def check_unique(names: list[str]) -> None:

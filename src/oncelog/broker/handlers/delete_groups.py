@@ -1,6 +1,8 @@
 """DeleteGroups (42): remove groups without members, with their committed offsets (tombstones in
 ``__consumer_offsets``). Per group: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP (members, or a
-transaction still committing offsets for it), COORDINATOR_LOAD_IN_PROGRESS."""
+transaction still committing offsets for it), COORDINATOR_LOAD_IN_PROGRESS. A share group
+(KIP-932, embedded) goes with its share-partition state and configs (NON_EMPTY_GROUP while it
+has members)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ from oncelog.protocol.framing import Request
 API_KEY = apis.DELETE_GROUPS
 
 
+def _classic_or_consumer(broker: BrokerContext, group_id: str) -> bool:
+    rows, _ = broker.groups.list_groups()
+    return any(row[0] == group_id for row in rows)
+
+
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
@@ -27,7 +34,11 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         try:
             _acl.check(g, "group", group_id)  # ACLs (issue 18): DELETE on the group
             validate_group_id(group_id, allow_empty=True)
-            await broker.groups.delete_group(group_id)
+            shares = broker.shares  # share groups (KIP-932, issue 30), where they are served
+            if shares is not None and shares.known(group_id) and not _classic_or_consumer(broker, group_id):
+                await shares.delete_group(group_id)  # a share group (KIP-932, issue 30)
+            else:
+                await broker.groups.delete_group(group_id)
             code = ErrorCode.none
         except KafkaError as exc:
             code = exc.code

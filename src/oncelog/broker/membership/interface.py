@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from oncelog.broker.auth.acls import AclService
     from oncelog.broker.auth.credentials import CredentialStore
     from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
+    from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
     from oncelog.broker.partitions.markers import MarkerWriter
     from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
@@ -187,6 +188,11 @@ class Membership(Metadata, Protocol):
     coordinator_epoch: int
     #: the connection the PostgreSQL engine's compaction uses (None embedded)
     compactor: "StoreConnection | None"
+    #: the APIs this membership does not serve: neither routed nor advertised (the one routing
+    #: table, ``routes.ROUTES``, less these); cluster mode leaves out share groups (KIP-932)
+    unserved_apis: frozenset[int]
+    #: the share-group service (KIP-932, issue 30) where share groups are served; None else
+    shares: "ShareCoordinator | None"
 
     async def open(self) -> None:
         """Before anything listens: recover and open what this node holds or reach the store,

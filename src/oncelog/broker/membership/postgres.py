@@ -39,6 +39,7 @@ from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.broker.partitions.txn_verifier import RemoteVerifier
+from oncelog.broker.routes import EMBEDDED_ONLY
 from oncelog.clock import Clock
 from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
@@ -145,6 +146,10 @@ class StoreMembership:
     ``inter_broker()``: the inter-broker listener's name and how to log in there."""
 
     mode = "cluster"
+    #: share groups (KIP-932) are not served: their state is an embedded broker's own
+    #: ``__share_group_state``, not in the store (neither routed nor advertised)
+    unserved_apis: frozenset[int] = EMBEDDED_ONLY
+    shares = None
     producer_ids: StoreProducerIds  # set by open()
     member: ClusterMember  # set by open()
 
