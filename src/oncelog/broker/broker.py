@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.membership.cluster_parts import ClusterParts
     from oncelog.broker.membership.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
+    from oncelog.cluster.inbox import Inbox
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
+        self._inbox: "Inbox | None" = None  # cluster mode: the database inbox (cluster/inbox.py)
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
@@ -373,6 +375,12 @@ class Broker:
         self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)
         self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
+        from oncelog.cluster.inbox import Inbox
+
+        inbox = Inbox(connector(self.store), self.node_id)
+        if inbox.available():  # issue 31: oncelog.commit_offsets's commits, for the groups coordinated here
+            inbox.start(self.groups)
+            self.groups.inbox = self._inbox = inbox
         self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
@@ -402,6 +410,8 @@ class Broker:
         await self._close_servers()
         if self._outbox is not None:
             await self._outbox.stop()
+        if self._inbox is not None:
+            await self._inbox.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self._peers is not None:
