@@ -326,3 +326,42 @@ def test_applications_killed_before_commit_leave_every_row_once(cluster: list[Br
         assert _fetched(bootstrap, group) == {(topic, p): len(range(p, count, 3)) for p in range(3)}
     finally:
         owner.close()
+
+
+def test_consumer_group_member_epochs_fence(cluster: list[BrokerProcess], pg_dsn: str) -> None:
+    """KIP-848 (group.protocol=consumer): the member epoch fences as the generation does."""
+    from confluent_kafka import Consumer
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    topic, group = "epochs", "ge-1"
+    _setup_topic(bootstrap, topic, 4, 40)
+    app_dsn = _app_role(pg_dsn, "ge-", topic)
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    a = Consumer(conf)
+    a.subscribe([topic])
+    b = None
+    conn = psycopg.connect(app_dsn, autocommit=True)
+    try:
+        _assigned(a)
+        _g, member_a, epoch_a = _wait("A's epoch", lambda: (m := db.group_metadata(a))[2] > 0 and m)
+        with conn.transaction():
+            conn.execute("INSERT INTO processed VALUES ('e', 0, 0)")
+            db.commit_offsets(conn, group, {(topic, 0): 1}, member_id=member_a, generation=epoch_a)
+        assert _fetched(bootstrap, group) == {(topic, 0): 1}
+        b = Consumer(conf)
+        b.subscribe([topic])
+        # A's epoch moves as partitions go to B: the old epoch is refused
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and db.group_metadata(a)[2] == epoch_a:
+            a.consume(10, 0.2)
+            b.consume(10, 0.2)
+        assert db.group_metadata(a)[2] > epoch_a
+        _refused(conn, "STALE_MEMBER_EPOCH", group, {(topic, 0): 2}, member_id=member_a, generation=epoch_a)
+        _refused(conn, "UNKNOWN_MEMBER_ID", group, {(topic, 0): 2}, member_id="no-such-member", generation=epoch_a)
+        assert _fetched(bootstrap, group) == {(topic, 0): 1}
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+        conn.close()
