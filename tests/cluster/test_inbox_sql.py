@@ -198,3 +198,22 @@ def test_an_open_transaction_is_seen_without_waiting(store: Store, app) -> None:
         store.conn.execute("RESET statement_timeout")
     got = store.conn.execute(q, (["in"] * 3, [0, 1, 2], True)).fetchall()
     assert got == [("in", 0, 8, False), ("in", 1, 3, False)]
+
+
+def test_only_read_committed_transactions_may_commit_offsets(store: Store, app) -> None:
+    """Under REPEATABLE READ / SERIALIZABLE the transaction's snapshot may predate a rebalance
+    (the fencing check would read an old generation): refused, nothing written."""
+    _role, conn = app
+    _mirror(store.conn, "g", "classic", 7, "Stable", {"m1": 7})
+    for level in ("REPEATABLE READ", "SERIALIZABLE"):
+        conn.execute(f"BEGIN ISOLATION LEVEL {level}")
+        try:
+            conn.execute("SELECT 1")  # the snapshot is taken here
+            _mirror(store.conn, "g", "classic", 8, "Stable", {"m1": 8})  # the group moves on meanwhile
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
+                db.commit_offsets(conn, "g", {("in", 0): 5}, member_id="m1", generation=7)
+            assert info.value.diag.message_detail == "INVALID_TXN_STATE"
+        finally:
+            conn.execute("ROLLBACK")
+        _mirror(store.conn, "g", "classic", 7, "Stable", {"m1": 7})
+    assert _pending(store) == []

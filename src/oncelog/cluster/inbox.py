@@ -11,8 +11,8 @@ this broker coordinates:
    generation, state, members and their epochs) differs from the one last written; after a
    partition is loaded, ``mirror_partition`` rewrites every row of it. So a member learns of a
    new generation (JoinGroup/SyncGroup answers, heartbeat answers) only after the store's
-   fencing does. Rows are UPDATEd, never deleted (a group that went away becomes kind 'none'):
-   commit_offsets holds them FOR KEY SHARE, which an UPDATE of non-key columns does not wait on.
+   fencing does. Rows are UPDATEd, never deleted (a group that went away becomes kind 'none');
+   applications' transactions read them without locking them, so no write here waits for one.
 2. **Read-through** (OffsetFetch at once). ``overlay`` answers OffsetFetch with the newest
    pending (committed, not yet drained) row of each partition in place of the coordinator's
    offset: every offset write of a group drains the group's pending rows first (``drain_locked``

@@ -17,10 +17,9 @@ inside it. The function (SECURITY DEFINER, fixed search_path, EXECUTE revoked fr
 3. fences the caller against ``oncelog.inbox_group``, the group coordinator's mirror of each
    group (kind, generation, state, member -> generation or member epoch), which the
    coordinator rewrites after each change, before answering the request that made it
-   (cluster/inbox.py). The row is read ``FOR KEY SHARE``: under READ COMMITTED that reads its
-   latest committed version; under REPEATABLE READ / SERIALIZABLE a version newer than the
-   transaction's snapshot raises a serialization failure (40001). The coordinator only
-   UPDATEs non-key columns of these rows (never DELETE), which that lock does not block;
+   (cluster/inbox.py). The row is read without a lock by a statement that starts after the
+   advisory lock was taken, so under READ COMMITTED it is the latest committed version; other
+   isolation levels are refused (their snapshot may predate a rebalance);
 4. inserts one row into ``oncelog.inbox`` (the pending commits) and sends ``NOTIFY
    oncelog_inbox, '<group id>'`` (delivered only if the transaction commits).
 
@@ -32,6 +31,7 @@ a group drains its pending rows first).
 Refusals are SQL errors raised before anything is written (SQLSTATE in parentheses; the message
 starts with ``oncelog.commit_offsets: <KAFKA_ERROR_NAME>`` and DETAIL is the Kafka error name):
 
+* a transaction that is not READ COMMITTED (0A000 INVALID_TXN_STATE);
 * ``group_id`` NULL or empty, ``topic``/``partition``/``next_offset``/``generation_or_epoch``
   NULL (22004 INVALID_GROUP_ID / INVALID_REQUEST);
 * unknown topic (42704 UNKNOWN_TOPIC_OR_PARTITION), partition out of range or a negative
@@ -75,8 +75,8 @@ REVOKE ALL ON oncelog.inbox FROM PUBLIC;
 
 -- The group coordinator's mirror of each group it coordinates (cluster/inbox.py): kind
 -- 'classic' | 'consumer' | 'none' (no such group), the classic generation, the state, and
--- members as {{member id: generation (classic) or member epoch (consumer)}}. Rows are only
--- ever UPDATEd on non-key columns, never deleted (commit_offsets locks them FOR KEY SHARE).
+-- members as {{member id: generation (classic) or member epoch (consumer)}}. Rows are
+-- UPDATEd (a group that went away becomes kind 'none'), never deleted.
 CREATE TABLE IF NOT EXISTS oncelog.inbox_group (
     group_id          text PRIMARY KEY,
     offsets_partition integer NOT NULL,
@@ -129,6 +129,10 @@ DECLARE
     limit_bytes bigint;
     err text;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'oncelog.commit_offsets: INVALID_TXN_STATE: needs a READ COMMITTED transaction (this one is %): the fencing check must read the group as it is now, not as the snapshot of the transaction saw it',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000', DETAIL = 'INVALID_TXN_STATE';
+    END IF;
     IF gid IS NULL OR gid = '' THEN
         RAISE EXCEPTION 'oncelog.commit_offsets: INVALID_GROUP_ID: group_id must not be NULL or empty'
             USING ERRCODE = '22004', DETAIL = 'INVALID_GROUP_ID';
@@ -172,7 +176,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock({INBOX_LOCK_NS}, oncelog.inbox_lock_key(gid, commit_offsets.topic, commit_offsets.partition));
 
     -- fencing, as the coordinator's OffsetCommit (coordinator/group/shard.py commit_offsets)
-    SELECT * INTO g FROM oncelog.inbox_group ig WHERE ig.group_id = gid FOR KEY SHARE;
+    SELECT * INTO g FROM oncelog.inbox_group ig WHERE ig.group_id = gid;
     IF NOT FOUND OR g.kind = 'none' THEN
         IF gen >= 0 THEN
             err := 'GROUP_ID_NOT_FOUND';
