@@ -26,8 +26,9 @@ this broker coordinates:
    write path, then deletes exactly those rows. A crash between the two leaves rows that the
    next drain appends again: the same values, and nothing newer can be in the log in between
    (every write drains first), so the group's offsets end the same. Drains are woken by
-   ``NOTIFY oncelog_inbox '<group>'`` (delivered at the application's COMMIT), by every offset
-   operation of the group, after a load, and by a poll every ``poll_s``.
+   ``NOTIFY oncelog_inbox '<group>'`` (delivered at the application's COMMIT; the drain starts
+   ``linger_s`` later, so a busy group's commits go in one append), by every offset operation
+   of the group, after a load, and by a poll every ``poll_s``.
 
 The mirror and drain writes run on a worker thread (``asyncio.to_thread``) with their own
 connection; ``overlay`` is one read on the event loop (OffsetFetch is synchronous), bounded by
@@ -58,6 +59,9 @@ __all__ = ["Inbox", "snapshot"]
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
+#: a woken drain waits this long first, so that the commits of a busy group go in one append
+#: (OffsetFetch reads pending commits through: this delays no reader)
+DRAIN_LINGER_S = 0.05
 WARN_EVERY_S = 10.0
 
 #: kind, generation, state, {member id: generation or member epoch}
@@ -90,7 +94,8 @@ def _groups(shard: Any) -> set[str]:
 
 
 class Inbox:
-    def __init__(self, connect: Callable[[], Any], node_id: int, *, poll_s: float = POLL_S) -> None:
+    def __init__(self, connect: Callable[[], Any], node_id: int, *, poll_s: float = POLL_S,
+                 linger_s: float = DRAIN_LINGER_S) -> None:
         """``connect``: a new autocommit psycopg connection (three are opened: the writer, the
         event loop's reader, the listener)."""
         self._writer = StoreConnection(connect, f"inbox writer {node_id}")
@@ -98,6 +103,7 @@ class Inbox:
         self._write_lock = asyncio.Lock()
         self._node = node_id
         self._poll_s = poll_s
+        self._linger_s = linger_s
         #: offsets partition -> group -> the snapshot last written to the store
         self._written: dict[int, dict[str, Snapshot]] = {}
         self._coordinator: Any = None
@@ -286,6 +292,7 @@ class Inbox:
 
     async def _drain(self, group_id: str) -> None:
         try:
+            await asyncio.sleep(self._linger_s)
             self._waking.discard(group_id)  # a NOTIFY from now on wakes another drain
             await self._coordinator.drain_inbox(group_id)
         except asyncio.CancelledError:
