@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.membership.cluster_parts import ClusterParts
     from oncelog.broker.membership.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
-    from oncelog.cluster.inbox import Inbox
+    from oncelog.broker.membership.inbox import Inbox
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
-        self._inbox: "Inbox | None" = None  # cluster mode: the database inbox (cluster/inbox.py)
+        self._inbox: "Inbox | None" = None  # cluster mode: the database inbox (broker/membership/inbox.py)
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
@@ -375,7 +375,7 @@ class Broker:
         self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)
         self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
-        from oncelog.cluster.inbox import Inbox
+        from oncelog.broker.membership.inbox import Inbox
 
         inbox = Inbox(connector(self.store), self.node_id)
         if inbox.available():  # issue 31: oncelog.commit_offsets's commits, for the groups coordinated here
@@ -405,13 +405,13 @@ class Broker:
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        if self._inbox is not None:  # before the group coordinator: its drains write through it
+            await self._inbox.stop()
         await self.groups.stop()
         await self.shares.stop()
         await self._close_servers()
         if self._outbox is not None:
             await self._outbox.stop()
-        if self._inbox is not None:
-            await self._inbox.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self._peers is not None:

@@ -124,7 +124,7 @@ class GroupCoordinator:
         #: partition -> markers (producer id, commit, epoch) that arrived while it was loading
         self._deferred: dict[int, list[tuple[int, bool, int | None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        #: cluster mode: the database inbox (cluster/inbox.py; issue 31), else None
+        #: cluster mode: the database inbox (broker/membership/inbox.py; issue 31), else None
         self.inbox: Any = None
 
     @property
