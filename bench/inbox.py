@@ -115,7 +115,12 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, partitions: i
             admin = KafkaAdminClient(bootstrap_servers=bootstrap)
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn, autocommit=True) as owner:
-                    admin.list_group_offsets({"probe": None})
+                    for _ in range(150):  # the coordinator may still be loading right after the start
+                        try:
+                            admin.list_group_offsets({"probe": None})
+                            break
+                        except Exception:  # noqa: BLE001 - NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS
+                            time.sleep(0.2)
                     k = 0
                     end = time.monotonic() + (seconds if mode != "idle" else 5.0)
                     while time.monotonic() < end and not stop.is_set():

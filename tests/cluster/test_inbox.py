@@ -365,3 +365,48 @@ def test_consumer_group_member_epochs_fence(cluster: list[BrokerProcess], pg_dsn
         if b is not None:
             b.close()
         conn.close()
+
+
+def test_a_coordinator_failover_keeps_fencing_and_pending_commits(cluster: list[BrokerProcess], pg_dsn: str) -> None:
+    """The group's coordinator is SIGKILLed: a commit made while it is down is served by the
+    new coordinator (read through, then drained), whose load rewrote the group mirror, and
+    whose next generation fences the old one."""
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    topic, group = "failover", "gfo-1"
+    _setup_topic(bootstrap, topic, 2, 20)
+    app_dsn = _app_role(pg_dsn, "gfo-", topic)
+    a = _consumer(bootstrap, group, topic)
+    b = None
+    conn = psycopg.connect(app_dsn, autocommit=True)
+    try:
+        _assigned(a)
+        _g, member_a, gen_a = _wait("A's membership", lambda: (m := db.group_metadata(a))[2] >= 0 and m)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        coordinator = next(p for p in cluster if p.node_id == desc.coordinator.id)
+        coordinator.kill()
+        with conn.transaction():  # against the mirror the dead coordinator wrote
+            conn.execute("INSERT INTO processed VALUES ('during', 0, 0)")
+            db.commit_offsets(conn, group, {(topic, 0): 4}, member_id=member_a, generation=gen_a)
+        survivor = next(p for p in cluster if p is not coordinator).bootstrap
+        assert _wait("the new coordinator", lambda: _fetched_quietly(survivor, group)) == {(topic, 0): 4}
+        with psycopg.connect(pg_dsn, autocommit=True) as owner:
+            _wait("the new coordinator to drain", lambda: owner.execute(
+                "SELECT count(*) FROM oncelog.inbox").fetchone() == (0,))
+        a.close()  # A leaves; B joins: the new coordinator makes the next generation
+        a = None
+        b = _consumer(survivor, group, topic)
+        _assigned(b)
+        _g, member_b, gen_b = _wait("B's membership", lambda: (m := db.group_metadata(b))[2] > gen_a and m)
+        _refused(conn, "ILLEGAL_GENERATION", group, {(topic, 0): 5}, member_id=member_b, generation=gen_a)
+        with conn.transaction():
+            db.commit_offsets(conn, group, {(topic, 1): 6}, member_id=member_b, generation=gen_b)
+        assert _fetched(survivor, group) == {(topic, 0): 4, (topic, 1): 6}
+    finally:
+        if a is not None:
+            a.close()
+        if b is not None:
+            b.close()
+        conn.close()
