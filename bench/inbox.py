@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import drop_database, median_range, pg_and_workdir, stop_brokers
+from bench.common import cpu_seconds, drop_database, median_range, pg_and_workdir, stop_brokers
 
 PROBE_EVERY_S = 0.02
 
@@ -150,6 +150,10 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, partitions: i
             finally:
                 admin.close()
 
+        import psutil
+
+        broker_procs = [psutil.Process(b.pid) for b in procs if b.pid is not None]
+        cpu0 = cpu_seconds(broker_procs)
         started = time.monotonic()
         if mode != "idle":
             threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
@@ -160,6 +164,7 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, partitions: i
         for t in threads:
             t.join(seconds + 120)
         elapsed = max(1e-9, min(time.monotonic(), load_end) - started) if mode != "idle" else 1.0
+        broker_cpu = cpu_seconds(broker_procs) - cpu0
         if errors:
             raise errors[0]
         with psycopg.connect(dsn, autocommit=True) as c:
@@ -170,6 +175,7 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, partitions: i
                     time.sleep(0.05)
                 left = c.execute("SELECT count(*) FROM oncelog.inbox").fetchone()[0]
         return {"mode": mode, "commits_per_s": sum(counts) / elapsed if mode != "idle" else 0.0,
+                "broker_cpu_ms_per_txn": broker_cpu * 1000 / sum(counts) if sum(counts) else float("nan"),
                 "fetch_p50_ms": _pct(fetch_ms, 0.5), "fetch_p99_ms": _pct(fetch_ms, 0.99),
                 "drain_p50_ms": _pct(drain_ms, 0.5), "drain_p99_ms": _pct(drain_ms, 0.99),
                 "probes": len(fetch_ms), "probes_unseen": unseen[0], "left_pending": left}
@@ -203,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
           f"--writers {args.writers} --partitions {args.partitions} --repeat {args.repeat}`: PostgreSQL 15, the "
           f"broker(s) and the application on one shared 2-core machine (load average {load0:.1f} before, "
           f"{psutil.getloadavg()[0]:.1f} after); median of {args.repeat} (min–max).\n")
-    print("| application | transactions/s (row + offsets) | commit → OffsetFetch p50 ms | p99 ms | "
-          "commit → in __consumer_offsets p50 ms | p99 ms | probes unseen |")
-    print("|---|---|---|---|---|---|---|")
+    print("| application | transactions/s (row + offsets) | broker CPU ms per transaction | "
+          "commit → OffsetFetch p50 ms | p99 ms | commit → in __consumer_offsets p50 ms | p99 ms | probes unseen |")
+    print("|---|---|---|---|---|---|---|---|")
     labels = {"idle": "oncelog.commit_offsets, idle (probes only)", "inbox": "oncelog.commit_offsets under load",
               "own-table": "own offsets table (INSERT … ON CONFLICT), under load",
               "kafka-after": "row, COMMIT, then Kafka OffsetCommit (not atomic), under load"}
@@ -217,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             return median_range(vs, fmt) if vs else "–"
 
         rate = cell("commits_per_s", "{:,.0f}") if mode != "idle" else "–"
-        print(f"| {labels[mode]} | {rate} | {cell('fetch_p50_ms', '{:.1f}')} | {cell('fetch_p99_ms', '{:.1f}')} | "
+        print(f"| {labels[mode]} | {rate} | {cell('broker_cpu_ms_per_txn', '{:.2f}')} | {cell('fetch_p50_ms', '{:.1f}')} | {cell('fetch_p99_ms', '{:.1f}')} | "
               f"{cell('drain_p50_ms', '{:.0f}')} | {cell('drain_p99_ms', '{:.0f}')} | "
               f"{sum(r['probes_unseen'] for r in rs)} |")
     return 0

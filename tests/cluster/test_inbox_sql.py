@@ -24,7 +24,8 @@ def _allow(conn, principal: str, rtype: int, name: str, *, op: int = 3, permissi
 
 
 def _mirror(conn, group: str, kind: str, generation: int, state: str, members: dict[str, int]) -> None:
-    conn.execute("INSERT INTO oncelog.inbox_group VALUES (%s, 0, %s, %s, %s, %s) ON CONFLICT (group_id) DO UPDATE "
+    conn.execute("INSERT INTO oncelog.inbox_group (group_id, offsets_partition, kind, generation, state, members) "
+                 "VALUES (%s, 0, %s, %s, %s, %s) ON CONFLICT (group_id) DO UPDATE "
                  "SET kind = EXCLUDED.kind, generation = EXCLUDED.generation, state = EXCLUDED.state, "
                  "members = EXCLUDED.members", (group, kind, generation, state, json.dumps(members)))
 

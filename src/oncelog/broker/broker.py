@@ -377,7 +377,11 @@ class Broker:
         self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
         from oncelog.broker.membership.inbox import Inbox
 
-        inbox = Inbox(connector(self.store), self.node_id)
+        import psycopg
+
+        store = self.store
+        inbox = Inbox(connector(store), lambda: psycopg.AsyncConnection.connect(store, autocommit=True, connect_timeout=10),
+                      self.node_id)
         if inbox.available():  # issue 31: oncelog.commit_offsets's commits, for the groups coordinated here
             inbox.start(self.groups)
             self.groups.inbox = self._inbox = inbox

@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS oncelog.inbox_group (
     kind              text    NOT NULL,
     generation        integer NOT NULL,
     state             text    NOT NULL,
-    members           jsonb   NOT NULL
+    members           jsonb   NOT NULL,
+    uses_inbox        boolean NOT NULL DEFAULT false  -- set by the coordinator at the group's first drain
 );
 CREATE INDEX IF NOT EXISTS inbox_group_partition ON oncelog.inbox_group (offsets_partition);
 REVOKE ALL ON oncelog.inbox_group FROM PUBLIC;

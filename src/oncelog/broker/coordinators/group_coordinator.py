@@ -234,10 +234,13 @@ class GroupCoordinator:
                    drain: bool = False) -> Any:
         """One operation that may write: under the shard's lock, ``decide(shard, now)`` then
         ``_execute``. Returns the response (a future for a parked one). ``drain``: an offset
-        write, which first moves the group's database inbox commits into the log (issue 31)."""
+        write, which first moves the group's database inbox commits into the log (issue 31);
+        checked before the lock: a database commit after the check is the newer one, and its
+        drain comes after this write."""
+        pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
         async with self.runtime.lock(self.partition_for(group_id)):
             shard = self._shard(group_id)
-            if drain and self.inbox is not None:
+            if pending:
                 await self._drain_inbox_locked(shard, group_id)
             now = self.clock.now_ms()
             return await self._execute(shard, decide(shard, now), now, offsets=offsets, group_id=group_id)

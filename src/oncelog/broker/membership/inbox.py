@@ -15,8 +15,12 @@ this broker coordinates:
    applications' transactions read them without locking them, so no write here waits for one.
 2. **Read-through** (OffsetFetch at once). ``overlay`` answers OffsetFetch with the newest
    pending (committed, not yet drained) row of each partition in place of the coordinator's
-   offset: every offset write of a group drains the group's pending rows first (``drain_locked``
-   under the shard's lock), so a pending row is always newer than the log. With
+   offset: every offset write of a group known to use the inbox drains the group's pending rows
+   first (``has_pending``, then ``drain_locked`` under the shard's lock), so a pending row is
+   newer than the log. A group becomes known by its first commit's NOTIFY (or the poll), and
+   stays known across coordinators (``uses_inbox`` in its mirror row, set at its first drain):
+   only a group's very first database commit and a Kafka commit of the same group arriving
+   before that NOTIFY (milliseconds) may be ordered either way. With
    ``require_stable`` a partition whose inbox lock an open transaction holds (it called
    commit_offsets and has not ended) answers UNSTABLE_OFFSET_COMMIT, as a pending
    TxnOffsetCommit does (KIP-447): a new owner of the partition waits for the zombie's
@@ -31,9 +35,10 @@ this broker coordinates:
    of the group, after a load, and by a poll every ``poll_s``.
 
 The mirror and drain writes run on a worker thread (``asyncio.to_thread``) with their own
-connection; ``overlay`` is one read on the event loop (OffsetFetch is synchronous), bounded by
-the group's pending rows (at most one per partition per open application transaction plus
-those not yet drained).
+connection; ``has_pending`` (once per offset write) is one indexed read on an asynchronous
+connection; ``overlay`` (OffsetFetch is synchronous) is one read on the event loop's connection,
+bounded by the group's pending rows (at most one per partition per open application
+transaction plus those not yet drained).
 """
 
 from __future__ import annotations
@@ -42,9 +47,10 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.errors import StoreUnavailable
 from oncelog.cluster.inbox_schema import INBOX_CHANNEL
 from oncelog.cluster.notify import ChannelListener
 from oncelog.coordinator.group import records as rec
@@ -70,6 +76,9 @@ ABSENT: Snapshot = ("none", -1, "Dead", {})
 
 _PENDING = ("SELECT id, topic, partition, next_offset, leader_epoch, metadata, ts FROM oncelog.inbox "
             "WHERE group_id = %s ORDER BY id")
+_KNOWN = ("SELECT group_id FROM oncelog.inbox_group WHERE offsets_partition = %s AND uses_inbox "
+          "UNION SELECT DISTINCT group_id FROM oncelog.inbox")
+_PENDING_GROUPS = "SELECT DISTINCT group_id FROM oncelog.inbox WHERE group_id = ANY(%s)"
 _UPDATE = ("UPDATE oncelog.inbox_group SET offsets_partition = %s, kind = %s, generation = %s, state = %s, "
            "members = %s WHERE group_id = %s")
 _INSERT = ("INSERT INTO oncelog.inbox_group (offsets_partition, kind, generation, state, members, group_id) "
@@ -94,13 +103,22 @@ def _groups(shard: Any) -> set[str]:
 
 
 class Inbox:
-    def __init__(self, connect: Callable[[], Any], node_id: int, *, poll_s: float = POLL_S,
-                 linger_s: float = DRAIN_LINGER_S) -> None:
+    def __init__(self, connect: Callable[[], Any], aconnect: Callable[[], Awaitable[Any]], node_id: int, *,
+                 poll_s: float = POLL_S, linger_s: float = DRAIN_LINGER_S) -> None:
         """``connect``: a new autocommit psycopg connection (three are opened: the writer, the
-        event loop's reader, the listener)."""
+        event loop's reader, the listener); ``aconnect``: a new autocommit psycopg
+        AsyncConnection (``has_pending``'s)."""
         self._writer = StoreConnection(connect, f"inbox writer {node_id}")
         self._reader = StoreConnection(connect, f"inbox reader {node_id}")
         self._write_lock = asyncio.Lock()
+        self._aconnect = aconnect
+        self._async: Any = None
+        self._checks: dict[str, list[asyncio.Future[bool]]] = {}
+        self._checker: asyncio.Task[None] | None = None
+        #: groups known to use the inbox (has_pending reads the store for these only)
+        self._known: set[str] = set()
+        #: groups whose mirror row carries uses_inbox (as far as this broker wrote it)
+        self._flagged: set[str] = set()
         self._node = node_id
         self._poll_s = poll_s
         self._linger_s = linger_s
@@ -146,8 +164,11 @@ class Inbox:
             await asyncio.gather(self._poller, return_exceptions=True)
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=30)
+        if self._checker is not None:
+            await asyncio.gather(self._checker, return_exceptions=True)
         self._writer.close()
         self._reader.close()
+        await self._drop_async()
 
     # -- 1. mirror --------------------------------------------------------------------------------
 
@@ -173,6 +194,12 @@ class Inbox:
         does not hold become kind 'none')."""
         self._written.pop(shard.partition, None)
         await self._write(shard.partition, {g: snapshot(shard, g) for g in _groups(shard)}, replace=True)
+        try:
+            rows = await self._on_writer(self._query, _KNOWN, (shard.partition,))
+        except KafkaError as exc:
+            self._warn("reading which groups use the inbox failed: %s", exc)
+            return
+        self._known.update(g for (g,) in rows)
 
     def forget(self, partition: int) -> None:
         """This broker no longer coordinates ``partition``."""
@@ -237,6 +264,60 @@ class Inbox:
 
     # -- 3. drain -------------------------------------------------------------------------------------
 
+    async def has_pending(self, group_id: str) -> bool:
+        """Whether ``group_id`` has commits not drained yet. False without a read for a group
+        not known to use the inbox (its first commit's NOTIFY, a poll, or the flag its first
+        drain set in the mirror makes it known). Otherwise the checks of concurrent callers go
+        in one indexed read on an asynchronous connection (nothing blocks the event loop),
+        started after each of them asked. Raises StoreUnavailable."""
+        if group_id not in self._known:
+            return False
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._checks.setdefault(group_id, []).append(fut)
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.get_running_loop().create_task(self._check_batches(), name="inbox checks")
+        return await fut
+
+    async def _check_batches(self) -> None:
+        while self._checks:
+            batch, self._checks = self._checks, {}
+            try:
+                found = await self._pending_groups(list(batch))
+            except KafkaError as exc:
+                for futs in batch.values():
+                    for f in futs:
+                        if not f.done():
+                            f.set_exception(exc)
+                continue
+            for group_id, futs in batch.items():
+                for f in futs:
+                    if not f.done():
+                        f.set_result(group_id in found)
+
+    async def _pending_groups(self, group_ids: list[str]) -> set[str]:
+        """Which of ``group_ids`` have pending rows; retried once on a new connection when the
+        old one broke. Raises StoreUnavailable."""
+        for attempt in (1, 2):
+            try:
+                if self._async is None or self._async.closed or self._async.broken:
+                    await self._drop_async()
+                    self._async = await self._aconnect()
+                cur = await self._async.execute(_PENDING_GROUPS, (group_ids,))
+                return {row[0] for row in await cur.fetchall()}
+            except Exception as exc:
+                await self._drop_async()
+                if attempt == 2:
+                    raise StoreUnavailable(f"inbox: read failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    async def _drop_async(self) -> None:
+        conn, self._async = self._async, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection
+                pass
+
     async def drain_locked(self, shard: Any, group_id: str, execute: Callable[[Any, Result, int], Any],
                            now: int) -> int:
         """Move ``group_id``'s pending commits into the log: ``execute(shard, result, now)``
@@ -260,12 +341,20 @@ class Inbox:
 
         await self._on_writer(delete)
         self.drained += len(rows)
+        if group_id not in self._flagged:  # known as an inbox user by the next coordinators too
+            await self._on_writer(self._flag, group_id)
+            self._flagged.add(group_id)
         return len(rows)
 
     async def _on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on a worker thread, one at a time (the writer's connection)."""
         async with self._write_lock:
             return await asyncio.to_thread(fn, *args)
+
+    def _flag(self, group_id: str) -> None:
+        with self._writer.transaction() as conn:
+            conn.execute("UPDATE oncelog.inbox_group SET uses_inbox = true WHERE group_id = %s AND NOT uses_inbox",
+                         (group_id,))
 
     def _query(self, sql: str, params: Any) -> list[tuple]:
         return self._writer.query(sql, params)
@@ -280,6 +369,7 @@ class Inbox:
 
     def wake(self, group_id: str) -> None:
         """Drain ``group_id`` soon if this broker coordinates it (once for many wakes)."""
+        self._known.add(group_id)
         coordinator = self._coordinator
         if coordinator is None or group_id in self._waking:
             return
