@@ -205,15 +205,24 @@ def test_offsets_committed_in_the_application_transaction(cluster: list[BrokerPr
         _wait("the group to be empty", lambda: _try_standalone(conn, group, topic))
         assert _fetched(bootstrap, group) == {(topic, 0): 12, (topic, 1): 4}
         # the commits were drained into __consumer_offsets: they survive the brokers' restart
-        with psycopg.connect(pg_dsn, autocommit=True) as owner:
-            _wait("the inbox to drain", lambda: owner.execute("SELECT count(*) FROM oncelog.inbox").fetchone() == (0,))
+        owner = psycopg.connect(pg_dsn, autocommit=True)
+        _wait("the inbox to drain", lambda: owner.execute("SELECT count(*) FROM oncelog.inbox").fetchone() == (0,))
         for broker in cluster:
             broker.kill()
+        # as if a coordinator had died between a generation's append and its mirror write
+        owner.execute("UPDATE oncelog.inbox_group SET kind = 'classic', generation = 999, state = 'Stable', "
+                      "members = '{\"ghost\": 999}' WHERE group_id = %s", (group,))
         time.sleep(3.5)  # past broker.session.timeout.ms: the nodes' sessions expire
         for broker in cluster:
             broker.start(timeout=60)
         assert _wait("offsets after the restart", lambda: _fetched_quietly(bootstrap, group)) == \
             {(topic, 0): 12, (topic, 1): 4}
+        # the loading coordinator rewrote the mirror from the log: the ghost is refused
+        _wait("the mirror rewritten", lambda: owner.execute(
+            "SELECT members = '{}' AND generation < 999 FROM oncelog.inbox_group WHERE group_id = %s",
+            (group,)).fetchone() == (True,))
+        _refused(conn, "UNKNOWN_MEMBER_ID", group, {(topic, 0): 13}, member_id="ghost", generation=999)
+        owner.close()
         assert conn.execute("SELECT count(*) FROM processed").fetchone() == (15,)
     finally:
         if a is not None:
