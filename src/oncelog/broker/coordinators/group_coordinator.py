@@ -237,7 +237,10 @@ class GroupCoordinator:
         write, which first moves the group's database inbox commits into the log (issue 31);
         checked before the lock: a database commit after the check is the newer one, and its
         drain comes after this write."""
-        pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
+        try:
+            pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
+        except KafkaError as exc:  # the store: the client retries, as after a failed append
+            raise _coordinator_error(exc, offsets=offsets) from None
         async with self.runtime.lock(self.partition_for(group_id)):
             shard = self._shard(group_id)
             if pending:
@@ -348,7 +351,10 @@ class GroupCoordinator:
                       ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
         rows = self._shard(group_id).fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
         if self.inbox is not None:  # issue 31: commits of database transactions not drained yet
-            rows = self.inbox.overlay(group_id, rows, partitions, require_stable)
+            try:
+                rows = self.inbox.overlay(group_id, rows, partitions, require_stable)
+            except KafkaError as exc:  # the store: the client retries, as after a failed append
+                raise _coordinator_error(exc, offsets=True) from None
         return rows
 
     # -- consumer groups (KIP-848) ------------------------------------------------------------------
