@@ -316,6 +316,7 @@ class Broker:
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        await self.membership.stop_coordinators()  # before the group coordinator (cluster: the inbox)
         await self.groups.stop()
         if self.shares is not None:
             await self.shares.stop()

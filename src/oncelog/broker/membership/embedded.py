@@ -158,6 +158,9 @@ class EmbeddedMembership:
     async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:
         """Nothing to join."""
 
+    async def stop_coordinators(self) -> None:
+        """Nothing writes through the coordinators from outside."""
+
     def fence_if_lease_lapsed(self) -> None:
         """No lease: this node is the cluster."""
 

@@ -10,7 +10,8 @@ Two levels:
   epoch 0 and is the controller.
 * ``Membership``: ``Metadata`` plus the stores and the lifecycle the broker drives, in this
   order: ``open`` (before anything listens), ``marker_writer``, ``start_coordinators``, then,
-  once listening, ``join``; ``close`` at stop (also after a failed start).
+  once listening, ``join``; at stop ``stop_coordinators`` (before the coordinators stop), then
+  ``close`` (also after a failed start).
 
 Each store is a Protocol of its own, implemented embedded and on PostgreSQL:
 
@@ -213,6 +214,11 @@ class Membership(Metadata, Protocol):
     async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:
         """Once listening (``listeners``: name -> advertised (host, port); ``host:port`` the
         primary listener's): become a member."""
+        ...
+
+    async def stop_coordinators(self) -> None:
+        """At stop, before the coordinators stop: stop what writes through them (cluster mode:
+        the database inbox's drains, issue 31; embedded: nothing)."""
         ...
 
     def fence_if_lease_lapsed(self) -> None:

@@ -11,7 +11,8 @@ The parts it drives, opened by ``open`` and closed by ``close`` in reverse:
 ``ClusterParts`` (the store connections, the group committers and the leader tracker that opens
 and closes partitions as leadership moves), ``ClusterMember`` (the session, heartbeat, poll and
 rebalance), ``PeerClients`` (markers and transaction verification for partitions led
-elsewhere), the ACL and credential stores, and once joined the outbox drainer (issue 31). The
+elsewhere), the ACL and credential stores, and once joined the outbox drainer and the inbox
+(issue 31; the inbox stops before the group coordinator: ``stop_coordinators``). The
 group and transaction coordinators load an internal partition when this broker is given its
 leadership, with the leader epoch as the coordinator epoch.
 
@@ -25,6 +26,8 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
+import psycopg
+
 from oncelog.broker import periodic
 from oncelog.broker.auth.acls import AclService
 from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
@@ -33,6 +36,7 @@ from oncelog.broker.membership.cluster_parts import ClusterParts
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
+from oncelog.broker.membership.inbox import Inbox
 from oncelog.broker.membership.interface import Election, Node
 from oncelog.broker.membership.outbox_drainer import OutboxDrainer
 from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
@@ -173,6 +177,8 @@ class StoreMembership:
         self._peers: PeerClients | None = None
         self._store_acls: StoreAcls | None = None
         self._outbox: OutboxDrainer | None = None
+        self._inbox: Inbox | None = None
+        self._groups: GroupCoordinator | None = None
         self._jobs: list[asyncio.Task[None]] = []
         self._joined = False
 
@@ -259,6 +265,7 @@ class StoreMembership:
         leader tracker's ``on_lead``) and dropped when it loses it (``on_resign``)."""
         assert self._parts is not None and self._peers is not None, "open() first"
         member = self.member
+        self._groups = groups
         groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
         groups.start(load_all=False)
         transactions.remote = RemoteVerifier(lambda: member.view, self._peers, transactions.partition_of)
@@ -281,14 +288,27 @@ class StoreMembership:
     async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:
         """Register (``host:port`` the primary listener's advertised address), rebalance, load
         the first view, then start draining the database outbox (issue 31) into the
-        partitions led here."""
-        assert self._parts is not None, "open() first"
+        partitions led here, and the database inbox (issue 31: ``oncelog.commit_offsets``'s
+        commits) into the groups coordinated here, where the store has one."""
+        assert self._parts is not None and self._groups is not None, "open() and start_coordinators() first"
         await self.member.start(host, port, dict(listeners))
         self._joined = True
         self.cluster_id = self.member.cluster_id
         self._outbox = OutboxDrainer(self.replicas, self._parts.reader, connector(self.dsn),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)
         self._outbox.start()
+        dsn = self.dsn
+        inbox = Inbox(connector(dsn), lambda: psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10),
+                      self.node_id)
+        if inbox.available():
+            inbox.start(self._groups)
+            self._groups.inbox = self._inbox = inbox
+
+    async def stop_coordinators(self) -> None:
+        """Stop the inbox before the group coordinator: its drains write through it."""
+        if self._inbox is not None:
+            inbox, self._inbox = self._inbox, None
+            await inbox.stop()
 
     def fence_if_lease_lapsed(self) -> None:
         self.member.fence_if_lease_lapsed()
@@ -301,6 +321,7 @@ class StoreMembership:
             task.cancel()
         await asyncio.gather(*self._jobs, return_exceptions=True)
         self._jobs = []
+        await self.stop_coordinators()
         if self._outbox is not None:
             outbox, self._outbox = self._outbox, None
             await outbox.stop()
