@@ -29,7 +29,7 @@ from oncelog.broker.partitions.markers import LocalMarkerWriter
 from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
-from oncelog.broker.routes import ROUTES, cluster_routes
+from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
 from oncelog.broker.network.server import Server
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
@@ -78,7 +78,7 @@ class Broker:
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
-        #: share groups (KIP-932, issue 30): embedded mode only (started there)
+        #: share groups (KIP-932, issue 30): state in __share_group_state (embedded) or the store
         self.shares = ShareCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
         self.producer_ids: ProducerIdManager  # set by start()
@@ -99,9 +99,8 @@ class Broker:
             from oncelog.console import console_for
 
             self.console = console_for(self)
-        # one table: the handlers ask the membership where the modes differ; cluster mode leaves
-        # out the embedded-only APIs (share groups)
-        routes = cluster_routes() if store else ROUTES
+        # one table (issue 27): the handlers ask the membership where the modes differ
+        routes = ROUTES
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
         self.servers = [self._server_for(lst, routes) for lst in self.listeners]
@@ -323,6 +322,13 @@ class Broker:
             raise
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
+        from oncelog.broker.membership.cluster_member import connector as share_connector
+        from oncelog.cluster.connection import StoreConnection
+        from oncelog.cluster.share_state import StoreShareState
+
+        # share groups (KIP-932, issue 30): their state in the store, written by each partition's leader
+        self.shares.start_cluster(StoreShareState(StoreConnection(share_connector(self.store), f"node {self.node_id} share state"),
+                                                  self.node_id))
         if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
             from oncelog.broker.membership.cluster_member import connector
             from oncelog.cluster.acls import StoreAcls
