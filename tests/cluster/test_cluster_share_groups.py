@@ -6,7 +6,8 @@ by its leader epoch.
   that is not the leader, is refused (NOT_LEADER_OR_FOLLOWER) and changes nothing;
 * two brokers, three confluent-kafka ShareConsumers in explicit mode accepting every record and
   committing; the broker leading the partition (where ShareFetch and ShareAcknowledge go, and
-  whose share state is in the store) is SIGKILLed mid-stream: the survivor takes the partition
+  whose share state is in the store), which also coordinates the group (where the members
+  heartbeat), is SIGKILLed mid-stream: the survivor takes the partition
   over and loads the state from the store. Nothing is lost (every record ends accepted) and no
   record whose acceptance was confirmed before the kill is delivered again after it.
 
@@ -35,13 +36,24 @@ from oncelog.protocol.errors import NotLeaderOrFollower
 
 SESSION = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "400",
            "group.share.heartbeat.interval.ms": "500", "group.share.session.timeout.ms": "6000"}
-TOPIC, GROUP = "share-c", "sg-cluster"
+TOPIC = "share-c"
+GROUP = "sg-cluster"  # replaced by the test with one its partition's leader also coordinates
 
 
-def share_consumer(bootstrap: str) -> Any:
+def _coordinator(bootstrap: str, group: str) -> int:
+    from oncelog.client import ProtocolClient
+    from oncelog.protocol import apis
+
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.FIND_COORDINATOR, 4)
+        r = c.request(apis.FIND_COORDINATOR, m["FindCoordinatorRequest"](key_type=0, coordinator_keys=(group,)), version=4)
+        return int(r.coordinators[0].node_id)
+
+
+def share_consumer(bootstrap: str, group: str) -> Any:
     from confluent_kafka import ShareConsumer
 
-    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "share.acknowledgement.mode": "explicit"})
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
     c.subscribe([TOPIC])
     return c
 
@@ -107,17 +119,21 @@ def test_share_group_survives_a_sigkill_of_the_partition_leader(pg_dsn: str, tmp
     with brokers(pg_dsn, tmp_path, SESSION, (1, 2)) as procs:
         bootstrap = ",".join(b.bootstrap for b in procs)
         kc.create_topic("confluent", bootstrap, TOPIC, 1)
+        leader = _leader(bootstrap)
+        # a group its partition's leader also coordinates: the SIGKILL takes both the share state's
+        # writer and the members' coordinator
+        group = next(g for g in (f"{GROUP}-{i}" for i in range(64)) if _coordinator(bootstrap, g) == leader)
         first = n // 3
         kc.produce("confluent", bootstrap, TOPIC, [(0, None, b"v%d" % i) for i in range(first)],
                    extra={"batch.num.messages": 10})
         from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
         admin = AdminClient({"bootstrap.servers": bootstrap})  # the group's config, in the store
-        res = ConfigResource("GROUP", GROUP, incremental_configs=[
+        res = ConfigResource("GROUP", group, incremental_configs=[
             ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
         for fut in admin.incremental_alter_configs([res]).values():
             fut.result(30)
-        consumers = [share_consumer(bootstrap) for _ in range(3)]
+        consumers = [share_consumer(bootstrap, group) for _ in range(3)]
         delivered: list[tuple[int, float]] = []
         confirmed: dict[int, float] = {}
         holder: Any = None
@@ -126,7 +142,7 @@ def test_share_group_survives_a_sigkill_of_the_partition_leader(pg_dsn: str, tmp
             while len(confirmed) < first and time.monotonic() < deadline:
                 _round(consumers, delivered, confirmed)
             assert len(confirmed) == first, f"only {len(confirmed)} confirmed before the kill"
-            holder = share_consumer(bootstrap)  # acquires, never acknowledges
+            holder = share_consumer(bootstrap, group)  # acquires, never acknowledges
             for _ in range(6):  # it joins (nothing to fetch yet)
                 assert not poll_records(holder, 0.5)
             kc.produce("confluent", bootstrap, TOPIC, [(0, None, b"v%d" % i) for i in range(first, n)],
@@ -136,7 +152,8 @@ def test_share_group_survives_a_sigkill_of_the_partition_leader(pg_dsn: str, tmp
             while not held and time.monotonic() < deadline:
                 held = {m.offset() for m in poll_records(holder, 0.5)}  # the others wait: records are left
             assert held, f"the holder got nothing ({len(confirmed)} confirmed, {len(delivered)} delivered)"
-            victim = next(b for b in procs if b.node_id == _leader(bootstrap))
+            assert _leader(bootstrap) == leader
+            victim = next(b for b in procs if b.node_id == leader)
             killed_at = time.monotonic()
             confirmed_before = {o for o, t in confirmed.items() if t < killed_at}
             os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
