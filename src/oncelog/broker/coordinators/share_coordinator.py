@@ -9,7 +9,16 @@ until the append is durable, then answer. So an acknowledgement is durable befor
 leaves: after a crash the state replayed from ``__share_group_state`` holds it, and no record
 acknowledged is delivered again. Acquisitions are not written (as in Kafka, a lock does not
 survive the broker): after a crash the records acquired and not acknowledged are AVAILABLE again
-(at-least-once), with the delivery count last written.
+(at-least-once), with the delivery count last written. A share partition's start offset, chosen
+at the group's first fetch of it (``share.auto.offset.reset``), is written before anything is
+acquired, so ``latest`` does not move past records produced before a crash.
+
+Cluster mode (``start_cluster``; docs/ARCHITECTURE.md "share groups"): the same service on every
+broker; a share partition is served by the leader of its topic partition, and its state is a row
+of the store (cluster/share_state.py) instead of a ``__share_group_state`` record: read at the
+first use under the current leader epoch (``_ensure_loaded``), written fenced by that epoch; a
+write refused or failed drops the state here (``_forget``), to be read again. The group's members
+are kept by whichever broker receives its heartbeats: its group coordinator.
 
 ``__share_group_state`` is a compacted internal topic keyed per share partition
 (coordinator/share/records.py), read through the coordinator runtime: it is loaded at start
@@ -510,7 +519,15 @@ class ShareCoordinator:
                 except KafkaError as exc:
                     res.error = exc
                     continue
+                fresh = pk not in self.partitions or not self.partitions[pk].initialized
                 sp = self._partition(pk, part)
+                if fresh:  # its start offset (share.auto.offset.reset) is durable before anything is acquired
+                    try:
+                        await self._persist([pk])
+                    except KafkaError as exc:
+                        self.partitions.pop(pk, None)
+                        res.error = exc
+                        continue
                 turns = self._turns.get(pk)
                 if sp.acquired_count() >= self.max_locks or (turns and turns[0] != member_id):
                     self._wait_turn(pk, member_id)
