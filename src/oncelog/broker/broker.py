@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.membership.cluster_parts import ClusterParts
     from oncelog.broker.membership.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
+    from oncelog.broker.membership.inbox import Inbox
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Broker:
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
+        self._inbox: "Inbox | None" = None  # cluster mode: the database inbox (broker/membership/inbox.py)
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
@@ -379,6 +381,16 @@ class Broker:
         self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)
         self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
+        from oncelog.broker.membership.inbox import Inbox
+
+        import psycopg
+
+        store = self.store
+        inbox = Inbox(connector(store), lambda: psycopg.AsyncConnection.connect(store, autocommit=True, connect_timeout=10),
+                      self.node_id)
+        if inbox.available():  # issue 31: oncelog.commit_offsets's commits, for the groups coordinated here
+            inbox.start(self.groups)
+            self.groups.inbox = self._inbox = inbox
         self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
@@ -403,6 +415,8 @@ class Broker:
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        if self._inbox is not None:  # before the group coordinator: its drains write through it
+            await self._inbox.stop()
         await self.groups.stop()
         await self.shares.stop()
         await self._close_servers()

@@ -75,6 +75,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from oncelog.cluster.inbox_schema import INBOX_DDL
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
 from oncelog.cluster.share_state import DDL as SHARE_DDL
 
@@ -262,6 +263,7 @@ def ensure_schema(conn: Any) -> None:
         try:
             with conn.transaction():  # a savepoint: the cluster works without the outbox
                 conn.execute(OUTBOX_DDL)
+                conn.execute(INBOX_DDL)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("the database outbox (schema oncelog, docs/DATABASE.md) is not installed: the store's "
                         "role may not create it (%s); grant it CREATE on the database to have it", exc)
