@@ -1,5 +1,7 @@
-"""``python -m bench.share_groups [records] [consumer counts...]``: share-group throughput
-(KIP-932, issue 30): one broker process (embedded, local files), one topic of ONE partition
+"""``python -m bench.share_groups [--cluster] [records] [consumer counts...]``: share-group
+throughput (KIP-932, issue 30): one broker process (embedded, local files; ``--cluster``: in
+cluster mode on a PostgreSQL server of its own, ``oncelog.testing.pgserver``, where every
+acknowledgement is a store transaction, cluster/share_state.py), one topic of ONE partition
 holding ``records`` records (100 bytes, batches of 50), consumed by 1, 4 and 8 confluent-kafka
 ShareConsumers of one share group (implicit acknowledgement: each poll accepts the previous),
 each in its own process, all in the same run on the same broker. Reported per count: the time
@@ -42,8 +44,11 @@ def _consume(bootstrap: str, group: str, topic: str, total: int, counter, start_
 
 
 def main() -> None:
-    total = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    counts = [int(a) for a in sys.argv[2:]] or [1, 4, 8]
+    args = sys.argv[1:]
+    cluster = "--cluster" in args
+    args = [a for a in args if a != "--cluster"]
+    total = int(args[0]) if args else 100_000
+    counts = [int(a) for a in args[1:]] or [1, 4, 8]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kafka_clients import create_topic, produce  # noqa: E402
 
@@ -51,8 +56,16 @@ def main() -> None:
     from oncelog.process import BrokerProcess
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-share-"))
-    b = BrokerProcess(tmp / "broker", overrides={"group.initial.rebalance.delay.ms": "0"})
-    b.start()
+    pg = None
+    store = None
+    if cluster:
+        from oncelog.testing.pgserver import PgServer
+
+        pg = PgServer().start()
+        store = pg.create_database("share_bench")
+    b = BrokerProcess(tmp / "broker", store=store, overrides={"group.initial.rebalance.delay.ms": "0"})
+    b.start(timeout=60)
+    print(f"mode: {'cluster (PostgreSQL store)' if cluster else 'embedded'}", flush=True)
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         for n in counts:
@@ -82,6 +95,8 @@ def main() -> None:
                   f"{counter.value / elapsed:,.0f} records/s; per consumer {split}", flush=True)
     finally:
         b.stop()
+        if pg is not None:
+            pg.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -131,3 +131,31 @@ def test_garbage_in_the_share_state_topic_is_skipped_and_the_state_survives(brok
     for off in bad:
         assert f"at offset {off} skipped" in log_text, log_text[-3000:]
     assert sorted(_consume(b.bootstrap, "sgg", "qg", 10)) == list(range(10, 20))
+
+
+def test_the_start_offset_chosen_at_the_first_fetch_survives_a_sigkill(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """``share.auto.offset.reset=latest`` (the default) picks the start offset at the group's
+    first fetch of a partition; it is written before anything is acquired. Records produced after
+    it are the group's even when the broker is SIGKILLed before any acknowledgement. Before, the
+    start offset was written only with the first acknowledgement: after the restart the group
+    started again at the new log end and records produced meanwhile were never delivered."""
+    b = broker_factory("share-latest", FAST)
+    create_topic("confluent", b.bootstrap, "ql", 1)
+    produce("confluent", b.bootstrap, "ql", [(0, None, b"old%d" % i) for i in range(10)])
+    c = share_consumer(b.bootstrap, "sgl", ["ql"], explicit=True)
+    try:
+        for _ in range(10):  # joins and fetches: the start offset becomes 10 (latest), nothing delivered
+            assert not poll_records(c, 0.5)
+        b.restart(hard=True)  # SIGKILL, then start on the same port and data directory
+        produce("confluent", b.bootstrap, "ql", [(0, None, b"new%d" % i) for i in range(10)])
+        got: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            from confluent_kafka import AcknowledgeType
+
+            for m in poll_records(c, 0.5):
+                got.add(m.offset())
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+        assert sorted(got) == list(range(10, 20)), sorted(got)
+    finally:
+        c.close()

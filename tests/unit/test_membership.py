@@ -73,7 +73,7 @@ def _embedded(config: BrokerConfig) -> Any:
     from oncelog.broker.membership.embedded import EmbeddedMembership
     from oncelog.broker.partitions.replica_manager import ReplicaManager
 
-    return EmbeddedMembership(config, ManualClock(), ReplicaManager(config, ManualClock()), lambda listener: ("h", 9092))
+    return EmbeddedMembership(config, ReplicaManager(config, ManualClock()), lambda listener: ("h", 9092))
 
 
 def _postgres(config: BrokerConfig) -> Any:
@@ -194,18 +194,16 @@ def test_every_listener_context_declares_the_whole_broker_context(config: Broker
     assert [(n.host, n.port) for n in broker.metadata.nodes("PLAINTEXT")] == [("a.example", 1)]
 
 
-def test_one_routing_table_less_what_the_membership_does_not_serve(config: BrokerConfig) -> None:
-    """The dispatcher routes ``routes.ROUTES`` less ``Membership.unserved_apis``: embedded, every
-    API (share groups included, with their service); a cluster member leaves out the share-group
-    APIs (issue 30: their state is not in the store), neither routed nor advertised. Nothing
-    connects to the store before ``start()``."""
+def test_one_routing_table_in_both_modes(config: BrokerConfig) -> None:
+    """Embedded and cluster member route and advertise the same table, ``routes.ROUTES``; a
+    cluster member's share groups keep their state in the store. Nothing connects to the store
+    before ``start()``."""
     from oncelog.broker.broker import Broker
-    from oncelog.broker.routes import EMBEDDED_ONLY, ROUTES
-    from oncelog.protocol import apis
+    from oncelog.broker.routes import ROUTES
 
     embedded = Broker(config)
-    assert set(embedded.dispatcher.routes) == set(ROUTES) and embedded.shares is not None
     member = Broker(config, store="postgresql://nobody@127.0.0.1:1/none")
-    assert set(member.dispatcher.routes) == set(ROUTES) - EMBEDDED_ONLY and member.shares is None
-    assert apis.SHARE_FETCH in embedded.advertised_versions() and apis.SHARE_FETCH not in member.advertised_versions()
+    assert embedded.dispatcher.routes is ROUTES and member.dispatcher.routes is ROUTES
+    assert embedded.advertised_versions() == member.advertised_versions()
+    assert (embedded.membership.mode, member.membership.mode) == ("embedded", "cluster")
     member.membership.users.close()

@@ -52,6 +52,17 @@ def test_record_limit_mode_splits_a_batch() -> None:
     assert sp.state_of(5).state is X
 
 
+def test_counters_follow_acquire_accept_reject_and_the_limit() -> None:
+    sp = _sp(delivery_limit=2)
+    sp.acquire("m", [LogBatch(0, 4)], 10, 0)
+    assert (sp.acquired, sp.in_flight, sp.acknowledged_total, sp.archived_total) == (5, 5, 0, 0)
+    sp.acknowledge("m", [(0, 1, (AckType.ACCEPT,)), (2, 2, (AckType.REJECT,)), (3, 4, (AckType.RELEASE,))], 0)
+    assert (sp.acquired, sp.in_flight, sp.acknowledged_total, sp.archived_total) == (0, 2, 2, 1)
+    sp.acquire("m", [LogBatch(0, 4)], 10, 0)
+    sp.acknowledge("m", [(3, 4, (AckType.RELEASE,))], 0)  # the second delivery: the limit archives them
+    assert (sp.acquired, sp.in_flight, sp.acknowledged_total, sp.archived_total) == (0, 0, 2, 3)
+
+
 def test_accept_release_reject_and_the_spso() -> None:
     sp = _sp()
     sp.acquire("a", LOG, 100, now=0)
@@ -175,6 +186,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.batches: list[LogBatch] = []
         self.accepted: set[int] = set()
         self.deliveries: dict[int, int] = {}
+        self.trimmed = False
 
     def _log(self) -> list[LogBatch]:
         start = self.sp.next_fetch_offset()
@@ -223,6 +235,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
     def leave(self, member: str) -> None:
         self.sp.release_member(member, self.now)
 
+    @rule(n=st.integers(0, 3))
+    def retention(self, n: int) -> None:
+        """The log start moves (retention, DeleteRecords), perhaps past acquired records."""
+        self.trimmed = self.trimmed or n > 0
+        self.sp.trim_to(min(self.sp.spso + n, self.end))
+
     @precondition(lambda self: not any(r.state is Q for r in self.sp.records.values()))
     @rule()
     def restart(self) -> None:
@@ -232,10 +250,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
                                          delivery_limit=self.LIMIT, lock_ms=50, max_in_flight=20)
 
     @invariant()
+    def counters(self) -> None:
+        """The metrics' counters (read without walking the records) match the records."""
+        assert self.sp.acquired == sum(1 for r in self.sp.records.values() if r.state is Q)
+        assert self.sp.in_flight == self.sp.speo - self.sp.spso
+
+    @invariant()
     def nothing_skipped(self) -> None:
-        """Every offset of the log below the SPEO was delivered, or archived as a skip batch."""
+        """Every offset of the log below the SPEO was delivered, or archived as a skip batch
+        (or went with the log start)."""
         skipped = {o for b in self.batches if b.skip for o in range(b.first_offset, b.last_offset + 1)}
-        for o in range(0, self.sp.speo):
+        trimmed = self.sp.spso if self.trimmed else 0
+        for o in range(trimmed, self.sp.speo):
             assert o in self.deliveries or o in skipped, f"offset {o} below the SPEO never delivered"
 
     @invariant()

@@ -66,6 +66,8 @@ class Broker:
         self.node_id = config.node_id
         self.replicas = ReplicaManager(config, self.clock)
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
+        #: share groups (KIP-932, issue 30): state in __share_group_state (embedded) or the store
+        self.shares = ShareCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
         self.store = store
         #: issue 27: who the brokers are and where the metadata is kept: this node alone (the data
@@ -73,8 +75,6 @@ class Broker:
         self.membership: Membership = membership_for(config, self.clock, self.replicas, store,
                                                      address_of=self._advertised_address,
                                                      inter_broker=self._inter_broker)
-        #: share groups (KIP-932, issue 30): the membership's (embedded); None where it serves none
-        self.shares: ShareCoordinator | None = self.membership.shares
         #: issue 19: Prometheus metrics (broker/observability/metrics.py); None unless metrics.listen is set
         self.metrics: BrokerMetrics | None = metrics_mod.metrics_for(self)
         #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
@@ -100,8 +100,7 @@ class Broker:
         return 0
 
     def _dispatcher(self, context: "Broker | ListenerContext") -> Dispatcher:
-        return Dispatcher(context, ROUTES, unserved=self.membership.unserved_apis,
-                          fence=self.membership.fence_if_lease_lapsed, metrics=self.metrics)
+        return Dispatcher(context, ROUTES, fence=self.membership.fence_if_lease_lapsed, metrics=self.metrics)
 
     # -- what the handlers use (context.BrokerContext): the membership's services -------------
 
@@ -271,7 +270,7 @@ class Broker:
                 producer_ids=m.producer_ids, markers=m.marker_writer(self.groups),
                 coordinator_epoch=m.coordinator_epoch, crash=CrashPoints(),
             )
-            await m.start_coordinators(self.groups, self.transactions)
+            await m.start_coordinators(self.groups, self.transactions, self.shares)
             bound = await self._start_servers()
             listening = True
             await m.join({lst.name: (lst.advertised_host, lst.advertised_port or port)
@@ -318,8 +317,7 @@ class Broker:
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.membership.stop_coordinators()  # before the group coordinator (cluster: the inbox)
         await self.groups.stop()
-        if self.shares is not None:
-            await self.shares.stop()
+        await self.shares.stop()
         await self._close_servers()
         await self.membership.close()
         if self.metrics is not None:
@@ -453,7 +451,7 @@ class ListenerContext:
         return self._broker.acls
 
     @property
-    def shares(self) -> ShareCoordinator | None:
+    def shares(self) -> ShareCoordinator:
         return self._broker.shares
 
     @property

@@ -91,9 +91,9 @@ class BrokerContext(Protocol):
         ...
 
     @property
-    def shares(self) -> "ShareCoordinator | None":
-        """Issue 30: the share-group service (KIP-932) where the membership serves share groups
-        (embedded); None where it does not (cluster mode)."""
+    def shares(self) -> "ShareCoordinator":
+        """Issue 30: the share-group service (KIP-932); its state is this node's
+        ``__share_group_state`` embedded, the store's in cluster mode."""
         ...
 
     @property

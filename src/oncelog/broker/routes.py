@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Iterable
 from oncelog.broker.context import Handler
 from oncelog.protocol import apis
 
-__all__ = ["EMBEDDED_ONLY", "HANDLER_MODULES", "ROUTES", "LazyHandler", "advertised_versions", "load"]
+__all__ = ["HANDLER_MODULES", "ROUTES", "LazyHandler", "advertised_versions", "load"]
 
 #: The handler modules (``broker/handlers/NAME.py``); each serves the API ``apis.NAME.upper()``
 #: and says so in its ``API_KEY`` (a test holds the two equal).
@@ -62,16 +62,6 @@ class LazyHandler:
 
 
 ROUTES: dict[int, Handler] = {getattr(apis, name.upper()): LazyHandler(name) for name in HANDLER_MODULES}
-
-#: APIs only the embedded broker serves: share groups (KIP-932, issue 30), whose state is the
-#: embedded broker's own ``__share_group_state`` (not in the cluster store yet). Cluster mode's
-#: membership declares them unserved (``Membership.unserved_apis``): the dispatcher neither routes
-#: nor advertises them.
-EMBEDDED_ONLY: frozenset[int] = frozenset({
-    apis.SHARE_GROUP_HEARTBEAT, apis.SHARE_GROUP_DESCRIBE, apis.SHARE_FETCH, apis.SHARE_ACKNOWLEDGE,
-    apis.DESCRIBE_SHARE_GROUP_OFFSETS, apis.ALTER_SHARE_GROUP_OFFSETS, apis.DELETE_SHARE_GROUP_OFFSETS,
-})
-
 
 def load(api_keys: Iterable[int] = apis.FIRST_REQUESTS) -> None:
     """Import the handlers of ``api_keys`` now (the broker does so before its ready line)."""

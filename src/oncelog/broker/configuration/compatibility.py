@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kio.schema.index import api_key_map, schema_name_map
 
-from oncelog.broker.routes import EMBEDDED_ONLY, advertised_versions
+from oncelog.broker.routes import advertised_versions
 
 __all__ = ["NOTES", "render"]
 
@@ -101,15 +101,17 @@ NOTES: dict[int, str] = {
     73: _KRAFT_INTERNAL,
     74: "not served yet",
     75: "topics and partitions paged by response_partition_limit with a cursor; eligible leader replicas empty",
-    76: "share groups (KIP-932, issue 30), embedded broker only: members get every partition of their topics (the "
+    76: "share groups (KIP-932, issue 30), embedded and cluster mode (at the group's coordinator): members get every partition of their topics (the "
         "records are divided at acquisition); member epochs, session timeout `group.share.session.timeout.ms`",
-    77: "share groups as the broker has them: state, epochs, members and assignments (embedded only)",
+    77: "share groups as the broker has them: state, epochs, members and assignments (cluster mode: at the "
+        "group's coordinator)",
     78: "records acquired per member with acquisition locks (`group.share.record.lock.duration.ms`) and delivery "
         "counts (`group.share.delivery.count.limit`); share sessions; acknowledgements durable in "
         "`__share_group_state` before the answer; `share.isolation.level=read_committed` never acquires aborted or "
-        "open transactions' records; v2: lock renewal (embedded only)",
+        "open transactions' records; v2: lock renewal; cluster mode: "
+        "at each partition's leader, the state in the store fenced by its leader epoch",
     79: "ACCEPT / RELEASE / REJECT / GAP (v2: RENEW) per record range, all or nothing per partition, durable before "
-        "the answer (embedded only)",
+        "the answer",
     80: _KRAFT_INTERNAL,
     81: _KRAFT_INTERNAL,
     82: _KRAFT_INTERNAL,
@@ -120,9 +122,12 @@ NOTES: dict[int, str] = {
     87: _SHARE,
     88: _STREAMS,
     89: _STREAMS,
-    90: "a share group's start offset and (v1) lag per partition (embedded only)",
-    91: "a share group's start offsets set while it has no members, durable (embedded only)",
-    92: "a share group forgets its state on whole topics while it has no members (embedded only)",
+    90: "a share group's start offset and (v1) lag per partition (cluster mode: the "
+        "partitions the answering broker leads)",
+    91: "a share group's start offsets set while it has no members, durable (embedded; cluster mode: "
+        "INVALID_REQUEST, not yet)",
+    92: "a share group forgets its state on whole topics while it has no members (embedded; cluster "
+        "mode: INVALID_REQUEST, not yet)",
 }
 
 LAST_KEY = 92
@@ -143,8 +148,8 @@ def _kafka_range(key: int) -> tuple[str, tuple[int, int] | None]:
 def render() -> str:
     """The whole of docs/COMPATIBILITY.md."""
     embedded = advertised_versions()
-    # one routing table (issue 27): cluster mode serves every API embedded does but share groups'
-    cluster = {k: v for k, v in embedded.items() if k not in EMBEDDED_ONLY}
+    # one routing table (issue 27): cluster mode serves every API embedded does
+    cluster = dict(embedded)
     lines = [
         "# Kafka API compatibility",
         "",

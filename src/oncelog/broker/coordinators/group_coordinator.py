@@ -203,6 +203,11 @@ class GroupCoordinator:
     def _shard(self, group_id: str) -> GroupShard:
         return self.runtime.shard(self.partition_for(group_id), f"group {group_id}")
 
+    def check_coordinator(self, group_id: str) -> None:
+        """Raises NotCoordinator (COORDINATOR_LOAD_IN_PROGRESS while loading) unless this broker
+        coordinates ``group_id`` (a share group's membership is kept where its coordinator is)."""
+        self._shard(group_id)
+
     def is_loading(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.loading
 

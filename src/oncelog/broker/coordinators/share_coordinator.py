@@ -9,7 +9,16 @@ until the append is durable, then answer. So an acknowledgement is durable befor
 leaves: after a crash the state replayed from ``__share_group_state`` holds it, and no record
 acknowledged is delivered again. Acquisitions are not written (as in Kafka, a lock does not
 survive the broker): after a crash the records acquired and not acknowledged are AVAILABLE again
-(at-least-once), with the delivery count last written.
+(at-least-once), with the delivery count last written. A share partition's start offset, chosen
+at the group's first fetch of it (``share.auto.offset.reset``), is written before anything is
+acquired, so ``latest`` does not move past records produced before a crash.
+
+Cluster mode (``start_cluster``; docs/ARCHITECTURE.md "share groups"): the same service on every
+broker; a share partition is served by the leader of its topic partition, and its state is a row
+of the store (cluster/share_state.py) instead of a ``__share_group_state`` record: read at the
+first use under the current leader epoch (``_ensure_loaded``), written fenced by that epoch; a
+write refused or failed drops the state here (``_forget``), to be read again. The group's members
+are kept by whichever broker receives its heartbeats: its group coordinator.
 
 ``__share_group_state`` is a compacted internal topic keyed per share partition
 (coordinator/share/records.py), read through the coordinator runtime: it is loaded at start
@@ -33,6 +42,7 @@ from typing import Any, Iterable
 
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import Clock
+from oncelog.cluster.share_state import ConfigRow, SnapshotRow, StoreShareState
 from oncelog.coordinator.load_report import SkipReport, batch_records
 from oncelog.coordinator.placement import partition_for
 from oncelog.coordinator.share import records as srec
@@ -158,6 +168,10 @@ class ShareCoordinator:
         #: while others wait (else the first members to fill the limit would starve the rest)
         self._turns: dict[PartKey, list[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        #: cluster mode (``start_cluster``): the share state in the store, and the leader epoch of
+        #: the topic partition at which each share partition here was loaded from it
+        self.store: StoreShareState | None = None
+        self._epochs: dict[PartKey, int] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -165,6 +179,43 @@ class ShareCoordinator:
         loop = asyncio.get_running_loop()
         self._loaded = asyncio.Event()
         self._tasks = [loop.create_task(self._timer_loop()), loop.create_task(self._load())]
+
+    def start_cluster(self, store: "StoreShareState") -> None:
+        """Cluster mode: the share state lives in the store (cluster/share_state.py), read per
+        share partition when this broker, leading its topic partition, first serves it."""
+        self.store = store
+        self._loaded = asyncio.Event()
+        self._loaded.set()
+        self._tasks = [asyncio.get_running_loop().create_task(self._timer_loop())]
+
+    async def _ensure_loaded(self, pk: PartKey, part: Any) -> None:
+        """Cluster mode: make the share partition ``pk`` the store's, unless it was loaded at the
+        topic partition's current leader epoch (``part``: the partition this broker leads). A
+        state kept from an earlier leadership is stale (another leader may have moved it since):
+        it is read again. Raises the store's KafkaError. Called under ``lock``."""
+        if self.store is None:
+            return
+        epoch = int(part.log.leader_epoch)
+        if self._epochs.get(pk) == epoch:
+            return
+        store = self.store
+        raw = await asyncio.to_thread(store.load, *pk)
+        configs = await asyncio.to_thread(store.load_configs, pk[0])
+        if configs:
+            self.configs[pk[0]] = configs
+        else:
+            self.configs.pop(pk[0], None)
+        self.partitions.pop(pk, None)
+        if raw is not None:
+            self.replay(srec.SnapshotKey(*pk), srec.decode_value(srec.SnapshotKey(*pk), raw))
+        self._epochs[pk] = epoch
+
+    def _forget(self, pks: Iterable[PartKey]) -> None:
+        """Cluster mode: drop what may be ahead of the store (a write that failed, a leadership
+        lost): the next use reads the store again."""
+        for pk in pks:
+            self.partitions.pop(pk, None)
+            self._epochs.pop(pk, None)
 
     async def _load(self) -> None:
         assert self._loaded is not None
@@ -184,6 +235,8 @@ class ShareCoordinator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.store is not None:
+            self.store.conn.drop()
 
     def _replay_batch(self, shard: _Shard, header: records.BatchHeader, data: bytes, now: int,
                       report: SkipReport) -> None:
@@ -226,6 +279,9 @@ class ShareCoordinator:
         partition). Raises the storage's KafkaError."""
         if not recs:
             return
+        if self.store is not None:
+            await self._write_store(recs)
+            return
         meta = self.replicas.ensure_internal_topic(
             STATE_TOPIC, STATE_TOPIC_PARTITIONS,
             {"cleanup.policy": "compact", "segment.bytes": str(STATE_TOPIC_SEGMENT_BYTES)})
@@ -238,11 +294,47 @@ class ShareCoordinator:
             batch = records.build_batch(items, timestamp_ms=now, producer_id=-1, producer_epoch=-1, transactional=False)
             await self.runtime.append(p, batch, now)
 
+    async def _write_store(self, recs: list[tuple[srec.Key, srec.Value | None]]) -> None:
+        """Cluster mode: ``recs`` as rows of the store, in one transaction fenced by the leader
+        epochs the share partitions were loaded at. On failure the share partitions written are
+        forgotten (their state here may be ahead of the store's) and the error raised."""
+        assert self.store is not None
+        rows: list[SnapshotRow | ConfigRow] = []
+        pks: list[PartKey] = []
+        for k, v in recs:
+            if isinstance(k, srec.ConfigKey):
+                rows.append(ConfigRow(k.group, None if v is None else dict(v)))  # type: ignore[arg-type]
+                continue
+            pk = (k.group, k.topic_id, k.partition)
+            pks.append(pk)
+            meta = self.replicas.topic_by_id(k.topic_id)
+            rows.append(SnapshotRow(k.group, k.topic_id, meta.name if meta is not None else "", k.partition,
+                                    self._epochs.get(pk, -1), None if v is None else srec.encode_value(v)))
+        try:
+            await asyncio.to_thread(self.store.write, rows)
+        except BaseException:
+            self._forget(pks)
+            raise
+
     async def _persist(self, keys: Iterable[PartKey]) -> None:
         await self._write([(srec.SnapshotKey(*k), self.partitions[k].snapshot()) for k in sorted(set(keys), key=str)
                            if k in self.partitions])
 
     # -- configs ----------------------------------------------------------------------------------
+
+    async def refresh_configs(self, group_id: str) -> None:
+        """Cluster mode: the group's configs as the store has them now (another broker may have
+        altered them); embedded: nothing to do. Raises the store's KafkaError."""
+        if self.store is None:
+            return
+        configs = await asyncio.to_thread(self.store.load_configs, group_id)
+        if configs:
+            self.configs[group_id] = configs
+        else:
+            self.configs.pop(group_id, None)
+        for pk in self.partitions:
+            if pk[0] == group_id:
+                self._configure(pk)
 
     def config(self, group_id: str, name: str) -> str:
         return self.configs.get(group_id, {}).get(name) or GROUP_CONFIGS[name]
@@ -293,11 +385,23 @@ class ShareCoordinator:
             changed = [pk for pk, sp in self.partitions.items() if pk[0] == group_id and sp.release_member(member_id, now)]
             if changed:
                 self.available.fire()
-                await self._persist(changed)
+                try:
+                    await self._persist(changed)
+                except KafkaError as exc:
+                    if self.store is None:
+                        raise
+                    # cluster mode: forgotten, read again from the store, where a record acquired
+                    # is AVAILABLE already (acquisitions are never written)
+                    log.info("share coordinator: releasing member %s's records not written: %s", member_id, exc)
 
     # -- share fetch / acknowledge ----------------------------------------------------------------
 
     def is_member(self, group_id: str, member_id: str) -> bool:
+        """Whether a share session may be opened for ``member_id``. In cluster mode the group's
+        members are known to its group coordinator, not to the leaders of its partitions, which
+        take the member id of the share session as it comes (as Kafka's share-partition leaders)."""
+        if self.store is not None:
+            return True
         group = self.groups.groups.get(group_id)
         return group is not None and member_id in group.members
 
@@ -334,8 +438,14 @@ class ShareCoordinator:
             now = self.clock.now_ms()
             changed = []
             for (tid, p), batches in acks.items():
-                sp = self.partitions.get((group_id, tid, p))
                 try:
+                    if self.store is not None:  # cluster mode: only the leader's, as of its epoch
+                        meta = self.replicas.topic_by_id(tid)
+                        if meta is None:
+                            from oncelog.protocol.errors import UnknownTopicId
+                            raise UnknownTopicId(f"topic id {tid} is unknown")
+                        await self._ensure_loaded((group_id, tid, p), self.replicas.partition(meta.name, p))
+                    sp = self.partitions.get((group_id, tid, p))
                     if sp is None:
                         raise InvalidRecordState(f"no records of {tid}-{p} are in flight for group {group_id}")
                     sp.acknowledge(member_id, batches, now)
@@ -404,7 +514,20 @@ class ShareCoordinator:
                 if records_left <= 0 or budget <= 0:
                     continue
                 pk = (group_id, tid, p)
+                try:
+                    await self._ensure_loaded(pk, part)
+                except KafkaError as exc:
+                    res.error = exc
+                    continue
+                fresh = pk not in self.partitions or not self.partitions[pk].initialized
                 sp = self._partition(pk, part)
+                if fresh:  # its start offset (share.auto.offset.reset) is durable before anything is acquired
+                    try:
+                        await self._persist([pk])
+                    except KafkaError as exc:
+                        self.partitions.pop(pk, None)
+                        res.error = exc
+                        continue
                 turns = self._turns.get(pk)
                 if sp.acquired_count() >= self.max_locks or (turns and turns[0] != member_id):
                     self._wait_turn(pk, member_id)
@@ -496,6 +619,9 @@ class ShareCoordinator:
         return {(tid, p): sp for (g, tid, p), sp in self.partitions.items() if g == group_id and sp.initialized}
 
     def _check_empty(self, group_id: str) -> None:
+        if self.store is not None:  # each partition's leader holds its share partitions: not done yet
+            raise InvalidRequest(f"share group {group_id}: altering or deleting share group offsets, and deleting "
+                                 f"a share group, are not served in cluster mode yet")
         group = self.groups.groups.get(group_id)
         if group is not None and group.members:
             from oncelog.protocol.errors import NonEmptyGroup

@@ -1,5 +1,5 @@
 """Shared by AlterConfigs (33) and IncrementalAlterConfigs (44): change the configs of one
-resource, a TOPIC, the BROKER's dynamic configs or (embedded) a share GROUP's configs
+resource, a TOPIC, the BROKER's dynamic configs or a share GROUP's configs (cluster mode: in the store)
 (``share.auto.offset.reset`` ..., broker/coordinators/share_coordinator.py), as Kafka 4.x does.
 
 ``alter(broker, type, name, change, validate_only)``: ``change`` maps the resource's current
@@ -58,17 +58,18 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         if validate_only:
             return
         await broker.configs.set_broker_configs(scope, new)
-    elif resource_type == GROUP and broker.shares is not None:
+    elif resource_type == GROUP:
         # share groups' configs (KIP-932, issue 30): broker/coordinators/share_coordinator.py keeps them
         if not name:
             raise InvalidRequest("a group resource needs a group id")
         shares = broker.shares
+        await shares.refresh_configs(name)  # cluster mode: as the store has them
         current = dict(shares.configs.get(name, {}))
         new = change(current, lambda key: shares.config(name, key) if key in GROUP_CONFIGS else "")
         await shares.alter_configs(name, new, validate_only)
     else:
         raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4; "
-                             f"GROUP 32 embedded)")
+                             f"GROUP 32)")
 
 
 def check_unique(names: list[str]) -> None:

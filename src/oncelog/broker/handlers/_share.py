@@ -7,7 +7,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.context import BrokerContext
-from oncelog.protocol.errors import InvalidRequest, UnsupportedVersion
+from oncelog.protocol.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
@@ -17,13 +17,8 @@ MAX_ACK_BATCHES = 100_000
 
 
 def service(broker: BrokerContext) -> "ShareCoordinator":
-    """The broker's share-group service (``BrokerContext.shares``). The share-group APIs are
-    routed only where it exists (``Membership.unserved_apis``); should one come anyway, it is
-    refused as an unsupported version, never a crash."""
-    shares = broker.shares
-    if shares is None:
-        raise UnsupportedVersion("share groups are not served by this broker")
-    return shares
+    """The broker's share-group service (``BrokerContext.shares``)."""
+    return broker.shares
 
 
 RENEW = 4  # acknowledge type (v2, KIP-1222): only in a request whose is_renew_ack is set
@@ -79,9 +74,10 @@ def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, s
 
 
 def refuse_share_group_id(broker: BrokerContext, group_id: str, error: type[Exception]) -> None:
-    """A classic or consumer member may not take the id of a share group (where share groups are
-    served, the share service knows it): raises ``error`` (Kafka: INCONSISTENT_GROUP_PROTOCOL for
-    JoinGroup, GROUP_ID_NOT_FOUND for ConsumerGroupHeartbeat)."""
+    """A classic or consumer member may not take the id of a share group (where the share state is
+    this broker's own, ``store`` None, the share service knows every share group): raises
+    ``error`` (Kafka: INCONSISTENT_GROUP_PROTOCOL for JoinGroup, GROUP_ID_NOT_FOUND for
+    ConsumerGroupHeartbeat)."""
     shares = broker.shares
-    if shares is not None and shares.known(group_id):
+    if shares.store is None and shares.known(group_id):
         raise error(f"Group {group_id} is a share group.")

@@ -34,8 +34,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         try:
             _acl.check(g, "group", group_id)  # ACLs (issue 18): DELETE on the group
             validate_group_id(group_id, allow_empty=True)
-            shares = broker.shares  # share groups (KIP-932, issue 30), where they are served
-            if shares is not None and shares.known(group_id) and not _classic_or_consumer(broker, group_id):
+            shares = broker.shares  # share groups (KIP-932, issue 30): deleted where their state is this
+            # broker's own __share_group_state (``store`` None); the store's is not deleted yet
+            if shares.store is None and shares.known(group_id) and not _classic_or_consumer(broker, group_id):
                 await shares.delete_group(group_id)  # a share group (KIP-932, issue 30)
             else:
                 await broker.groups.delete_group(group_id)

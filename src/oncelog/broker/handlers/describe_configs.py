@@ -77,7 +77,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 rows = topic_rows(broker, res.resource_name)
             elif res.resource_type == BROKER:
                 rows = _broker_rows(broker, res.resource_name)
-            elif res.resource_type == GROUP and broker.shares is not None:
+            elif res.resource_type == GROUP:
+                await broker.shares.refresh_configs(res.resource_name)  # cluster mode: the store's
                 rows = _share.group_config_rows(broker, res.resource_name)
             else:
                 raise InvalidRequest(f"resource type {res.resource_type} has no configs here")

@@ -42,6 +42,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             raise InvalidRequest("GroupId can't be empty.")
         validate_group_id(req.group_id)
         _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)
+        broker.groups.check_coordinator(req.group_id)  # cluster mode: the members are kept at the coordinator
         if req.member_epoch == 0:
             _refuse_other_kinds(broker, req.group_id)
         subscribed = None if req.subscribed_topic_names is None else tuple(req.subscribed_topic_names)

@@ -8,8 +8,8 @@ ACLs in ``acls.json`` (acl/file_store.py), the SCRAM credentials in ``scram-cred
 atomically before it is answered.
 
 This node is the only broker, the controller, and every partition's leader at epoch 0: an
-election has nothing to do, and a NOT_LEADER answer has no other broker to name. It serves every
-API, share groups included (KIP-932: their state is this node's ``__share_group_state``).
+election has nothing to do, and a NOT_LEADER answer has no other broker to name. The share-group
+state (KIP-932) is this node's ``__share_group_state``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from oncelog.broker.partitions.markers import LocalMarkerWriter, MarkerWriter
 from oncelog.broker.membership.interface import Election, Node
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
-from oncelog.clock import Clock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage import cleaner
@@ -86,9 +85,8 @@ class EmbeddedMembership:
     this broker's advertised (host, port) on that listener."""
 
     mode = "embedded"
-    unserved_apis: frozenset[int] = frozenset()
 
-    def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager,
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
                  address_of: Callable[[str], tuple[str, int]]) -> None:
         self._config = config
         self._replicas = replicas
@@ -105,7 +103,6 @@ class EmbeddedMembership:
                                     TXN_TOPIC: config.transaction_state_log_num_partitions}
         self.coordinator_epoch = 0
         self.compactor = None
-        self.shares: ShareCoordinator | None = ShareCoordinator(replicas, config, clock)
 
     # -- Metadata ---------------------------------------------------------------------------
 
@@ -144,13 +141,13 @@ class EmbeddedMembership:
     def marker_writer(self, groups: GroupCoordinator) -> MarkerWriter:
         return LocalMarkerWriter(self._replicas, groups)
 
-    async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator) -> None:
+    async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
+                                 shares: ShareCoordinator) -> None:
         """Create ``__consumer_offsets`` and load it in the background (and
         ``__share_group_state`` when it exists); load ``__transaction_state`` now (every
         transaction left between states is finished first, R19)."""
         groups.start()
-        assert self.shares is not None
-        self.shares.start()
+        shares.start()
         loaded = await transactions.load()
         log.info("transaction coordinator loaded %d transactional id(s), coordinator epoch %d", loaded,
                  self.coordinator_epoch)

@@ -189,11 +189,6 @@ class Membership(Metadata, Protocol):
     coordinator_epoch: int
     #: the connection the PostgreSQL engine's compaction uses (None embedded)
     compactor: "StoreConnection | None"
-    #: the APIs this membership does not serve: neither routed nor advertised (the one routing
-    #: table, ``routes.ROUTES``, less these); cluster mode leaves out share groups (KIP-932)
-    unserved_apis: frozenset[int]
-    #: the share-group service (KIP-932, issue 30) where share groups are served; None else
-    shares: "ShareCoordinator | None"
 
     async def open(self) -> None:
         """Before anything listens: recover and open what this node holds or reach the store,
@@ -205,10 +200,12 @@ class Membership(Metadata, Protocol):
         cluster mode also to the other brokers')."""
         ...
 
-    async def start_coordinators(self, groups: "GroupCoordinator", transactions: "TransactionCoordinator") -> None:
-        """Start the group and transaction coordinators: embedded, every internal partition is
-        loaded now (before listening, R19); in cluster mode, as this broker is given their
-        leadership."""
+    async def start_coordinators(self, groups: "GroupCoordinator", transactions: "TransactionCoordinator",
+                                 shares: "ShareCoordinator") -> None:
+        """Start the group, transaction and share-group coordinators: embedded, every internal
+        partition is loaded now (before listening, R19) and the share state is this node's
+        ``__share_group_state``; in cluster mode, internal partitions load as this broker is
+        given their leadership, and the share state is the store's."""
         ...
 
     async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:

@@ -35,6 +35,7 @@ from oncelog.broker.membership.cluster_member import ClusterMember, connector
 from oncelog.broker.membership.cluster_parts import ClusterParts
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
+from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
 from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
 from oncelog.broker.membership.inbox import Inbox
 from oncelog.broker.membership.interface import Election, Node
@@ -43,13 +44,13 @@ from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.broker.partitions.txn_verifier import RemoteVerifier
-from oncelog.broker.routes import EMBEDDED_ONLY
 from oncelog.clock import Clock
 from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.cluster.acls import StoreAcls
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.producer_ids import StoreProducerIds
+from oncelog.cluster.share_state import StoreShareState
 from oncelog.cluster.view import ClusterView
 from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 from oncelog.types import TopicPartition
@@ -150,10 +151,6 @@ class StoreMembership:
     ``inter_broker()``: the inter-broker listener's name and how to log in there."""
 
     mode = "cluster"
-    #: share groups (KIP-932) are not served: their state is an embedded broker's own
-    #: ``__share_group_state``, not in the store (neither routed nor advertised)
-    unserved_apis: frozenset[int] = EMBEDDED_ONLY
-    shares = None
     producer_ids: StoreProducerIds  # set by open()
     member: ClusterMember  # set by open()
 
@@ -260,14 +257,18 @@ class StoreMembership:
         member = self.member
         return ClusterMarkerWriter(self.node_id, self.replicas, groups, lambda: member.view, self._peers)
 
-    async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator) -> None:
+    async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
+                                 shares: ShareCoordinator) -> None:
         """Each internal partition is loaded when this broker is given its leadership (the
-        leader tracker's ``on_lead``) and dropped when it loses it (``on_resign``)."""
+        leader tracker's ``on_lead``) and dropped when it loses it (``on_resign``). The share
+        state (KIP-932, issue 30) is the store's, written by each partition's leader."""
         assert self._parts is not None and self._peers is not None, "open() first"
         member = self.member
         self._groups = groups
         groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
         groups.start(load_all=False)
+        shares.start_cluster(StoreShareState(StoreConnection(connector(self.dsn), f"node {self.node_id} share state"),
+                                             self.node_id))
         transactions.remote = RemoteVerifier(lambda: member.view, self._peers, transactions.partition_of)
 
         def on_lead(tp: TopicPartition, leader_epoch: int) -> None:

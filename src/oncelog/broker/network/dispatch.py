@@ -11,9 +11,8 @@ bug lines have a fixed template, so the broker's log limiter (``oncelog.logs``) 
 few per window whatever a client sends. ``CloseConnection`` (a handler's verdict, or a
 protocol violation found here) propagates to the server, which closes that one connection.
 
-Routing is the ``routes.ROUTES`` table, the same in both modes, less the APIs the membership
-does not serve (``Membership.unserved_apis``: share groups in cluster mode); the versions checked
-are the advertised ones. Before a request is handled, ``fence`` runs (the membership's
+Routing is the ``routes.ROUTES`` table, the same in both modes; the versions checked are the
+advertised ones. Before a request is handled, ``fence`` runs (the membership's
 ``fence_if_lease_lapsed``: a cluster member whose lease ran out answers nothing from its
 leaderships; embedded it does nothing).
 
@@ -50,13 +49,11 @@ OFFLOAD_ENTRIES = 5_000
 class Dispatcher:
     """``handle(frame, client)``: the one callable the server knows."""
 
-    def __init__(self, broker: BrokerContext, routes: dict[int, Handler], *, unserved: frozenset[int] = frozenset(),
-                 fence: Callable[[], None] = lambda: None, metrics: "BrokerMetrics | None" = None) -> None:
-        """``routes``: the routing table; ``unserved``: the API keys the broker's membership does
-        not serve (neither routed nor advertised: share groups in cluster mode)."""
+    def __init__(self, broker: BrokerContext, routes: dict[int, Handler], *, fence: Callable[[], None] = lambda: None,
+                 metrics: "BrokerMetrics | None" = None) -> None:
         self.broker = broker
-        self.routes = {k: h for k, h in routes.items() if k not in unserved}
-        self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in self.routes}
+        self.routes = routes
+        self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in routes}
         self.fence = fence
         self.metrics = metrics
 

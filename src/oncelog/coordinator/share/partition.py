@@ -137,6 +137,12 @@ class SharePartition:
     speo: int = -1
     state_epoch: int = 0
     records: dict[int, InFlight] = field(default_factory=dict)
+    #: records ACQUIRED now (kept by ``_move`` and ``trim_to``: read without walking ``records``)
+    acquired: int = 0
+    #: records acknowledged (ACCEPT) and archived (REJECT, GAP, delivery limit, skipped) since this
+    #: partition was built or loaded: counters for the metrics, not durable
+    acknowledged_total: int = 0
+    archived_total: int = 0
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -147,6 +153,7 @@ class SharePartition:
     def initialize(self, offset: int) -> None:
         self.spso = self.speo = offset
         self.records.clear()
+        self.acquired = 0
 
     def state_of(self, offset: int) -> InFlight:
         """The record's state (a record from SPEO on is AVAILABLE, never delivered; one below the
@@ -167,6 +174,12 @@ class SharePartition:
             nxt = RecordState.ARCHIVED
         if event is Event.ACQUIRE:
             rec.delivery_count += 1
+        self.acquired += (nxt is RecordState.ACQUIRED) - (rec.state is RecordState.ACQUIRED)
+        if nxt is not rec.state:
+            if nxt is RecordState.ACKNOWLEDGED:
+                self.acknowledged_total += 1
+            elif nxt is RecordState.ARCHIVED:
+                self.archived_total += 1
         if nxt is RecordState.ACQUIRED:
             rec.member_id, rec.deadline = member, now + self.lock_ms
         else:
@@ -296,7 +309,12 @@ class SharePartition:
         return min(deadlines) if deadlines else None
 
     def acquired_count(self) -> int:
-        return sum(1 for r in self.records.values() if r.state is RecordState.ACQUIRED)
+        return self.acquired
+
+    @property
+    def in_flight(self) -> int:
+        """Records between the SPSO and the SPEO (Kafka's in-flight window)."""
+        return max(self.speo - self.spso, 0)
 
     def trim_to(self, log_start: int) -> None:
         """Records below the log start offset are gone (retention, DeleteRecords): the SPSO
@@ -304,7 +322,9 @@ class SharePartition:
         if self.spso >= log_start:
             return
         for off in range(self.spso, min(log_start, self.speo)):
-            self.records.pop(off, None)
+            rec = self.records.pop(off, None)
+            if rec is not None and rec.state is RecordState.ACQUIRED:
+                self.acquired -= 1
         self.spso = log_start
         self.speo = max(self.speo, log_start)
         self._advance()
