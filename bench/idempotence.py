@@ -182,7 +182,7 @@ def append_in_process(rounds: int, block: int, per_batch: int, size: int) -> dic
     alternating between the modes ``rounds`` times, so that both see the same machine. Plain and
     idempotent batches are built in advance with the same size."""
     from oncelog.broker.partition import Partition
-    from oncelog.storage.log import LogConfig
+    from oncelog.storage.config import LogConfig
     from oncelog.types import TopicPartition
 
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-append-"))

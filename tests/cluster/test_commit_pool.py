@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_store import Store
-from oncelog.cluster.commit_pool import CommitterPool
+from oncelog.storage.engines.postgres.commit_pool import CommitterPool
 from oncelog.protocol import records as R
 
 

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import OffsetOutOfRange
-from oncelog.storage.engine import PartitionEngine, ReadPart
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.engine import PartitionEngine
+from oncelog.storage.parts import ReadPart
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 
 LOCAL = LogConfig(segment_bytes=1_500, index_interval_bytes=200, retention_ms=-1)
 _names = itertools.count()

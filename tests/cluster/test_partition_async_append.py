@@ -116,7 +116,7 @@ def _hold_after_commit(part: Partition) -> dict:
     test can look at the partition between the store's COMMIT and the event loop taking it in."""
     from concurrent.futures import Future
 
-    from oncelog.cluster.pg_log import PendingAppend
+    from oncelog.storage.engines.postgres.log import PendingAppend
 
     real_submit = part.log.submit
     gate: dict = {}

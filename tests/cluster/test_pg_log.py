@@ -14,10 +14,10 @@ import pytest
 from cluster_store import Store
 from oncelog.cluster import leadership, schema
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
-from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import OffsetOutOfRange
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
 
 
 def _batch(n: int = 3, ts: int = 1_000, size: int = 30, **kw) -> bytes:

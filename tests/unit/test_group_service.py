@@ -18,7 +18,7 @@ from oncelog.coordinator.group.consumer_protocol import encode_assignment, encod
 from oncelog.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.coordinator.group.types import JoinRequest, OffsetCommitData
 from oncelog.protocol.errors import CoordinatorLoadInProgress, MemberIdRequired
-from oncelog.storage.cleaner import Cleaner
+from oncelog.storage.engines.local.cleaner import Cleaner
 from oncelog.types import TopicPartition
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

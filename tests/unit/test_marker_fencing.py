@@ -17,7 +17,7 @@ import pytest
 from oncelog.broker.partition import Partition
 from oncelog.protocol import records
 from oncelog.protocol.errors import InvalidProducerEpoch, TransactionCoordinatorFenced
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
 from oncelog.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import inspect
 
 from oncelog.storage import engine
-from oncelog.storage.log import FileSlice, PartitionLog
+from oncelog.storage.parts import FileSlice
+from oncelog.storage.engines.local.log import PartitionLog
 
 
 def _members(cls: type) -> set[str]:

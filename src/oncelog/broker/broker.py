@@ -39,9 +39,9 @@ from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
-from oncelog.storage import cleaner
+from oncelog.storage.engines.local import cleaner
 from oncelog.storage.atomic import write_atomically
-from oncelog.storage.log import PartitionLog
+from oncelog.storage.engines.local.log import PartitionLog
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
@@ -456,7 +456,7 @@ class Broker:
 
     async def _compact_in_store(self, tp: TopicPartition, part: "Partition") -> None:
         from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
-        from oncelog.cluster.pg_log import PgPartitionLog
+        from oncelog.storage.engines.postgres.log import PgPartitionLog
 
         parts = self._cluster_parts
         if parts is None or not isinstance(part.log, PgPartitionLog):

@@ -17,7 +17,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.leader_tracker import LeaderTracker
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.commit_pool import CommitterPool
+from oncelog.storage.engines.postgres.commit_pool import CommitterPool
 
 __all__ = ["ClusterParts"]
 

@@ -49,8 +49,8 @@ from oncelog.broker.replica_manager import INTERNAL_TOPICS, ReplicaManager, Topi
 from oncelog.cluster import leadership
 from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.group_commit import GroupCommitter
-from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.engines.postgres.group_commit import GroupCommitter
+from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.cluster.view import ClusterView
 from oncelog.protocol.errors import KafkaError
 from oncelog.types import TopicPartition

@@ -44,7 +44,7 @@ from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.notify import ChannelListener
 from oncelog.cluster.outbox_schema import BATCH_OVERHEAD, OUTBOX_CHANNEL
-from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.clock import Clock
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError

@@ -31,8 +31,10 @@ from typing import Any, Callable, Coroutine, TypeVar
 import logging
 
 from oncelog.protocol import records
-from oncelog.storage.engine import PartitionEngine, ReadPart
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.engine import PartitionEngine
+from oncelog.storage.parts import ReadPart
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 from oncelog.protocol.errors import InvalidProducerEpoch, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex

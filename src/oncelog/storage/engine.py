@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Iterator, Protocol, Union, runtime_checkable
 
 from oncelog.protocol.records import BatchHeader
-from oncelog.storage.log import FileSlice
+from oncelog.storage.parts import FileSlice
 
 __all__ = ["PartitionEngine", "ReadPart", "part_length", "parts_length"]
 

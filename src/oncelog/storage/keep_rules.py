@@ -19,9 +19,17 @@ from dataclasses import dataclass, field
 from oncelog.protocol import records
 from oncelog.protocol.errors import CorruptMessage, InvalidRecord
 
-__all__ = ["KeepRules", "Scan"]
+__all__ = ["KeepRules", "MIN_CLEANABLE_DIRTY_RATIO", "Scan", "is_compacted"]
 
 log = logging.getLogger(__name__)
+
+#: a compaction pass runs once the dirty part of the cleanable range reaches this share of it
+MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
+
+
+def is_compacted(cleanup_policy: str) -> bool:
+    """Whether cleanup.policy includes compaction (``compact`` or ``compact,delete``)."""
+    return "compact" in cleanup_policy.split(",")
 
 
 @dataclass

@@ -61,9 +61,9 @@ from typing import Iterator
 
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
-from oncelog.storage.keep_rules import KeepRules
-from oncelog.storage.log import PartitionLog
-from oncelog.storage.segment import LogSegment, segment_stem
+from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, KeepRules, is_compacted
+from oncelog.storage.engines.local.log import PartitionLog
+from oncelog.storage.engines.local.segment import LogSegment, segment_stem
 
 __all__ = ["Cleaner", "CleanResult", "recover"]
 
@@ -71,14 +71,9 @@ log = logging.getLogger(__name__)
 
 TMP_DIR = "cleaner.tmp"
 SWAP_SUFFIX = ".swap"
-MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
 _SEGMENT_EXTS = (".log", ".index", ".timeindex")
 _CHUNK = 1 << 20
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
-
-
-def is_compacted(cleanup_policy: str) -> bool:
-    return "compact" in cleanup_policy.split(",")
 
 
 # -- recovery -------------------------------------------------------------------------------------

@@ -46,15 +46,15 @@ from typing import Iterator
 
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
-from oncelog.cluster.group_commit import AppendRequest, GroupCommitter
+from oncelog.storage.engines.postgres.group_commit import AppendRequest, GroupCommitter
 from oncelog.cluster.leadership import CURRENT_SQL, Leadership
 from oncelog.protocol.errors import CorruptMessage, KafkaError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import (BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header,
                                      record_with_timestamp)
-from oncelog.storage.cleaner import MIN_CLEANABLE_DIRTY_RATIO, is_compacted
-from oncelog.storage.engine import ReadPart
+from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, is_compacted
+from oncelog.storage.parts import ReadPart
 from oncelog.storage.keep_rules import KeepRules
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
 
 __all__ = ["CompactResult", "PendingAppend", "PgPartitionLog"]
 
