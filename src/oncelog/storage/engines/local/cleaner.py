@@ -57,13 +57,15 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, KeepRules, is_compacted
-from oncelog.storage.engines.local.log import PartitionLog
 from oncelog.storage.engines.local.segment import LogSegment, segment_stem
+
+if TYPE_CHECKING:  # annotations only: the log imports the cleaner (PartitionLog.plan_compaction)
+    from oncelog.storage.engines.local.log import PartitionLog
 
 __all__ = ["Cleaner", "CleanResult", "recover"]
 
@@ -181,9 +183,9 @@ class Cleaner:
     """Compacts partition logs; remembers per log how far it cleaned (in memory: after a restart
     the first pass cleans everything once more, which is harmless)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: threading.Event | None = None) -> None:
         self._state: dict[Path, _State] = {}
-        self.stop = threading.Event()
+        self.stop = stop if stop is not None else threading.Event()
 
     # -- on the event loop ----------------------------------------------------------------------
 
@@ -290,6 +292,11 @@ class Cleaner:
         self.build(plan)
         return self.commit(plan)
 
+    def pass_for(self, plog: PartitionLog, upper: int, now_ms: int) -> "LocalPass | None":
+        """``plan`` as the engine contract's ``CompactionPass`` (``PartitionLog.plan_compaction``)."""
+        plan = self.plan(plog, upper, now_ms)
+        return None if plan is None else LocalPass(self, plan)
+
     # -- may run in a thread ----------------------------------------------------------------------
 
     def build(self, plan: _Plan) -> None:
@@ -387,3 +394,25 @@ def _batches(fd: int, size: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
             yield h, os.pread(fd, h.size, pos)
             consumed = h.size
         pos += consumed
+
+
+class LocalPass:
+    """One planned pass of the local cleaner as the engine contract's ``CompactionPass``
+    (storage/engine.py): ``build`` in a thread, ``commit`` (the swap) on the event loop."""
+
+    def __init__(self, cleaner: Cleaner, plan: _Plan) -> None:
+        self._cleaner = cleaner
+        self._plan = plan
+
+    def build(self) -> None:
+        self._cleaner.build(self._plan)  # discards the plan if it fails
+
+    def commit(self) -> str | None:
+        res = self._cleaner.commit(self._plan)
+        if res.bytes_after == res.bytes_before:
+            return None
+        return (f"{res.segments_before} segment(s), {res.bytes_before} bytes -> "
+                f"{res.segments_after} segment(s), {res.bytes_after} bytes")
+
+    def abort(self) -> None:
+        self._cleaner.abort(self._plan)

@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 from bisect import bisect_right
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -34,6 +35,8 @@ from oncelog.protocol.errors import CorruptMessage, KafkaStorageError, MessageTo
 from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix, record_with_timestamp
 from oncelog.protocol.records import iter_batches as _iter_batches
 from oncelog.storage.config import LogConfig
+from oncelog.storage.engine import Appended, CompactionPass
+from oncelog.storage.engines.local.cleaner import Cleaner
 from oncelog.storage.engines.local.segment import DELETED_SUFFIX, LogSegment
 from oncelog.storage.parts import FileSlice
 
@@ -65,6 +68,7 @@ class PartitionLog:
         # (delete deadline, segment); deadline None: not yet known, set by the next cleanup
         self._graveyard: list[tuple[int | None, LogSegment]] = []
         self._undecodable: set[int] = set()  # base offsets of batches iter_records refused
+        self._cleaner: Cleaner | None = None  # compaction's memory of this log (plan_compaction)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -164,6 +168,26 @@ class PartitionLog:
         return tuple(self._segments)
 
     # -- writing -----------------------------------------------------------------------------
+
+    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
+               drained: tuple[int, ...] = ()) -> Appended:
+        """The engine contract's append (storage/engine.py): ``append``, complete on return."""
+        if drained:
+            raise ValueError(f"{self.path}: the local engine has no outbox to drain")
+        return Appended(*self.append(batch, header, now_ms))
+
+    def disk_usage(self) -> tuple[int, int]:
+        return self.size_bytes, len(self._segments)
+
+    @property
+    def outbox_id(self) -> None:
+        return None  # no transactional outbox (a cluster-mode feature, issue 31)
+
+    def plan_compaction(self, upper: int, now_ms: int, stop: threading.Event) -> CompactionPass | None:
+        """The local cleaner's next pass over this log (storage/engines/local/cleaner.py), or None."""
+        if self._cleaner is None:
+            self._cleaner = Cleaner(stop)
+        return self._cleaner.pass_for(self, upper, now_ms)
 
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
                leader_epoch: int = 0) -> tuple[int, int]:
