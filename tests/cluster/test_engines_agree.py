@@ -1,6 +1,6 @@
 """One scenario, two storage engines (issue 15): random sequences of appends, reads and log
 start moves give the same bytes, offsets and errors on the local-files engine
-(storage/log.py) and on the PostgreSQL engine (cluster/pg_log.py)."""
+(storage/engines/local/log.py) and on the PostgreSQL engine (storage/engines/postgres/log.py)."""
 
 from __future__ import annotations
 

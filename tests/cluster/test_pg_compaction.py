@@ -1,4 +1,4 @@
-"""Log compaction on the PostgreSQL engine (cluster/pg_log.py ``compact``; issue 15): the same
+"""Log compaction on the PostgreSQL engine (storage/engines/postgres/log.py ``compact``; issue 15): the same
 keep rules as the local cleaner (storage/keep_rules.py), checked against it batch for batch on
 random logs, and what a compacted log must still give: last value per key, committed view,
 producer state, aborted index, fetches over gaps, and fencing of a deposed leader."""

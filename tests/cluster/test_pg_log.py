@@ -1,4 +1,4 @@
-"""The PostgreSQL partition log (cluster/pg_log.py) and group commit (cluster/group_commit.py),
+"""The PostgreSQL partition log (storage/engines/postgres/log.py) and group commit (storage/engines/postgres/group_commit.py),
 against a real PostgreSQL server (issue 15): byte-exact round trips, offsets assigned by the
 leader, fencing by leader epoch, one transaction for many partitions, retention by log start,
 and nothing acknowledged lost across a crash restart of PostgreSQL. Every wait is bounded."""

@@ -322,9 +322,9 @@ class Partition:
 
         Idempotent: when the producer has no open transaction here (the marker was written
         already, or the transaction never wrote to this partition) nothing is written and None is
-        returned; otherwise the marker's offset. Await the result (as
-        ``append_validated``: in its producer's line, taken at the call). An ABORT adds the transaction to the aborted
-        index; either way the producer's transaction closes and the LSO may advance.
+        returned; otherwise the marker's offset. An ABORT adds the transaction to the aborted
+        index; either way the producer's transaction closes and the LSO may advance. Await the
+        result (as ``append_validated``: in its producer's line, taken at the call).
 
         Raises InvalidProducerEpoch for a marker older than the producer's current epoch, and
         TransactionCoordinatorFenced for one from an older coordinator epoch than the last

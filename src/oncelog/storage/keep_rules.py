@@ -1,7 +1,7 @@
 """The keep rules of log compaction, free of any storage engine (R4): the one place that decides
 which records, batches and markers a compaction pass keeps. The local-files cleaner
-(storage/cleaner.py, whose module docstring states the rules) and the PostgreSQL engine's
-compaction (cluster/pg_log.py ``compact``) both use it, so the two engines cannot disagree.
+(storage/engines/local/cleaner.py, whose module docstring states the rules) and the PostgreSQL engine's
+compaction (storage/engines/postgres/log.py ``compact``) both use it, so the two engines cannot disagree.
 
 Use: feed every batch of the cleanable range, in offset order, to ``observe`` (pass 1: the
 latest offset of each key, which transactions aborted, each producer's last batch); then feed

@@ -25,11 +25,11 @@ record its offset (records.filter_batch). Cleaning is per record in Python: neve
 or fetch path.
 
 The rules are storage/keep_rules.py's ``KeepRules`` (shared with the PostgreSQL engine's
-compaction, cluster/pg_log.py); this module is the local engine's side: segments, files, swaps.
+compaction, storage/engines/postgres/log.py); this module is the local engine's side: segments, files, swaps.
 
 Bad data (R22). A batch whose records do not decode (a client wrote it; its header is sound) is
 kept as it is and supersedes nothing (``Scan.undecodable``); a marker that does not decode
-decides nothing. A segment with a damaged region (storage/damage.py) is never rewritten — that
+decides nothing. A segment with a damaged region (storage/engines/local/damage.py) is never rewritten — that
 would drop every batch after the damage — and since compaction must start at the log start (a
 tombstone dropped after a skipped segment could let an older value of its key resurface), a pass
 stops before the first damaged segment. Damage found while building (not yet known to the segment) fails that pass

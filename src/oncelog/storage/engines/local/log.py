@@ -487,7 +487,7 @@ class PartitionLog:
             self._write_log_start()
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment, now_ms: int) -> None:
-        """Compaction (storage/cleaner.py): put ``new`` in the place of ``old``, consecutive live
+        """Compaction (storage/engines/local/cleaner.py): put ``new`` in the place of ``old``, consecutive live
         segments other than the active one, whose files the cleaner has already moved away.
         ``new`` starts at ``old[0].base_offset`` and holds a subset of their batches. The old
         segments are retired like deleted ones (their open slices stay readable for
