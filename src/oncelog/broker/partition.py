@@ -192,7 +192,11 @@ class Partition:
         rebuilt from the store, broker/leader_tracker.py), and the append runs as its own task,
         never cancelled: cancelling the returned awaitable leaves it running (a submitted batch
         may commit, and the producer state must then take it in)."""
-        return self._in_line(header.producer_id, functools.partial(self._begin_validated, batch, header, now_ms, ()))
+        pid = header.producer_id
+        if pid >= 0 and pid in self._inflight_pids:
+            return self._in_line(pid, functools.partial(self._begin_validated, batch, header, now_ms, ()))
+        step = self._begin_validated(batch, header, now_ms, ())  # the hot path: inline, no partial
+        return step if type(step) is _Ready else self._in_flight(pid, step)
 
     def append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                       drained: tuple[int, ...]) -> Awaitable[AppendResult]:
@@ -211,9 +215,16 @@ class Partition:
         if dup is not None:
             return _Ready(AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True))
         batch, header, stamped = self._stamp(batch, header, now_ms)
-        return self._write(batch, header, now_ms, drained=drained,
-                           then=lambda base, last: AppendResult(base, last, self.log.log_start_offset,
-                                                                log_append_time=stamped))
+        active = self.log.active_base_offset
+        pending = self.log.submit(batch, header, now_ms, drained=drained)
+        if pending.done:  # ``_write``, written out for the hot path
+            self._applied(pending.base_offset, header, now_ms, None, active)
+            return _Ready(AppendResult(pending.base_offset, pending.last_offset, self.log.log_start_offset,
+                                       log_append_time=stamped))
+        self._unapplied[pending.base_offset] = None
+        return self._complete(pending, header, now_ms, None, active,
+                              lambda base, last: AppendResult(base, last, self.log.log_start_offset,
+                                                              log_append_time=stamped))
 
     def _stamp(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[Any, records.BatchHeader, int]:
         """message.timestamp.type=LogAppendTime: the batch stamped with ``now_ms`` (header fields
@@ -249,11 +260,12 @@ class Partition:
         before = self._inflight_pids.get(pid) if pid >= 0 else None
         if before is None:
             step = begin()
-            if type(step) is _Ready:
-                return step
-            coro: Coroutine[Any, Any, _T] = step  # type: ignore[assignment]
-        else:
-            coro = _after(before, begin)
+            return step if type(step) is _Ready else self._in_flight(pid, step)  # type: ignore[return-value]
+        return self._in_flight(pid, _after(before, begin))
+
+    def _in_flight(self, pid: int, coro: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
+        """Run ``coro`` (an append that completes later) as its own task, the producer's latest
+        in flight here; the returned future's cancellation leaves the task running."""
         task = asyncio.ensure_future(coro)
         if pid >= 0:
             self._inflight_pids[pid] = task
@@ -275,8 +287,8 @@ class Partition:
         active = self.log.active_base_offset
         pending = self.log.submit(batch, header, now_ms, drained=drained)
         if pending.done:
-            return _Ready(self._applied(pending.base_offset, pending.last_offset, header, now_ms,
-                                        coordinator_epoch, active, then))
+            self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
+            return _Ready(then(pending.base_offset, pending.last_offset))
         self._unapplied[pending.base_offset] = None
         return self._complete(pending, header, now_ms, coordinator_epoch, active, then)
 
@@ -289,16 +301,17 @@ class Partition:
             self._wake()
             raise
         del self._unapplied[pending.base_offset]
-        return self._applied(pending.base_offset, pending.last_offset, header, now_ms, coordinator_epoch, active, then)
+        self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
+        return then(pending.base_offset, pending.last_offset)
 
-    def _applied(self, base: int, last: int, header: records.BatchHeader, now_ms: int, coordinator_epoch: int | None,
-                 active: int, then: Callable[[int, int], _T]) -> _T:
+    def _applied(self, base: int, header: records.BatchHeader, now_ms: int, coordinator_epoch: int | None,
+                 active: int) -> None:
+        """The producer state takes a complete append in; a segment roll snapshots it; waiting
+        fetches wake. The caller derives its result (``then``) before its next ``await``."""
         self.producers.update(header, base, now_ms, coordinator_epoch=coordinator_epoch)
-        result = then(base, last)
         if self.log.active_base_offset != active:
             self._snapshot()
         self._wake()
-        return result
 
     def delete_records(self, offset: int) -> None:
         """DeleteRecords: the log start moves up to ``offset`` (the caller checked it is at most
