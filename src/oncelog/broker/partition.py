@@ -37,7 +37,7 @@ import asyncio
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Iterable, TypeVar, Union
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, TypeVar, Union
 
 import logging
 
@@ -482,22 +482,22 @@ async def _after(before: "asyncio.Future[Any]", begin: "Callable[[], _Step[_T]]"
     return await step  # type: ignore[misc]
 
 
-async def await_appends(appends: Iterable[Awaitable[_T]]) -> list["_T | KafkaError"]:
+async def await_appends(appends: list[Awaitable[_T]]) -> list["_T | KafkaError"]:
     """Await started appends in order (all were started, so their engine works on them
     together): each one's result, or its KafkaError. Anything else is raised (a bug). Cancelled
     or failing part-way, the appends not awaited yet are cancelled (their tasks run on)."""
-    pending = list(appends)
     out: list[_T | KafkaError] = []
     try:
-        for aw in pending:
+        for aw in appends:
             try:
                 out.append(await aw)
             except KafkaError as exc:
                 out.append(exc)
     finally:
-        for aw in pending[len(out):]:
-            if isinstance(aw, asyncio.Future):
-                aw.cancel()
+        if len(out) < len(appends):
+            for aw in appends[len(out):]:
+                if isinstance(aw, asyncio.Future):
+                    aw.cancel()
     return out
 
 
