@@ -489,6 +489,9 @@ async def await_appends(appends: list[Awaitable[_T]]) -> list["_T | KafkaError"]
     out: list[_T | KafkaError] = []
     try:
         for aw in appends:
+            if type(aw) is _Ready:  # complete at the call (the local engine): no await needed
+                out.append(aw.value)
+                continue
             try:
                 out.append(await aw)
             except KafkaError as exc:
