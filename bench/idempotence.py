@@ -181,7 +181,7 @@ def append_in_process(rounds: int, block: int, per_batch: int, size: int) -> dic
     producer-state update) in this process, without any network: blocks of ``block`` batches,
     alternating between the modes ``rounds`` times, so that both see the same machine. Plain and
     idempotent batches are built in advance with the same size."""
-    from oncelog.broker.partition import Partition
+    from oncelog.broker.partitions.partition import Partition
     from oncelog.storage.config import LogConfig
     from oncelog.types import TopicPartition
 

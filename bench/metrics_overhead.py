@@ -57,7 +57,7 @@ def micro(n: int = 200_000) -> float:
     """Microseconds the metrics add to a one-batch Produce request (best of 5)."""
     import timeit
 
-    from oncelog.broker.metrics import RequestStats
+    from oncelog.broker.observability.metrics import RequestStats
 
     stats = RequestStats()
 

@@ -5,8 +5,8 @@ and the group and transaction coordinators started; then the snapshot that /metr
 console read is taken ``--rounds`` times. Printed: milliseconds per snapshot (wall, all chunks)
 and how long it held the loop, for each snapshot function the checkout has:
 
-* after issue 27: ``oncelog.broker.observe.take`` (one snapshot for both);
-* before: ``oncelog.broker.metrics.take_snapshot`` (the metrics' own) and
+* after issue 27: ``oncelog.broker.observability.observe.take`` (one snapshot for both);
+* before: ``oncelog.broker.observability.metrics.take_snapshot`` (the metrics' own) and
   ``oncelog.console.snapshot.take`` (the console's own, one pass without yielding).
 
 Run it once per checkout on the same machine, e.g.::
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from oncelog.broker.broker import Broker
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 
 
 async def measure(partitions: int, rounds: int) -> None:
@@ -39,10 +39,10 @@ async def measure(partitions: int, rounds: int) -> None:
             total = len(broker.replicas.partitions)
             takers = {}
             try:
-                observe = importlib.import_module("oncelog.broker.observe")
+                observe = importlib.import_module("oncelog.broker.observability.observe")
                 takers["observe.take (metrics and console)"] = lambda: observe.take(broker)
             except ImportError:
-                from oncelog.broker import metrics
+                from oncelog.broker.observability import metrics
                 from oncelog.console import snapshot
 
                 async def console_take() -> object:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 from oncelog.broker.broker import Broker
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.context import Client
 from oncelog.protocol import apis, framing, messages, records
 

@@ -14,10 +14,10 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.broker.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.partitions.markers import LocalMarkerWriter
+from oncelog.broker.partitions.replica_manager import ReplicaManager
+from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.clock import ManualClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction import log as txnlog

@@ -123,7 +123,7 @@ def run_broker(data_dir: Path, listen: str = "127.0.0.1:9092", config: Optional[
                node_id: Optional[int] = None, store: Optional[str] = None, log_level: str = "INFO") -> None:
     """Run a broker in the foreground until SIGTERM (exit status 2 for a refused configuration)."""
     from oncelog.broker.broker import Broker
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.configuration.config import BrokerConfig
     from oncelog.hostport import parse_host_port
     from oncelog.protocol.errors import KafkaError
 

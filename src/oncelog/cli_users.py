@@ -63,7 +63,7 @@ def _target(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[
 
 def _store_conn(store: str):  # type: ignore[no-untyped-def]
     """A connection to the cluster store, its schema made if need be (a store no broker used yet)."""
-    from oncelog.broker.cluster_member import connector
+    from oncelog.broker.membership.cluster_member import connector
     from oncelog.cluster.schema import ensure_schema
 
     conn = connector(store)()
@@ -92,7 +92,7 @@ def _alter(data_dir: Optional[Path], bootstrap: Optional[str], store: Optional[s
            upsertions: list[tuple[str, int, int, bytes, bytes]], security: dict[str, str] | None = None,
            ) -> dict[str, tuple[int, str | None]]:
     if store is not None:
-        from oncelog.broker import cluster_credentials
+        from oncelog.broker.membership import cluster_credentials
 
         with _store_conn(store) as conn:
             return {u: (int(c), m) for u, (c, m) in cluster_credentials.alter(conn, deletions, upsertions).items()}
@@ -163,7 +163,7 @@ def list_(
     _target(data_dir, bootstrap, store, as_json)
     rows: list[tuple[str, list[tuple[int, int]]]]
     if store is not None:
-        from oncelog.broker import cluster_credentials
+        from oncelog.broker.membership import cluster_credentials
 
         with _store_conn(store) as conn:
             rows = [(u, infos) for u, _, _, infos in cluster_credentials.load(conn).describe(None)]

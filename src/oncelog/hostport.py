@@ -3,7 +3,7 @@ has (issue 27). No imports, so anything may use it without importing what it liv
 
 * ``parse_host_port``: the client's bootstrap servers (``client.py``, which re-exports it), the
   broker's ``--listen`` (``cli_broker.py``) and each ``NAME://HOST:PORT`` of ``listeners`` and
-  ``advertised.listeners`` (``broker/listeners.py``). An empty host is allowed (``:9092``: every
+  ``advertised.listeners`` (``broker/network/listeners.py``). An empty host is allowed (``:9092``: every
   interface, as Kafka's listeners say).
 * ``parse_listen``: the address of an HTTP side door (``metrics.listen``, ``console.listen``):
   the same, but the host must be named.

@@ -97,7 +97,7 @@ def test_holds_lease_is_the_brokers_conservative_view_on_its_own_clock(store) ->
 
 
 def test_settings_have_kafkas_names_and_defaults() -> None:
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.configuration.config import BrokerConfig
 
     assert SessionConfig.from_properties({}) == SessionConfig(9_000, 2_000)
     cfg = BrokerConfig().with_overrides({"broker.session.timeout.ms": "1000", "broker.heartbeat.interval.ms": "100"})

@@ -13,7 +13,7 @@ import pytest
 
 from appends import completed, run
 from cluster_store import CONFIG, Store
-from oncelog.broker.partition import Partition
+from oncelog.broker.partitions.partition import Partition
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import NotLeaderOrFollower
 from oncelog.types import TopicPartition

@@ -1,4 +1,4 @@
-"""The partition leader code (broker/partition.py) is shared by both engines (issue 15): on
+"""The partition leader code (broker/partitions/partition.py) is shared by both engines (issue 15): on
 the PostgreSQL engine it answers duplicates (R6), keeps the LSO and the aborted index (R15),
 serves fetches as in-memory chunks, and a new leader on another broker rebuilds all of that
 from the store alone (R7), while the old leader is fenced."""
@@ -9,7 +9,7 @@ import pytest
 
 from appends import run
 from cluster_store import CONFIG, Store
-from oncelog.broker.partition import Partition
+from oncelog.broker.partitions.partition import Partition
 from oncelog.cluster.errors import LeaderFenced
 from oncelog.protocol import records as R
 from oncelog.protocol.framing import FileRecords

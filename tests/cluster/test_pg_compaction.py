@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster_store import Store
-from oncelog.broker.partition import Partition
+from oncelog.broker.partitions.partition import Partition
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced
 from oncelog.protocol import records as R

@@ -25,7 +25,7 @@ import psycopg
 
 import kafka_clients as kc
 from cluster_procs import brokers
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, framing, records
 from oncelog.protocol.messages import make

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from oncelog.broker.topic_config import TOPIC_CONFIGS
+from oncelog.broker.configuration.topic_config import TOPIC_CONFIGS
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import ErrorCode

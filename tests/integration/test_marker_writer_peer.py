@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.markers import ClusterMarkerWriter
-from oncelog.broker.peer_client import PeerClients
-from oncelog.broker.replica_manager import ReplicaManager, TopicMeta
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.partitions.markers import ClusterMarkerWriter
+from oncelog.broker.membership.peer_client import PeerClients
+from oncelog.broker.partitions.replica_manager import ReplicaManager, TopicMeta
 from oncelog.clock import SystemClock
 from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.membership import BrokerInfo

@@ -151,7 +151,7 @@ def test_half_requests_hold_no_threads_and_are_dropped_at_the_deadline(broker_fa
 
     import psutil
 
-    max_connections, deadline_s = 8, 10.0  # broker/metrics.py's MAX_CONNECTIONS, REQUEST_DEADLINE_S (unit-tested)
+    max_connections, deadline_s = 8, 10.0  # broker/observability/metrics.py's MAX_CONNECTIONS, REQUEST_DEADLINE_S (unit-tested)
     address = f"127.0.0.1:{free_port()}"
     b = broker_factory(overrides={"metrics.listen": address})
     create_topic("confluent", b.bootstrap, "half", 1)

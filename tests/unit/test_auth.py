@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import scramp
 
-from oncelog.broker import listeners
+from oncelog.broker.network import listeners
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.credentials import (
     MECHANISM_IDS, CredentialFile, CredentialStore, UserCredentials, salted_password,
@@ -20,7 +20,7 @@ from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import (
     TRANSITIONS, AuthenticationFailed, Event, IllegalSaslState, SaslSession, State, shown,
 )
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.protocol import apis, framing
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
 from oncelog_tools.tls_certs import make_pki

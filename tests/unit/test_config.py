@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, parse_properties
+from oncelog.broker.configuration.config import BrokerConfig, parse_properties
 from oncelog.protocol.errors import InvalidConfig
 
 
@@ -34,7 +34,7 @@ def test_properties_parser_rejects_garbage() -> None:
 def test_kip_937_timestamp_properties_are_broker_properties() -> None:
     """Issue 26 row 12: Kafka's log.message.timestamp.* broker properties are taken (the broker
     refused to start with them: "unknown broker property") and become the topics' defaults."""
-    from oncelog.broker import topic_config
+    from oncelog.broker.configuration import topic_config
 
     b = BrokerConfig().with_overrides({"log.message.timestamp.after.max.ms": "1000",
                                        "log.message.timestamp.before.max.ms": "2000",

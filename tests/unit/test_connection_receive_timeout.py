@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from oncelog.broker import connection as connection_mod
-from oncelog.broker.connection import Connection
+from oncelog.broker.network import connection as connection_mod
+from oncelog.broker.network.connection import Connection
 
 
 class _Transport(asyncio.Transport):

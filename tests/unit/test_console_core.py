@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from oncelog.admin.transactions import Hanging, NotHanging, Producer
-from oncelog.broker.observe import BrokerState, GroupRow, PartitionRow, TxnRow
+from oncelog.broker.observability.observe import BrokerState, GroupRow, PartitionRow, TxnRow
 from oncelog.console import snapshot
 from oncelog.console.server import StateSource, host_allowed, origin_allowed, parse_abort, static_files
 from oncelog.console.transactions import AbortRefused, TxnLink
@@ -201,13 +201,13 @@ def test_console_is_off_by_default_and_not_even_imported(tmp_path) -> None:  # t
     import subprocess
     import sys
 
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.configuration.config import BrokerConfig
     from oncelog.protocol.errors import InvalidConfig
 
     assert BrokerConfig().console_listen is None and BrokerConfig().console_client_config is None
     with pytest.raises(InvalidConfig, match="console.listen"):
         BrokerConfig().with_overrides({"console.listen": "no-port"})
-    code = ("import sys; from oncelog.broker.broker import Broker; from oncelog.broker.config import BrokerConfig; "
+    code = ("import sys; from oncelog.broker.broker import Broker; from oncelog.broker.configuration.config import BrokerConfig; "
             f"b = Broker(BrokerConfig(data_dir={str(tmp_path)!r})); "
             "assert b.console is None and 'oncelog.console' not in sys.modules, sorted(sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

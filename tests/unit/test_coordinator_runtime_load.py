@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from oncelog.broker.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import ManualClock
 from oncelog.cluster.errors import StoreUnavailable
 from oncelog.types import TopicPartition

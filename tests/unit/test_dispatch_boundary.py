@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from oncelog.broker.context import Client
-from oncelog.broker.dispatch import Dispatcher
+from oncelog.broker.network.dispatch import Dispatcher
 from oncelog.protocol import apis, framing, messages
 from oncelog.protocol.errors import ErrorCode
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import bad_batches
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group import records as rec
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.coordinator.group.shard import GroupShard
 from oncelog.coordinator.group.types import OffsetCommitData
 from oncelog.protocol import records

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.coordinator.group.types import JoinRequest, OffsetCommitData
 from oncelog.protocol.errors import CoordinatorLoadInProgress, MemberIdRequired
 from oncelog.storage.engines.local.cleaner import Cleaner

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.broker import listeners
+from oncelog.broker.network import listeners
 from oncelog.hostport import parse_host_port, parse_listen
 from oncelog.protocol.errors import InvalidConfig
 

@@ -121,10 +121,10 @@ def test_the_product_never_imports_the_tools() -> None:
 
 
 def test_the_configuration_imports_no_other_part_of_the_broker() -> None:
-    """broker/config.py is below the rest of broker/ (issue 27: it reached metrics.py for its
+    """broker/configuration/config.py is below the rest of broker/ (issue 27: it reached metrics.py for its
     HOST:PORT parser, and metrics reaches the broker): addresses are parsed by oncelog.hostport."""
-    assert not {m for m in GRAPH["oncelog.broker.config"] if m.startswith("oncelog.broker")}
-    assert "oncelog.hostport" in GRAPH["oncelog.broker.config"]
+    assert not {m for m in GRAPH["oncelog.broker.configuration.config"] if m.startswith("oncelog.broker")}
+    assert "oncelog.hostport" in GRAPH["oncelog.broker.configuration.config"]
 
 
 def test_the_cluster_storage_imports_only_protocol_storage_and_itself() -> None:
@@ -203,3 +203,50 @@ def test_each_lazy_route_is_its_modules_handler() -> None:
         module = importlib.import_module(f"oncelog.broker.handlers.{route.module}")
         assert module.API_KEY == key, route.module
         assert route.load() is module.handle
+
+
+BROKER = SRC / "broker"
+#: broker/'s parts (issue 27) and the parts each may import; the root modules (broker.py, context.py,
+#: routes.py, periodic.py, pipelining.py) are "root". Each part's __init__.py says the same in words.
+BROKER_PARTS: dict[str, set[str]] = {
+    "configuration": {"root"},
+    "auth": {"configuration"},
+    "partitions": {"configuration"},
+    "coordinators": {"root", "partitions", "configuration"},
+    "handlers": {"root", "configuration", "partitions", "coordinators", "auth", "membership", "observability"},
+    "network": {"root", "configuration", "auth", "handlers"},
+    "membership": {"root", "configuration", "auth", "partitions", "coordinators"},
+    "observability": {"root", "configuration", "partitions", "coordinators", "membership"},
+}
+
+
+def _broker_part(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["oncelog", "broker"] or len(parts) < 3:
+        return None
+    return parts[2] if (BROKER / parts[2]).is_dir() else "root"
+
+
+def test_broker_is_a_few_files_and_named_parts() -> None:
+    """No more than 8 Python files directly in broker/ (issue 27); every other module is in a part
+    whose __init__.py states what it owns and what it may import."""
+    direct = sorted(p.name for p in BROKER.glob("*.py"))
+    assert len(direct) <= 8, direct
+    parts = {p.name for p in BROKER.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert parts == set(BROKER_PARTS)
+    for part in parts:
+        doc = ast.get_docstring(ast.parse((BROKER / part / "__init__.py").read_text())) or ""
+        assert "May import" in doc, f"broker/{part}/__init__.py must say what it owns and may import"
+
+
+def test_broker_parts_import_only_what_they_declare() -> None:
+    """Arrows between broker/'s parts follow BROKER_PARTS (imports inside functions count too; those
+    under TYPE_CHECKING do not), so no circle can form between the parts."""
+    bad = sorted(
+        f"{name} -> {dep}"
+        for name, deps in GRAPH.items()
+        if (src := _broker_part(name)) not in (None, "root")
+        for dep in deps
+        if (dst := _broker_part(dep)) not in (None, src) and dst not in BROKER_PARTS[src]
+    )
+    assert not bad

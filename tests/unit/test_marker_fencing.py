@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.partition import Partition
+from oncelog.broker.partitions.partition import Partition
 from oncelog.protocol import records
 from oncelog.protocol.errors import InvalidProducerEpoch, TransactionCoordinatorFenced
 from oncelog.storage.config import LogConfig

@@ -7,9 +7,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.metrics import RequestStats, families, lag, request_label
-from oncelog.broker.observe import BrokerState, PartitionRow, TxnRow
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.observability.metrics import RequestStats, families, lag, request_label
+from oncelog.broker.observability.observe import BrokerState, PartitionRow, TxnRow
 from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
@@ -34,7 +34,7 @@ def test_config_key() -> None:
 
 def test_endpoint_bounds() -> None:
     """The values tests/integration/test_metrics.py's hostile test relies on."""
-    from oncelog.broker import metrics
+    from oncelog.broker.observability import metrics
 
     assert metrics.MAX_CONNECTIONS == 8 and metrics.REQUEST_DEADLINE_S == 10.0
 
@@ -115,7 +115,7 @@ def test_the_snapshot_lets_the_loop_run_between_chunks() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from oncelog.broker.observe import SNAPSHOT_CHUNK, take
+    from oncelog.broker.observability.observe import SNAPSHOT_CHUNK, take
     from oncelog.types import TopicPartition
 
     seen: list[int] = []
@@ -154,7 +154,7 @@ def test_render_is_built_once_and_shared() -> None:
     a new build (clock injected)."""
     from types import SimpleNamespace
 
-    from oncelog.broker.metrics import MIN_INTERVAL_S, BrokerMetrics
+    from oncelog.broker.observability.metrics import MIN_INTERVAL_S, BrokerMetrics
 
     class Fixed(BrokerMetrics):
         def snapshot(self) -> BrokerState:
@@ -180,7 +180,7 @@ def test_a_partition_deleted_while_the_snapshot_yields_is_left_out() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from oncelog.broker.observe import SNAPSHOT_CHUNK, take
+    from oncelog.broker.observability.observe import SNAPSHOT_CHUNK, take
     from oncelog.types import TopicPartition
 
     class Part:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Generator
 
 from appends import completed
-from oncelog.broker.partition import Partition, await_appends
+from oncelog.broker.partitions.partition import Partition, await_appends
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError, KafkaStorageError
 from oncelog.storage.config import LogConfig

@@ -1,4 +1,4 @@
-"""The broker-to-broker client (issue 15, broker/peer_client.py): every failure to reach a peer
+"""The broker-to-broker client (issue 15, broker/membership/peer_client.py): every failure to reach a peer
 is a retriable KafkaError the caller retries, never an exception the dispatcher reports as a bug,
 and a peer that stops answering fails the request at its deadline."""
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from oncelog.broker.peer_client import PeerClients
+from oncelog.broker.membership.peer_client import PeerClients
 from oncelog.protocol import apis
 from oncelog.protocol.errors import KafkaError, RequestTimedOut
 from oncelog.protocol.messages import Builder

@@ -9,8 +9,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.server import Server
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.network.server import Server
 
 
 @dataclass

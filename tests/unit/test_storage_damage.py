@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import bad_batches
-from oncelog.broker.partition import Partition
+from oncelog.broker.partitions.partition import Partition
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import CorruptMessage
 from oncelog.storage.engines.local.cleaner import Cleaner

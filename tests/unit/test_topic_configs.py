@@ -1,4 +1,4 @@
-"""The table of Kafka topic configs (broker/topic_config.py) and what is built on it: validation,
+"""The table of Kafka topic configs (broker/configuration/topic_config.py) and what is built on it: validation,
 precedence and synonyms, LogConfig, IncrementalAlterConfigs operations, LogAppendTime stamping,
 the compacted-topic key check, and docs/COMPATIBILITY-configs.md kept in sync (issue 16)."""
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from oncelog.broker import dynamic_config, topic_config
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration import dynamic_config
+from oncelog.broker.configuration import topic_config
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.handlers.incremental_alter_configs import APPEND, DELETE, SET, SUBTRACT, apply_ops
-from oncelog.broker.topic_config import ConfigSource, ConfigType
+from oncelog.broker.configuration.topic_config import ConfigSource, ConfigType
 from oncelog.protocol import records
 from oncelog.protocol.errors import InvalidConfig, InvalidRecord, InvalidRequest
 
@@ -131,7 +132,7 @@ def test_compacted_topic_batch_without_key_lists_each_record(compression: int) -
 
 def test_compatibility_doc_is_in_sync() -> None:
     """docs/COMPATIBILITY-configs.md holds the tables generated from the config tables; after a
-    change run ``python -m oncelog.broker.config_docs > docs/COMPATIBILITY-configs.md``."""
-    from oncelog.broker import config_docs
+    change run ``python -m oncelog.broker.configuration.config_docs > docs/COMPATIBILITY-configs.md``."""
+    from oncelog.broker.configuration import config_docs
 
     assert DOC.read_text() == config_docs.render()

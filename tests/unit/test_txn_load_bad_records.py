@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bad_batches
-from oncelog.broker.transaction_coordinator import TXN_TOPIC
+from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC
 from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol import records

@@ -21,7 +21,7 @@ from oncelog.coordinator.transaction import rules
 from oncelog.coordinator.transaction.rules import RULES, TWO_PC_KEPT, TWO_PC_ONGOING, Request, check_transition
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.admin.transactions import TWO_PC_TIMEOUT_MS, Description, Producer, hanging_reason
-from oncelog.broker import two_phase_commit
+from oncelog.broker.coordinators import two_phase_commit
 from oncelog.protocol.errors import (
     ConcurrentTransactions,
     InvalidProducerEpoch,

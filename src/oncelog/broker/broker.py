@@ -16,24 +16,23 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from oncelog.broker import listeners as listeners_mod
-from oncelog.broker import metrics as metrics_mod
+from oncelog.broker.network import listeners as listeners_mod
+from oncelog.broker.observability import metrics as metrics_mod
 from oncelog.broker import periodic
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
 from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
-from oncelog.broker.cluster_routes import CLUSTER_ROUTES
-from oncelog.broker.acls import AclService
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.dispatch import Dispatcher
-from oncelog.broker.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
-from oncelog.broker.markers import LocalMarkerWriter
-from oncelog.broker.peer_client import PeerClients, PeerSecurity
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.auth.acls import AclService
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.network.dispatch import Dispatcher
+from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
+from oncelog.broker.partitions.markers import LocalMarkerWriter
+from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
-from oncelog.broker.server import Server
-from oncelog.broker.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
+from oncelog.broker.network.server import Server
+from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
@@ -45,10 +44,10 @@ from oncelog.storage.atomic import write_atomically
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
-    from oncelog.broker.cluster_credentials import StoreUserCredentials
-    from oncelog.broker.cluster_member import ClusterMember
-    from oncelog.broker.cluster_parts import ClusterParts
-    from oncelog.broker.outbox_drainer import OutboxDrainer
+    from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
+    from oncelog.broker.membership.cluster_member import ClusterMember
+    from oncelog.broker.membership.cluster_parts import ClusterParts
+    from oncelog.broker.membership.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
     from oncelog.console import Console
 
@@ -89,7 +88,7 @@ class Broker:
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
         #: SCRAM credentials: the data dir's file; in cluster mode the store's (set by start())
         self.users: UserCredentials | StoreUserCredentials = UserCredentials(CredentialFile(config.data_dir))
-        #: issue 19: Prometheus metrics (broker/metrics.py); None unless metrics.listen is set
+        #: issue 19: Prometheus metrics (broker/observability/metrics.py); None unless metrics.listen is set
         self.metrics = metrics_mod.metrics_for(self)
         #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
         self.console: Console | None = None
@@ -97,7 +96,7 @@ class Broker:
             from oncelog.console import console_for
 
             self.console = console_for(self)
-        routes = CLUSTER_ROUTES if store else ROUTES
+        routes = ROUTES  # one table: the handlers ask the membership where the modes differ
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
         self.servers = [self._server_for(lst, routes) for lst in self.listeners]
@@ -290,15 +289,15 @@ class Broker:
 
     async def _start_cluster_member(self) -> tuple[str, int]:
         """Cluster mode: create the internal topics in the store unless they exist, listen,
-        then join the cluster (broker/cluster_member.py); partitions are opened as this broker
+        then join the cluster (broker/membership/cluster_member.py); partitions are opened as this broker
         is given their leadership (leader_tracker.py), and the group and transaction
         coordinators load the internal partitions among them (``_on_lead``), with the leader
         epoch as the coordinator epoch. Markers for partitions led elsewhere go to their leader
         as WriteTxnMarkers (markers.ClusterMarkerWriter)."""
-        from oncelog.broker.cluster_member import ClusterMember
-        from oncelog.broker.cluster_parts import ClusterParts
-        from oncelog.broker.markers import ClusterMarkerWriter
-        from oncelog.broker.txn_verifier import RemoteVerifier
+        from oncelog.broker.membership.cluster_member import ClusterMember
+        from oncelog.broker.membership.cluster_parts import ClusterParts
+        from oncelog.broker.partitions.markers import ClusterMarkerWriter
+        from oncelog.broker.partitions.txn_verifier import RemoteVerifier
         from oncelog.cluster.producer_ids import StoreProducerIds
 
         assert self.store
@@ -320,7 +319,7 @@ class Broker:
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
         if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
-            from oncelog.broker.cluster_member import connector
+            from oncelog.broker.membership.cluster_member import connector
             from oncelog.cluster.acls import StoreAcls
 
             self._store_acls = StoreAcls(connector(self.store), f"node {self.node_id} acls")
@@ -343,8 +342,8 @@ class Broker:
         self.transactions.remote = RemoteVerifier(lambda: member.view, self._peers, self.transactions.partition_of)
         parts.tracker.on_lead = self._on_lead
         parts.tracker.on_resign = self._on_resign
-        from oncelog.broker.cluster_credentials import StoreUserCredentials
-        from oncelog.broker.cluster_member import connector
+        from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
+        from oncelog.broker.membership.cluster_member import connector
 
         self.users = users = StoreUserCredentials(connector(self.store), self.node_id)
         try:
@@ -364,7 +363,7 @@ class Broker:
             parts.close()
             raise
         self.cluster_id = member.cluster_id
-        from oncelog.broker.outbox_drainer import OutboxDrainer
+        from oncelog.broker.membership.outbox_drainer import OutboxDrainer
 
         self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)

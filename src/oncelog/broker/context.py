@@ -22,13 +22,13 @@ from oncelog.protocol.framing import Request
 
 if TYPE_CHECKING:
     from oncelog.broker.auth.credentials import UserCredentials
-    from oncelog.broker.cluster_credentials import StoreUserCredentials
-    from oncelog.broker.acls import AclService
-    from oncelog.broker.cluster_member import ClusterMember
-    from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.group_coordinator import GroupCoordinator
-    from oncelog.broker.replica_manager import ReplicaManager
-    from oncelog.broker.transaction_coordinator import TransactionCoordinator
+    from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
+    from oncelog.broker.auth.acls import AclService
+    from oncelog.broker.membership.cluster_member import ClusterMember
+    from oncelog.broker.configuration.config import BrokerConfig
+    from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
+    from oncelog.broker.partitions.replica_manager import ReplicaManager
+    from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
     from oncelog.clock import Clock
     from oncelog.coordinator.producer_ids import ProducerIdManager
 

@@ -4,7 +4,7 @@
 Rows are ``(username, mechanism, salt, stored_key, server_key, iterations)``. ``lock`` takes
 the table lock that serializes alterations (two brokers altering at once); ``replace_user``
 writes one user's rows. The validation and the all-or-nothing per user are the broker's
-(broker/cluster_credentials.py), which calls these inside one transaction. ``conn`` is a psycopg
+(broker/membership/cluster_credentials.py), which calls these inside one transaction. ``conn`` is a psycopg
 connection.
 """
 

@@ -5,7 +5,7 @@ from elsewhere) that polls ``/api/state`` every two seconds and shows the broker
 partitions (log start, LSO, log end), consumer groups with their members and lag, and the
 transactions (state, age, partitions) with the hanging ones marked and an abort button.
 
-* ``snapshot`` derives the document (pure) from the broker's state as ``broker/observe.py``
+* ``snapshot`` derives the document (pure) from the broker's state as ``broker/observability/observe.py``
   copies it on the event loop (the snapshot ``/metrics`` reads too);
 * ``transactions`` is the hanging check and the abort, as a Kafka client of this broker using
   the code of ``oncelog transactions`` (so ACLs apply to it as to any client);
@@ -22,7 +22,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from oncelog.broker.observe import take
+from oncelog.broker.observability.observe import take
 from oncelog.console.server import ConsoleHTTPServer, StateSource, static_files
 from oncelog.console.transactions import TxnLink
 from oncelog.hostport import parse_listen

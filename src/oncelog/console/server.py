@@ -11,7 +11,7 @@ Routes (everything else is 404; methods other than GET/HEAD/POST are 501):
   a CORS preflight, which this server never grants, so a link or form elsewhere cannot abort.
 
 Threads. The event loop owns the broker's state: a request never reads it. ``/api/state``
-schedules ``observe.take`` on the loop (broker/observe.py, the snapshot /metrics reads too;
+schedules ``observe.take`` on the loop (broker/observability/observe.py, the snapshot /metrics reads too;
 ``run_coroutine_threadsafe``, at most ``SNAPSHOT_TIMEOUT_S``) and builds the document on its own
 thread; a snapshot younger than
 ``STATE_MIN_INTERVAL_S`` (or ``LOOP_SHARE`` times what it took) is reused, and so is its encoded
@@ -46,7 +46,7 @@ import time
 from importlib import resources
 from typing import Any, Callable, Coroutine
 
-from oncelog.broker.observe import BrokerState
+from oncelog.broker.observability.observe import BrokerState
 from oncelog.console import snapshot
 from oncelog.console.transactions import AbortRefused, TxnLink
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler

@@ -2,7 +2,7 @@
 
 Two steps, so the part that touches broker state is as short as possible:
 
-* ``observe.take(broker)`` (broker/observe.py, the snapshot /metrics reads too) runs ON THE
+* ``observe.take(broker)`` (broker/observability/observe.py, the snapshot /metrics reads too) runs ON THE
   EVENT LOOP, which owns every piece of broker state: it copies what the console shows into
   plain values (``BrokerState``): partitions with their offsets and open transactions, groups
   with their members and committed offsets, the transaction coordinator's transactional ids,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.observe import OPEN_TXN_STATES, BrokerState, lag
+from oncelog.broker.observability.observe import OPEN_TXN_STATES, BrokerState, lag
 from oncelog.coordinator.group.consumer_protocol import assigned_partitions
 
 __all__ = ["OPEN_TXN_STATES", "state"]

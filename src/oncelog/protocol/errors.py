@@ -3,7 +3,7 @@
 Every failure the broker reports to a client is an exception raised in the core that carries a
 Kafka error code (``kio.schema.errors.ErrorCode``, generated from Kafka's own error table, with
 its ``retriable`` flag). Handlers translate exceptions into response error codes at one boundary
-(``oncelog.broker.dispatch``); nothing else turns exceptions into codes.
+(``oncelog.broker.network.dispatch``); nothing else turns exceptions into codes.
 
 Messages name the ids involved and state expected and actual values, for example
 ``"producer 4001 epoch 3: sequence 17 received, 12 expected"``.

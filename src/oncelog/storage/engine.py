@@ -1,6 +1,7 @@
-"""The storage engine contract: what the partition leader (``broker/partition.py``) and the rest
-of the broker need from one partition's log, and nothing more. This module depends on no engine
-(the read parts are ``storage/parts.py``'s, the configuration ``storage/config.py``'s).
+"""The storage engine contract: what the partition leader (``broker/partitions/partition.py``)
+and the rest of the broker need from one partition's log, and nothing more. This module depends
+on no engine (the read parts are ``storage/parts.py``'s, the configuration
+``storage/config.py``'s).
 
 The engines live under ``storage/engines/``: ``local.log.PartitionLog`` keeps the batches in
 local segment files (the embedded single broker); ``postgres.log.PgPartitionLog`` keeps them in

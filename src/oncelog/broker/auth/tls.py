@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.configuration.config import BrokerConfig
 
 __all__ = ["ANONYMOUS", "principal_of", "server_context"]
 

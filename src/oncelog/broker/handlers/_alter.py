@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from oncelog.broker import topic_config
+from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext
 from oncelog.protocol.errors import InvalidRequest
 

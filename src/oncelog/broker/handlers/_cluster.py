@@ -1,6 +1,6 @@
 """Shared by the handlers that describe the cluster or create topics (Metadata, DescribeCluster,
 CreateTopics): in cluster mode (issue 15) the live brokers as registered in the store, from the
-broker's latest view (broker/cluster_member.py), and topics created in the store; embedded, this
+broker's latest view (broker/membership/cluster_member.py), and topics created in the store; embedded, this
 broker alone and its local topics.
 
 The controller id names the live broker with the lowest node id: there is no controller (any
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.replica_manager import NewTopic, TopicMeta
+from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 

@@ -4,7 +4,7 @@ Per-partition answers: partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITI
 Kafka, the others then get OPERATION_NOT_ATTEMPTED (nothing is added); a coordinator error
 (fenced, concurrent transition, unknown producer id) applies to every partition.
 
-v4 (KIP-890, sent by brokers: broker/txn_verifier.py) carries several transactions, each either
+v4 (KIP-890, sent by brokers: broker/partitions/txn_verifier.py) carries several transactions, each either
 added as above or, with ``verify_only``, only checked: each partition answers NONE when it is
 in the producer's ongoing transaction, else the coordinator's refusal (INVALID_TXN_STATE,
 PRODUCER_FENCED, NOT_COORDINATOR…); nothing is written. Without ``verify_only`` it is a

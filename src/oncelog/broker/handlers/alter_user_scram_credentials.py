@@ -3,7 +3,7 @@
 An upsertion carries the salt, the iteration count and the salted password (the client salts
 and hashes: the password itself never travels); the broker derives the stored and server keys,
 drops the salted password, and keeps the result durably before it answers (embedded: the data
-dir's file, broker/auth/credentials.py; cluster mode: the store, broker/cluster_credentials.py). Per-user results with Kafka's codes: UNACCEPTABLE_CREDENTIAL (empty name, iterations
+dir's file, broker/auth/credentials.py; cluster mode: the store, broker/membership/cluster_credentials.py). Per-user results with Kafka's codes: UNACCEPTABLE_CREDENTIAL (empty name, iterations
 outside 4096..16384), UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND (deleting what does not
 exist), DUPLICATE_RESOURCE (a user and mechanism altered twice in one request). A change applies
 to the next authentication at once; connections already authenticated stay so (as in Kafka)."""

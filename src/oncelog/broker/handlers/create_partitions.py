@@ -10,7 +10,7 @@ partition count, so they cannot grow here. ``validate_only`` checks without chan
 
 Embedded, ``ReplicaManager.add_partitions`` writes the new count to topics.json and opens the
 new partitions. In cluster mode the topic's row and its new partition rows change in one store
-transaction, then a rebalance gives the new partitions leaders (broker/cluster_member.py).
+transaction, then a rebalance gives the new partitions leaders (broker/membership/cluster_member.py).
 Producers and consumers find the new partitions at their next metadata refresh.
 """
 

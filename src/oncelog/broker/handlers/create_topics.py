@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
 from oncelog.broker.handlers import _cluster
-from oncelog.broker import topic_config
+from oncelog.broker.configuration import topic_config
 from oncelog.protocol.messages import Builder
-from oncelog.broker.replica_manager import NewTopic, TopicMeta
+from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request

@@ -1,11 +1,11 @@
 """DescribeConfigs (32): the configuration of topics and of this broker, as Kafka 4.x describes it.
 
-A topic lists every topic config Kafka has (broker/topic_config.py's table) with its type, its
+A topic lists every topic config Kafka has (broker/configuration/topic_config.py's table) with its type, its
 effective value and that value's source: the topic's own (DYNAMIC_TOPIC_CONFIG) or inherited from
 the broker (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG,
 DEFAULT_CONFIG); synonyms (every value that applies, highest precedence first) when
 ``include_synonyms``; documentation (v3+) when ``include_documentation``. A broker (resource name
-= its node id) lists its configs under Kafka's names (broker/dynamic_config.py); resource name ""
+= its node id) lists its configs under Kafka's names (broker/configuration/dynamic_config.py); resource name ""
 lists the dynamic cluster defaults. Nothing here is sensitive (no passwords are configured).
 ``configuration_keys`` filters. Errors are per resource.
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from oncelog.broker import topic_config
+from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
-from oncelog.broker.dynamic_config import broker_config_rows
+from oncelog.broker.configuration.dynamic_config import broker_config_rows
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request

@@ -47,7 +47,7 @@ from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.broker.metrics import RequestStats
+    from oncelog.broker.observability.metrics import RequestStats
 
 API_KEY = apis.FETCH
 READ_COMMITTED = 1

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from oncelog.broker import topic_config
+from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.dynamic_config import BROKER_SYNONYMS
+from oncelog.broker.configuration.dynamic_config import BROKER_SYNONYMS
 from oncelog.broker.handlers import _acl, _alter
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidConfig, InvalidRequest, KafkaError

@@ -9,14 +9,14 @@ older instances, and finishes the previous instance's transaction first.
 v6 (KIP-939, two-phase commit): ``enable_2pc`` exempts the id's transactions from the timeout,
 ``keep_prepared_txn`` keeps the previous instance's prepared transaction instead of aborting it
 and answers its producer id and epoch (``ongoing_txn_producer_id/epoch``, -1 when none). Both
-are first checked by ``broker/two_phase_commit.py`` (the broker switch and the permission).
+are first checked by ``broker/coordinators/two_phase_commit.py`` (the broker switch and the permission).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker import two_phase_commit
+from oncelog.broker.coordinators import two_phase_commit
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
 from oncelog.protocol.messages import Builder

@@ -27,7 +27,7 @@ from oncelog.protocol.framing import Request
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 
 if TYPE_CHECKING:
-    from oncelog.broker.partition import Partition
+    from oncelog.broker.partitions.partition import Partition
 
 API_KEY = apis.LIST_OFFSETS
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6

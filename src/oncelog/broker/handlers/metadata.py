@@ -36,7 +36,7 @@ from oncelog.acl.model import ResourceType
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl, _cluster
 from oncelog.protocol.messages import Builder
-from oncelog.broker.replica_manager import NewTopic
+from oncelog.broker.partitions.replica_manager import NewTopic
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.framing import Request

@@ -22,7 +22,7 @@ partitions their transaction has added (the coordinator's ``verify_produce``, as
 KIP-890 verification); otherwise INVALID_TXN_STATE, and nothing is written. In cluster mode the
 check is local when this broker is also the transaction's coordinator; otherwise the first batch
 of the transaction on the partition is verified by the coordinator's broker
-(AddPartitionsToTxn v4 verify_only, broker/txn_verifier.py).
+(AddPartitionsToTxn v4 verify_only, broker/partitions/txn_verifier.py).
 
 Produce v12+ (transactions version 2, KIP-890 part 2): the client sends no AddPartitionsToTxn;
 the leader asks the coordinator to add the partition before the first transactional batch of a
@@ -42,7 +42,7 @@ from typing import Any, Awaitable, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.broker import pipelining
-from oncelog.broker.partition import AppendResult, await_appends
+from oncelog.broker.partitions.partition import AppendResult, await_appends
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
@@ -164,7 +164,7 @@ def _check_transactional(broker: BrokerContext, transactional_id: str | None, tp
     """A transactional batch needs the request's transactional id and a partition its Ongoing
     transaction added (the coordinator's verification); a plain batch needs no id. Returns True
     when the batch must still be verified by the coordinator on another broker (cluster mode:
-    the first batch of the transaction on this partition, broker/txn_verifier.py)."""
+    the first batch of the transaction on this partition, broker/partitions/txn_verifier.py)."""
     if h.is_transactional:
         if transactional_id is None:
             raise InvalidRequest(f"transactional batch for {tp} in a produce request without a transactional id")

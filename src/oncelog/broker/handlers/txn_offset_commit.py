@@ -50,7 +50,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                           retriable=CoordinatorLoadInProgress)
             elif txns.serves(req.transactional_id):
                 txns.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
-            else:  # cluster mode: the transaction's coordinator is another broker (broker/txn_verifier.py)
+            else:  # cluster mode: the transaction's coordinator is another broker (broker/partitions/txn_verifier.py)
                 await txns.verify_remotely(req.transactional_id, req.producer_id, req.producer_epoch,
                                            txns.offsets_partition(req.group_id), retriable=CoordinatorLoadInProgress)
             errors = await groups.txn_commit_offsets(

@@ -1,6 +1,6 @@
 """WriteTxnMarkers (27): append COMMIT/ABORT markers on partitions this broker leads (R14).
 
-Sent by a transaction coordinator on another broker of the cluster (broker/markers.py) and by
+Sent by a transaction coordinator on another broker of the cluster (broker/partitions/markers.py) and by
 admin tools aborting a hanging transaction (``kafka-transactions.sh abort``). Each partition is
 written by ``markers.write_local``, the same code the local coordinator uses: idempotent (a
 partition where the producer has no open transaction is answered NONE, nothing written), a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker import markers
+from oncelog.broker.partitions import markers
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis

@@ -3,7 +3,7 @@ R19–R21). Pure: no I/O, no asyncio, time passed in as ``now``.
 
 Theory of operation (STYLE habit 7, as the group shard). Every request is decided here and
 answered with a ``TxnResult``: the records to append to this partition, the marker writes to
-perform once they are durable, and the answer. The runtime (``broker/transaction_coordinator.py``)
+perform once they are durable, and the answer. The runtime (``broker/coordinators/transaction_coordinator.py``)
 appends the records, then feeds each one to ``replay`` — the only code that changes a
 transactional id's state, and the code that loading the partition runs too — then writes the
 markers, then answers.
@@ -20,7 +20,7 @@ before the table (who asks, and what):
 * InitProducerId: transaction.timeout.ms within 1..transaction.max.timeout.ms (not checked with
   enable_2pc: the id's timeout becomes ``log.TWO_PC_TIMEOUT_MS``, none); keep_prepared_txn
   without enable_2pc is INVALID_REQUEST (whether 2PC is *allowed* is the broker's question,
-  asked before: ``broker/two_phase_commit.py``); KIP-360's
+  asked before: ``broker/coordinators/two_phase_commit.py``); KIP-360's
   expected producer id and epoch (a retry of an InitProducerId that succeeded gets the same
   answer); a new producer id when the epoch would pass 32767;
 * AddPartitions on an Ongoing transaction that already has every partition: no record;

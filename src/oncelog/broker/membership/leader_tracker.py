@@ -1,7 +1,7 @@
 """Cluster mode (issue 15): open the partitions this broker leads, close the ones it lost.
 
 Theory of operation. ``apply(view, may_lead)`` is called on the event loop with every view of
-the store (broker/cluster_member.py). The partitions this broker should lead are those whose row
+the store (broker/membership/cluster_member.py). The partitions this broker should lead are those whose row
 names it as leader, and none when ``may_lead`` is False (its session surely ended, or it may
 have). Then, in this order:
 
@@ -42,10 +42,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, cast
 
-from oncelog.broker import topic_config
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.partition import Partition
-from oncelog.broker.replica_manager import INTERNAL_TOPICS, ReplicaManager, TopicMeta
+from oncelog.broker.configuration import topic_config
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.partitions.partition import Partition
+from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS, ReplicaManager, TopicMeta
 from oncelog.cluster import leadership
 from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.connection import StoreConnection

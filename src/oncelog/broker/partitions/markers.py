@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from oncelog.broker.peer_client import PeerClients
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.coordinator.transaction.shard import MarkerJob
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, NotLeaderOrFollower, UnknownTopicOrPartition, error_for
@@ -23,7 +22,8 @@ from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.broker.membership.peer_client import PeerClients
+    from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
     from oncelog.cluster.view import ClusterView
 
 OFFSETS_TOPIC = "__consumer_offsets"

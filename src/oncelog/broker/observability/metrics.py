@@ -47,7 +47,7 @@ import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from oncelog.broker.observe import BrokerState, lag, take
+from oncelog.broker.observability.observe import BrokerState, lag, take
 from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
@@ -167,7 +167,7 @@ class BrokerMetrics(RequestStats):
     def serve(self) -> tuple[str, int]:
         """Listen on (host, port) and serve /metrics on a daemon thread; returns the bound
         address. Must be called on the event loop. Raises OSError when the address refuses."""
-        from oncelog.broker.metrics_http import MetricsHTTPServer  # http.server only when serving
+        from oncelog.broker.observability.metrics_http import MetricsHTTPServer  # http.server only when serving
 
         self._loop = asyncio.get_running_loop()
         server = MetricsHTTPServer((self.host, self.port), self, max_connections=MAX_CONNECTIONS,

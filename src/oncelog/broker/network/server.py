@@ -26,7 +26,7 @@ instead of one each. Holding back is bounded (``MAX_HELD_BYTES``) and never wait
 network: the moment no further Produce is queued, everything held goes out. Requests that may
 wait on purpose (a Fetch long poll, a JoinGroup) never have answers held behind them.
 
-Listeners and authentication (issue 18). One ``Server`` per listener (broker/listeners.py).
+Listeners and authentication (issue 18). One ``Server`` per listener (broker/network/listeners.py).
 On a TLS listener TLS is run by the broker's own small protocol (auth/tls_transport.py: no
 256 KiB buffer per connection, as asyncio's and uvloop's have); the handshake is driven by the
 client's bytes and bounded by ``ssl.handshake.timeout.ms``, so a client that stalls mid-handshake
@@ -79,13 +79,14 @@ import ssl
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
-from oncelog.broker import heap, pipelining
+from oncelog.broker.network import heap
+from oncelog.broker import pipelining
 from oncelog.broker.auth import tls
 from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.connection import Connection
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.network.connection import Connection
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 

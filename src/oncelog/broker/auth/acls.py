@@ -21,7 +21,7 @@ from typing import Iterable, Protocol
 from oncelog.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
 from oncelog.acl.file_store import AclFileStore
 from oncelog.acl.model import AclBinding, AclFilter
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 
 __all__ = ["AclService", "AclStore"]
 

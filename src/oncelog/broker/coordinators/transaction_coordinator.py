@@ -36,10 +36,10 @@ import asyncio
 import logging
 from typing import Callable, Iterable, NamedTuple
 
-from oncelog.broker.coordinator_runtime import CoordinatorRuntime
-from oncelog.broker.markers import MarkerWriter
-from oncelog.broker.txn_verifier import RemoteVerifier
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.partitions.markers import MarkerWriter
+from oncelog.broker.partitions.txn_verifier import RemoteVerifier
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.placement import partition_for
 from oncelog.coordinator.producer_ids import ProducerIdManager
@@ -167,7 +167,7 @@ class TransactionCoordinator:
                          keep_prepared: bool = False) -> InitAnswer:
         """InitProducerId, every version: (producer id, epoch, and with ``keep_prepared`` the
         kept transaction's producer id and epoch). Whether 2PC is allowed at all is checked by
-        the caller (``broker/two_phase_commit.py``); see ``TransactionShard.init_producer_id``."""
+        the caller (``broker/coordinators/two_phase_commit.py``); see ``TransactionShard.init_producer_id``."""
         shard = self.shard_of(transactional_id)
         now = self.clock.now_ms()
         try:

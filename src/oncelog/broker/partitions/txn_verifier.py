@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from oncelog.broker.peer_client import PeerClients
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, NotEnoughReplicas, error_for
 from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
+    from oncelog.broker.membership.peer_client import PeerClients
     from oncelog.cluster.view import ClusterView
 
 __all__ = ["RemoteVerifier", "VERIFY_VERSION"]

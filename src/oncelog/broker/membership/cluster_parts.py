@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oncelog.broker.cluster_member import connector
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.leader_tracker import LeaderTracker
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.membership.cluster_member import connector
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.membership.leader_tracker import LeaderTracker
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
 from oncelog.storage.engines.postgres.commit_pool import CommitterPool
 

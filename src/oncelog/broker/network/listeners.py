@@ -23,7 +23,7 @@ from oncelog.hostport import parse_host_port
 from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.configuration.config import BrokerConfig
 
 __all__ = ["PROTOCOLS", "Listener", "parse_endpoints", "parse_protocol_map", "resolve"]
 

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from oncelog.broker import topic_config
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.dynamic_config import DynamicBrokerConfigs
-from oncelog.broker.partition import Partition
+from oncelog.broker.configuration import topic_config
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.dynamic_config import DynamicBrokerConfigs
+from oncelog.broker.partitions.partition import Partition
 from oncelog.clock import Clock
 from oncelog.faults import CrashPoints
 from oncelog.protocol.errors import (

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.protocol.errors import InvalidConfig
 from oncelog.storable import unstorable
 from oncelog.storage.config import LogConfig

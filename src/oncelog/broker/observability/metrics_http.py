@@ -1,7 +1,7 @@
 """The metrics endpoint's HTTP server: ``GET /metrics`` answered with ``BrokerMetrics.render()``
-(broker/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``max_connections``
+(broker/observability/metrics.py), on ``oncelog.http_server.BoundedHTTPServer``: at most ``max_connections``
 connections at once, each request within ``request_deadline_s`` in all (issue 26 row 8; the
-values are broker/metrics.py's ``MAX_CONNECTIONS`` and ``REQUEST_DEADLINE_S``, passed by
+values are broker/observability/metrics.py's ``MAX_CONNECTIONS`` and ``REQUEST_DEADLINE_S``, passed by
 ``BrokerMetrics.serve``: this module imports nothing of metrics.py, which imports it).
 Imported only when ``metrics.listen`` is set."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 if TYPE_CHECKING:
-    from oncelog.broker.metrics import BrokerMetrics
+    from oncelog.broker.observability.metrics import BrokerMetrics
 
 
 class MetricsHTTPServer(BoundedHTTPServer):

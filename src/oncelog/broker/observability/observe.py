@@ -1,5 +1,5 @@
 """The one observer (issue 27): broker state at one instant, copied into plain values on the
-event loop, for everything that shows it. The metrics (broker/metrics.py: ``/metrics``) and the
+event loop, for everything that shows it. The metrics (broker/observability/metrics.py: ``/metrics``) and the
 web console (console/: ``/api/state``) both render from ``take(broker)``'s ``BrokerState``; this
 is the only code outside the request path that reaches into partitions, group shards, the
 transaction coordinator and the listeners to read them.
@@ -31,7 +31,7 @@ from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.broker.metrics import RequestStats
+    from oncelog.broker.observability.metrics import RequestStats
 
 __all__ = ["OPEN_TXN_STATES", "SNAPSHOT_CHUNK", "BrokerState", "GroupRow", "PartitionRow", "TxnRow", "lag", "take"]
 

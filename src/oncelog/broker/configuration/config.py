@@ -94,7 +94,7 @@ class BrokerConfig:
     #: listening port. Differs when clients reach the broker through a proxy (oncelog verify queue).
     advertised_port: int | None = field(default=None, metadata={"kafka": "advertised.port", "parse": _opt_int})
     node_id: int = field(default=1, metadata={"kafka": "node.id", "parse": int})
-    # issue 18: listeners, TLS and SASL (broker/listeners.py, broker/auth/, docs/SECURITY.md).
+    # issue 18: listeners, TLS and SASL (broker/network/listeners.py, broker/auth/, docs/SECURITY.md).
     #: ``NAME://HOST:PORT,...``; None: one PLAINTEXT listener on listener.host/listener.port
     listeners: str | None = field(default=None, metadata={"kafka": "listeners", "parse": str})
     advertised_listeners: str | None = field(default=None, metadata={"kafka": "advertised.listeners", "parse": str})
@@ -227,7 +227,7 @@ class BrokerConfig:
     )
     producer_id_expiration_ms: int = field(default=DAY_MS, metadata={"kafka": "producer.id.expiration.ms", "parse": int})
     #: KIP-939: may producers enable two-phase commit (InitProducerId enable_2pc)? Off, as in Kafka;
-    #: when off they are told TRANSACTIONAL_ID_AUTHORIZATION_FAILED (broker/two_phase_commit.py)
+    #: when off they are told TRANSACTIONAL_ID_AUTHORIZATION_FAILED (broker/coordinators/two_phase_commit.py)
     transaction_two_phase_commit_enable: bool = field(
         default=False, metadata={"kafka": "transaction.two.phase.commit.enable", "parse": _bool}
     )

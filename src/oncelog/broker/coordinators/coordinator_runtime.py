@@ -38,7 +38,7 @@ import logging
 from typing import Awaitable, Callable, Generic, Iterable, Protocol, TypeVar
 
 from oncelog.broker import periodic
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.load_report import SkipReport
 from oncelog.protocol import records

@@ -35,7 +35,7 @@ import itertools
 import logging
 from typing import Any, Callable
 
-from oncelog.broker.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import Clock
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import records as rec

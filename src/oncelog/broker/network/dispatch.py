@@ -15,7 +15,7 @@ Routing is the ``routes.ROUTES`` table; the versions checked are the advertised 
 
 Metrics (issue 19): with ``metrics.listen`` set, each request is counted here, its time from
 arrival to encoded response observed, and its whole-request error code counted
-(``broker/metrics.py``); without, ``metrics`` is None and that is the only check made.
+(``broker/observability/metrics.py``); without, ``metrics`` is None and that is the only check made.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ import logging
 import time
 from typing import Any, Callable
 
-from oncelog.broker.partition import Partition
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.partitions.partition import Partition
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.notify import ChannelListener
 from oncelog.cluster.outbox_schema import BATCH_OVERHEAD, OUTBOX_CHANNEL

@@ -42,8 +42,8 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 import psycopg
 
 from oncelog.broker import periodic
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.replica_manager import TopicMeta
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.partitions.replica_manager import TopicMeta
 from oncelog.clock import Clock
 from oncelog.cluster import leadership, schema
 from oncelog.cluster import broker_configs as store_broker_configs

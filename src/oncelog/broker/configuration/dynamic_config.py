@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from oncelog.broker import topic_config
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.topic_config import TOPIC_CONFIGS, ConfigSource, ConfigType
+from oncelog.broker.configuration import topic_config
+from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.topic_config import TOPIC_CONFIGS, ConfigSource, ConfigType
 from oncelog.protocol.errors import InvalidConfig, InvalidRequest
 from oncelog.storage.atomic import write_atomically
 
