@@ -3,9 +3,8 @@ and the rest of the broker need from one partition's log, and nothing more. This
 on no engine (the read parts are ``storage/parts.py``'s, the configuration
 ``storage/config.py``'s).
 
-The engines live under ``storage/engines/``: ``local.log.PartitionLog`` keeps the batches in
-local segment files (the embedded single broker); ``postgres.log.PgPartitionLog`` keeps them in
-PostgreSQL rows (cluster mode, issue 15). Everything above this contract — producer state
+The engines live under ``storage/engines/`` (its package docstring lists them: local segment
+files for the embedded broker, PostgreSQL rows for cluster mode). Everything above this contract — producer state
 checks, the LSO, markers, the aborted-transaction index, fetch, ListOffsets, coordinator
 loading — is shared and never asks which engine it has. Engine-specific work stays with its
 engine: segment rolling exists only for local files; each engine compacts its own way
