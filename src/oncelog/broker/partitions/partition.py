@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from operator import itemgetter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, TypeVar, Union
@@ -213,14 +214,19 @@ class Partition:
                          drained: tuple[int, ...]) -> "_Step[AppendResult]":
         dup = self.producers.check(header)
         if dup is not None:
-            return _Ready(AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True))
+            return _Ready((AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True),))
         batch, header, stamped = self._stamp(batch, header, now_ms)
         active = self.log.active_base_offset
         pending = self.log.submit(batch, header, now_ms, drained=drained)
-        if pending.done:  # ``_write``, written out for the hot path
-            self._applied(pending.base_offset, header, now_ms, None, active)
-            return _Ready(AppendResult(pending.base_offset, pending.last_offset, self.log.log_start_offset,
-                                       log_append_time=stamped))
+        if pending.done:  # ``_write`` and ``_applied``, written out for the hot path
+            base = pending.base_offset
+            self.producers.update(header, base, now_ms)
+            if self.log.active_base_offset != active:
+                self._snapshot()
+            if self._waiters:
+                self._wake()
+            return _Ready((AppendResult(base, pending.last_offset, self.log.log_start_offset,
+                                        log_append_time=stamped),))
         self._unapplied[pending.base_offset] = None
         return self._complete(pending, header, now_ms, None, active,
                               lambda base, last: AppendResult(base, last, self.log.log_start_offset,
@@ -288,7 +294,7 @@ class Partition:
         pending = self.log.submit(batch, header, now_ms, drained=drained)
         if pending.done:
             self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
-            return _Ready(then(pending.base_offset, pending.last_offset))
+            return _Ready((then(pending.base_offset, pending.last_offset),))
         self._unapplied[pending.base_offset] = None
         return self._complete(pending, header, now_ms, coordinator_epoch, active, then)
 
@@ -351,7 +357,7 @@ class Partition:
                       now_ms: int) -> "_Step[int | None]":
         plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         if plan is None:
-            return _Ready(None)
+            return _Ready((None,))
         batch, header, first, lso_before = plan
 
         def then(base: int, _last: int) -> int:
@@ -455,17 +461,16 @@ def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborte
     return marker.coordinator_epoch
 
 
-class _Ready(Generic[_T]):
+class _Ready(tuple, Generic[_T]):  # type: ignore[type-arg]
     """A result that is there already: awaiting it returns it without suspending (an append
-    that completed within the engine's ``submit``)."""
+    that completed within the engine's ``submit``). The 1-tuple ``(value,)``, made without
+    running Python code (the hot path)."""
 
-    __slots__ = ("value",)
-
-    def __init__(self, value: _T) -> None:
-        self.value = value
+    __slots__ = ()
+    value = property(itemgetter(0))
 
     def __await__(self) -> Generator[Any, None, _T]:
-        return self.value
+        return self[0]  # type: ignore[no-any-return]
         yield  # a generator: awaiting it never suspends
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from bisect import bisect_right
 import threading
+from bisect import bisect_right
 from pathlib import Path
 from typing import Iterator
 
@@ -169,13 +169,6 @@ class PartitionLog:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
-               drained: tuple[int, ...] = ()) -> Appended:
-        """The engine contract's append (storage/engine.py): ``append``, complete on return."""
-        if drained:
-            raise ValueError(f"{self.path}: the local engine has no outbox to drain")
-        return Appended(*self.append(batch, header, now_ms))
-
     def disk_usage(self) -> tuple[int, int]:
         return self.size_bytes, len(self._segments)
 
@@ -190,11 +183,15 @@ class PartitionLog:
         return self._cleaner.pass_for(self, upper, now_ms)
 
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
-               leader_epoch: int = 0) -> tuple[int, int]:
+               drained: tuple[int, ...] = (), leader_epoch: int = 0) -> Appended:
         """Append a validated producer batch (``header`` is ``parse_header(batch)``), assigning
         offsets from ``log_end_offset``. Rolls first when the active segment is full or old.
         Returns ``(base_offset, last_offset)`` once the bytes are in the page cache; fsyncs when
-        the flush policy says so."""
+        the flush policy says so. It is also the engine contract's ``submit``
+        (storage/engine.py): the append is complete on return (an ``Appended``). There is no
+        outbox here (``drained`` must be empty: a cluster-mode feature, issue 31)."""
+        if drained:
+            raise ValueError(f"{self.path}: the local engine has no outbox to drain")
         size = header.size
         if len(batch) != size:
             raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
@@ -217,7 +214,9 @@ class PartitionLog:
         )
         self._unflushed_messages += header.records_count
         self._apply_flush_policy(now_ms)
-        return base, base + header.last_offset_delta
+        return Appended((base, base + header.last_offset_delta))
+
+    submit = append  # the engine contract's one append (storage/engine.py): complete on return
 
     def _apply_flush_policy(self, now_ms: int) -> None:
         c = self.config
