@@ -8,10 +8,10 @@ byte-for-byte what kio would write), since this is the broker's hottest path. ac
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
 answer goes out (R2). Every partition's append is started first (each in its place in its
-producer's line) and the answer awaits them together: on the local engine they are complete at
-the call; on PostgreSQL they share the group COMMITs, and once all are started the connection's
-next Produce may be handled meanwhile (broker/pipelining.py), so a producer's requests share
-commit rounds.
+producer's line), the same way on every storage engine: one that completed at the call (local
+files; a duplicate) is answered at once, the others are awaited together — on PostgreSQL they
+share the group COMMITs, and once all are started the connection's next Produce may be handled
+meanwhile (broker/pipelining.py), so a producer's requests share commit rounds.
 
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by the
 broker's coordinators; a client's batch for one is refused with INVALID_TOPIC_EXCEPTION, as
@@ -42,7 +42,7 @@ from typing import Any, Awaitable, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.broker import pipelining
-from oncelog.broker.partitions.partition import AppendResult, await_appends
+from oncelog.broker.partitions.partition import AppendResult, Ready, await_appends
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
@@ -64,8 +64,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     txn_id = req.transactional_id
     failed: list[str] = []
     topics: list[tuple[Any, list[PartitionResult]]] = []
-    started: list[tuple[list[PartitionResult], int, str, int]] = []  # where each started append's answer goes
-    appends: list[Awaitable[AppendResult]] = []
+    waiting: list[tuple[list[PartitionResult], int, str, int]] = []  # where each awaited append's answer goes
+    appends: list[Awaitable[AppendResult]] = []  # started appends that did not complete at the call
     known = broker.replicas.topics
     metrics = getattr(broker, "metrics", None)  # issue 19: None unless metrics.listen is set
     # ACLs (issue 18, acl/rules.py): WRITE on the transactional id for the whole request, WRITE on
@@ -126,8 +126,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 elif _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
                     await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
                                                               header.producer_epoch, tp)
-                appends.append(part.append_validated(p.records, header, now))
-                started.append((results, len(results), name, p.index))
+                appended = part.append_validated(p.records, header, now)
+                if type(appended) is Ready:  # complete at the call (local files; a duplicate): answered now
+                    res = appended[0]
+                    results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset,
+                                                   log_append_time=res.log_append_time))
+                    continue
+                appends.append(appended)  # completes later (a group COMMIT): awaited below, with the others
+                waiting.append((results, len(results), name, p.index))
                 results.append(None)  # type: ignore[arg-type]  # filled below
             except records.RecordErrors as exc:
                 failed.append(f"{name}-{p.index}: {exc.code.name}: {exc}")
@@ -143,7 +149,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         topics.append((topic_id if topic_id is not None else name, results))
     if appends:
         pipelining.submitted()  # every batch has its place in its producer's line: the next request may start
-        for (results, i, name, index), out in zip(started, await await_appends(appends)):
+        for (results, i, name, index), out in zip(waiting, await await_appends(appends)):
             if isinstance(out, KafkaError):
                 failed.append(f"{name}-{index}: {out.code.name}: {out}")
                 if metrics is not None:

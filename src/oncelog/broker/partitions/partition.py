@@ -197,7 +197,7 @@ class Partition:
         if pid >= 0 and pid in self._inflight_pids:
             return self._in_line(pid, functools.partial(self._begin_validated, batch, header, now_ms, ()))
         step = self._begin_validated(batch, header, now_ms, ())  # the hot path: inline, no partial
-        return step if type(step) is _Ready else self._in_flight(pid, step)
+        return step if type(step) is Ready else self._in_flight(pid, step)
 
     def append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                       drained: tuple[int, ...]) -> Awaitable[AppendResult]:
@@ -214,7 +214,7 @@ class Partition:
                          drained: tuple[int, ...]) -> "_Step[AppendResult]":
         dup = self.producers.check(header)
         if dup is not None:
-            return _Ready((AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True),))
+            return Ready((AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True),))
         batch, header, stamped = self._stamp(batch, header, now_ms)
         active = self.log.active_base_offset
         pending = self.log.submit(batch, header, now_ms, drained=drained)
@@ -225,7 +225,7 @@ class Partition:
                 self._snapshot()
             if self._waiters:
                 self._wake()
-            return _Ready((AppendResult(base, pending.last_offset, self.log.log_start_offset,
+            return Ready((AppendResult(base, pending.last_offset, self.log.log_start_offset,
                                         log_append_time=stamped),))
         self._unapplied[pending.base_offset] = None
         return self._complete(pending, header, now_ms, None, active,
@@ -266,7 +266,7 @@ class Partition:
         before = self._inflight_pids.get(pid) if pid >= 0 else None
         if before is None:
             step = begin()
-            return step if type(step) is _Ready else self._in_flight(pid, step)  # type: ignore[return-value]
+            return step if type(step) is Ready else self._in_flight(pid, step)  # type: ignore[return-value]
         return self._in_flight(pid, _after(before, begin))
 
     def _in_flight(self, pid: int, coro: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
@@ -294,7 +294,7 @@ class Partition:
         pending = self.log.submit(batch, header, now_ms, drained=drained)
         if pending.done:
             self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
-            return _Ready((then(pending.base_offset, pending.last_offset),))
+            return Ready((then(pending.base_offset, pending.last_offset),))
         self._unapplied[pending.base_offset] = None
         return self._complete(pending, header, now_ms, coordinator_epoch, active, then)
 
@@ -357,7 +357,7 @@ class Partition:
                       now_ms: int) -> "_Step[int | None]":
         plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         if plan is None:
-            return _Ready((None,))
+            return Ready((None,))
         batch, header, first, lso_before = plan
 
         def then(base: int, _last: int) -> int:
@@ -461,10 +461,12 @@ def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborte
     return marker.coordinator_epoch
 
 
-class _Ready(tuple, Generic[_T]):  # type: ignore[type-arg]
-    """A result that is there already: awaiting it returns it without suspending (an append
-    that completed within the engine's ``submit``). The 1-tuple ``(value,)``, made without
-    running Python code (the hot path)."""
+class Ready(tuple, Generic[_T]):  # type: ignore[type-arg]
+    """What an append method returns when the append completed at the call (on an engine that
+    completes within ``submit``, or a duplicate answered from the producer state): its result,
+    there already. Awaiting it returns the result without suspending; a caller on a hot path
+    may take ``value`` (or ``[0]``) without awaiting. The 1-tuple ``(value,)``, made without
+    running Python code."""
 
     __slots__ = ()
     value = property(itemgetter(0))
@@ -475,14 +477,14 @@ class _Ready(tuple, Generic[_T]):  # type: ignore[type-arg]
 
 
 #: what the start of an append gives: its result, or the coroutine that completes it
-_Step = Union[_Ready[_T], Coroutine[Any, Any, _T]]
+_Step = Union[Ready[_T], Coroutine[Any, Any, _T]]
 
 
 async def _after(before: "asyncio.Future[Any]", begin: "Callable[[], _Step[_T]]") -> _T:
     """``begin`` once ``before`` (the producer's previous append here) is over, however it ended."""
     await asyncio.wait((before,))
     step = begin()
-    if type(step) is _Ready:
+    if type(step) is Ready:
         return step.value
     return await step  # type: ignore[misc]
 
@@ -494,8 +496,8 @@ async def await_appends(appends: list[Awaitable[_T]]) -> list["_T | KafkaError"]
     out: list[_T | KafkaError] = []
     try:
         for aw in appends:
-            if type(aw) is _Ready:  # complete at the call (the local engine): no await needed
-                out.append(aw.value)
+            if type(aw) is Ready:  # complete at the call: no await needed
+                out.append(aw[0])
                 continue
             try:
                 out.append(await aw)
