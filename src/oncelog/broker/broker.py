@@ -29,6 +29,7 @@ from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS
 from oncelog.broker.partitions.markers import LocalMarkerWriter
 from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import ReplicaManager
+from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
 from oncelog.broker.network.server import Server
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.membership.cluster_parts import ClusterParts
     from oncelog.broker.membership.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
+    from oncelog.broker.membership.inbox import Inbox
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
@@ -77,12 +79,15 @@ class Broker:
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
+        #: share groups (KIP-932, issue 30): state in __share_group_state (embedded) or the store
+        self.shares = ShareCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
         self.producer_ids: ProducerIdManager  # set by start()
         self.store = store
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
+        self._inbox: "Inbox | None" = None  # cluster mode: the database inbox (broker/membership/inbox.py)
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
@@ -96,7 +101,8 @@ class Broker:
             from oncelog.console import console_for
 
             self.console = console_for(self)
-        routes = ROUTES  # one table: the handlers ask the membership where the modes differ
+        # one table (issue 27): the handlers ask the membership where the modes differ
+        routes = ROUTES
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
         self.servers = [self._server_for(lst, routes) for lst in self.listeners]
@@ -234,6 +240,7 @@ class Broker:
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self.replicas.open()
         self.groups.start()  # creates __consumer_offsets, loads it in the background
+        self.shares.start()  # loads __share_group_state (when it exists) in the background
         await self._start_transaction_coordinator(data_dir)
         bound = await self._start_servers()
         cfg = self.config
@@ -318,6 +325,13 @@ class Broker:
             raise
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
+        from oncelog.broker.membership.cluster_member import connector as share_connector
+        from oncelog.cluster.connection import StoreConnection
+        from oncelog.cluster.share_state import StoreShareState
+
+        # share groups (KIP-932, issue 30): their state in the store, written by each partition's leader
+        self.shares.start_cluster(StoreShareState(StoreConnection(share_connector(self.store), f"node {self.node_id} share state"),
+                                                  self.node_id))
         if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
             from oncelog.broker.membership.cluster_member import connector
             from oncelog.cluster.acls import StoreAcls
@@ -368,6 +382,16 @@ class Broker:
         self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)
         self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
+        from oncelog.broker.membership.inbox import Inbox
+
+        import psycopg
+
+        store = self.store
+        inbox = Inbox(connector(store), lambda: psycopg.AsyncConnection.connect(store, autocommit=True, connect_timeout=10),
+                      self.node_id)
+        if inbox.available():  # issue 31: oncelog.commit_offsets's commits, for the groups coordinated here
+            inbox.start(self.groups)
+            self.groups.inbox = self._inbox = inbox
         self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
@@ -392,7 +416,10 @@ class Broker:
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        if self._inbox is not None:  # before the group coordinator: its drains write through it
+            await self._inbox.stop()
         await self.groups.stop()
+        await self.shares.stop()
         await self._close_servers()
         if self._outbox is not None:
             await self._outbox.stop()

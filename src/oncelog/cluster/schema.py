@@ -50,6 +50,11 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     ``oncelog_acl_version`` (one row): a counter every change of the ACLs increments in the same
     transaction, so a broker reloads the bindings only when it moved (cluster/acls.py).
 
+``oncelog_share_state``, ``oncelog_share_config`` (issue 30, cluster/share_state.py)
+    Share groups (KIP-932): one row per share partition (group, topic id, partition) with its
+    encoded snapshot, written by the topic partition's leader fenced by its leader epoch; one
+    row per share group with its configs.
+
 ``oncelog_append(...)``
     The function one group commit round calls: the epoch and log-end checks and the writes of
     every batch of the round, in one statement (one round trip; see group_commit.py); a batch
@@ -70,7 +75,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from oncelog.cluster.inbox_schema import INBOX_DDL
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
+from oncelog.cluster.share_state import DDL as SHARE_DDL
 
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
 
@@ -252,9 +259,11 @@ def ensure_schema(conn: Any) -> None:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
+        conn.execute(SHARE_DDL)  # share groups' state (issue 30, cluster/share_state.py)
         try:
             with conn.transaction():  # a savepoint: the cluster works without the outbox
                 conn.execute(OUTBOX_DDL)
+                conn.execute(INBOX_DDL)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("the database outbox (schema oncelog, docs/DATABASE.md) is not installed: the store's "
                         "role may not create it (%s); grant it CREATE on the database to have it", exc)
