@@ -469,7 +469,7 @@ class Broker:
                     continue
                 done = job.commit()
                 if done is not None:
-                    log.info("compacted %s: %s", tp, done)
+                    log.info("compaction of %s: %s", tp, done)
             except asyncio.CancelledError:
                 raise
             except InterruptedError:

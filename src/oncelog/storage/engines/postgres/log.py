@@ -674,7 +674,7 @@ class _StorePass:
 
     def commit(self) -> str | None:
         if self._fenced is not None:
-            return f"stopped: {self._fenced}"
+            return f"stopped, this broker no longer leads it: {self._fenced}"
         res = self._result
         if res is None or res.bytes_after == res.bytes_before:
             return None
