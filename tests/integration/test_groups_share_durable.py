@@ -99,7 +99,8 @@ def test_garbage_in_the_share_state_topic_is_skipped_and_the_state_survives(brok
     from oncelog.coordinator.share import records as srec
     from oncelog.coordinator.share.partition import RecordState, Snapshot, StateBatch
     from oncelog.protocol import records
-    from oncelog.storage.log import LogConfig, PartitionLog
+    from oncelog.storage.config import LogConfig
+    from oncelog.storage.engines.local.log import PartitionLog
     from test_groups_share_admin import _alter, _consume, _describe_offsets
 
     b = broker_factory("share-garbage", FAST)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
 
@@ -42,9 +43,7 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
 from oncelog.protocol import apis
-from oncelog.protocol.errors import InvalidConfig
-from oncelog.storage import cleaner
-from oncelog.storage.log import PartitionLog
+from oncelog.protocol.errors import InvalidConfig, KafkaError
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -90,7 +89,8 @@ class Broker:
         self.listener = self.listeners[primary]
         self.server = self.servers[primary]  # the ready line's, the one the cluster store registers
         self._housekeeping: list[asyncio.Task[None]] = []
-        self.cleaner = cleaner.Cleaner()
+        #: set when the broker stops: a compaction pass in progress gives up (InterruptedError)
+        self._compaction_stop = threading.Event()
 
     def _primary_index(self) -> int:
         """The first PLAINTEXT listener, else the first listener."""
@@ -311,7 +311,7 @@ class Broker:
         self._housekeeping.append(periodic.every(interval_ms / 1000, job, what, log))
 
     async def stop(self) -> None:
-        self.cleaner.stop.set()
+        self._compaction_stop.set()
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
@@ -338,54 +338,32 @@ class Broker:
 
     async def _compact(self) -> None:
         """One compaction pass over the partitions of compacted topics (R4), one after the
-        other. Local files: a partition's new segments are built in a thread; the swap and
-        everything else happen on the event loop (storage/cleaner.py). Cluster mode: the
-        PostgreSQL engine's pass (``PgPartitionLog.compact``) runs in a thread with the
-        compactor's own store connection (cluster_parts.py), each page conditional on the
-        leader epoch; the LSO bounding it is read here, on the event loop. A partition that
-        fails is retried in the next pass."""
+        other, each the way its engine compacts (``PartitionEngine.plan_compaction``, storage/
+        engine.py): the plan on the event loop, the heavy part (``build``) in a thread, the
+        result made the log that is read (``commit``) on the event loop again. Local files:
+        new segments are built, then swapped in (storage/engines/local/cleaner.py); PostgreSQL:
+        rows are rewritten in the thread with the compactor's own store connection, each page
+        conditional on the leader epoch. A partition that fails is retried in the next pass."""
         for tp, part in list(self.replicas.partitions.items()):
             try:
-                if not isinstance(part.log, PartitionLog):
-                    await self._compact_in_store(tp, part)
+                job = part.log.plan_compaction(part.last_stable_offset, self.clock.now_ms(), self._compaction_stop)
+                if job is None:
                     continue
-                plan = self.cleaner.plan(part.log, part.last_stable_offset, self.clock.now_ms())
-                if plan is None:
-                    continue
-                await asyncio.to_thread(self.cleaner.build, plan)  # discards the plan if it fails
+                await asyncio.to_thread(job.build)
                 if self.replicas.partitions.get(tp) is not part:
-                    self.cleaner.abort(plan)  # the topic was deleted meanwhile
+                    job.abort()  # the topic was deleted meanwhile
                     continue
-                res = self.cleaner.commit(plan)
-                if res.bytes_after != res.bytes_before:
-                    log.info("compacted %s: %d segment(s), %d bytes -> %d segment(s), %d bytes", tp,
-                             res.segments_before, res.bytes_before, res.segments_after, res.bytes_after)
+                done = job.commit()
+                if done is not None:
+                    log.info("compaction of %s: %s", tp, done)
             except asyncio.CancelledError:
                 raise
             except InterruptedError:
                 return  # the cleaner is stopping
+            except KafkaError as exc:  # the store refused or is unreachable
+                log.warning("compaction of %s: %s; retried in the next pass", tp, exc)
             except Exception:
                 log.exception("compaction of %s failed; it is retried in the next pass", tp)
-
-    async def _compact_in_store(self, tp: TopicPartition, part: "Partition") -> None:
-        from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
-        from oncelog.cluster.pg_log import PgPartitionLog
-
-        compactor = self.membership.compactor
-        if compactor is None or not isinstance(part.log, PgPartitionLog):
-            return
-        try:
-            res = await asyncio.to_thread(part.log.compact, compactor, part.last_stable_offset,
-                                          self.clock.now_ms(), stop=self.cleaner.stop)
-        except LeaderFenced as exc:
-            log.info("compaction of %s stopped: %s", tp, exc)  # the tracker closes the partition
-            return
-        except StoreUnavailable as exc:
-            log.warning("compaction of %s: %s; retried in the next pass", tp, exc)
-            return
-        if res is not None and res.bytes_after != res.bytes_before:
-            log.info("compacted %s: %d batches, %d bytes -> %d batches, %d bytes (%d transaction(s))", tp,
-                     res.batches_before, res.bytes_before, res.batches_after, res.bytes_after, res.pages)
 
 
 class ListenerContext:

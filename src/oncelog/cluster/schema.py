@@ -184,7 +184,7 @@ CREATE TABLE IF NOT EXISTS oncelog_broker (
 -- the primary listener's (the one other brokers use)
 ALTER TABLE oncelog_broker ADD COLUMN IF NOT EXISTS listeners jsonb NOT NULL DEFAULT '{}'::jsonb;
 
--- One group commit round (cluster/group_commit.py) in one statement: lock the partitions'
+-- One group commit round (storage/engines/postgres/group_commit.py) in one statement: lock the partitions'
 -- rows in id order, then per request, in order, append it if its leader epoch is the store's
 -- and its base offset the store's log end. Answers one row per request: status 0 appended,
 -- 1 no such partition, 2 fenced (epoch moved), 3 log end moved, 4 outbox rows not all there;

@@ -67,7 +67,7 @@ NOTES: dict[int, str] = {
     39: _NO_TOKENS,
     40: _NO_TOKENS,
     41: _NO_TOKENS,
-    42: "deletes empty groups",
+    42: 'deletes empty groups (a share group with its state and configs)',
     43: "preferred/unclean: ELECTION_NOT_NEEDED per partition (embedded); cluster mode runs a rebalance and answers per partition",
     44: "topic and broker configs: see COMPATIBILITY-configs.md",
     45: "one replica per partition: a move to its current replica succeeds, any other target INVALID_REPLICA_ASSIGNMENT",
@@ -122,12 +122,9 @@ NOTES: dict[int, str] = {
     87: _SHARE,
     88: _STREAMS,
     89: _STREAMS,
-    90: "a share group's start offset and (v1) lag per partition (cluster mode: the "
-        "partitions the answering broker leads)",
-    91: "a share group's start offsets set while it has no members, durable (embedded; cluster mode: "
-        "INVALID_REQUEST, not yet)",
-    92: "a share group forgets its state on whole topics while it has no members (embedded; cluster "
-        "mode: INVALID_REQUEST, not yet)",
+    90: "a share group's start offset and (v1) lag per partition (cluster mode: every partition, from the store; lag -1 for a partition another broker leads)",
+    91: "a share group's start offsets set while it has no members (NON_EMPTY_GROUP otherwise), durable; at the group's coordinator (cluster mode: written in the store, the partitions' leaders follow)",
+    92: "a share group forgets its state on whole topics while it has no members (NON_EMPTY_GROUP otherwise); at the group's coordinator (cluster mode: in the store)",
 }
 
 LAST_KEY = 92

@@ -250,7 +250,7 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = field(
         default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
     )
-    #: oncelog's own (issue 28, cluster/commit_pool.py): group-commit connections per broker, i.e.
+    #: oncelog's own (issue 28, storage/engines/postgres/commit_pool.py): group-commit connections per broker, i.e.
     #: rounds in flight at once (a partition always on the same one, so its order is kept); 1:
     #: on 2 cores more measured slower (smaller rounds), meant for many-core machines
     store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})

@@ -18,7 +18,14 @@ broker; a share partition is served by the leader of its topic partition, and it
 of the store (cluster/share_state.py) instead of a ``__share_group_state`` record: read at the
 first use under the current leader epoch (``_ensure_loaded``), written fenced by that epoch; a
 write refused or failed drops the state here (``_forget``), to be read again. The group's members
-are kept by whichever broker receives its heartbeats: its group coordinator.
+are kept by whichever broker receives its heartbeats: its group coordinator. Administration
+(AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) is done by the group's
+coordinator, which knows whether the group has members, directly on the store's rows
+(``StoreShareState.admin_write``), each written at a new row version: a leader that cached the
+state before checks the versions when a share session of the group opens (``session_opened``:
+the group was empty, so its consumers open new sessions) and reads again what changed, and a
+leader's write of a row at another version than it loaded is refused (StaleShareState) and the
+state read again, so no leader serves or writes back what an administrator replaced.
 
 ``__share_group_state`` is a compacted internal topic keyed per share partition
 (coordinator/share/records.py), read through the coordinator runtime: it is loaded at start
@@ -172,6 +179,8 @@ class ShareCoordinator:
         #: the topic partition at which each share partition here was loaded from it
         self.store: StoreShareState | None = None
         self._epochs: dict[PartKey, int] = {}
+        #: cluster mode: the store row's version each share partition here was loaded or last written at
+        self._versions: dict[PartKey, int] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -199,7 +208,7 @@ class ShareCoordinator:
         if self._epochs.get(pk) == epoch:
             return
         store = self.store
-        raw = await asyncio.to_thread(store.load, *pk)
+        raw, version = await asyncio.to_thread(store.load_versioned, *pk)
         configs = await asyncio.to_thread(store.load_configs, pk[0])
         if configs:
             self.configs[pk[0]] = configs
@@ -209,6 +218,21 @@ class ShareCoordinator:
         if raw is not None:
             self.replay(srec.SnapshotKey(*pk), srec.decode_value(srec.SnapshotKey(*pk), raw))
         self._epochs[pk] = epoch
+        self._versions[pk] = version
+
+    async def session_opened(self, group_id: str) -> None:
+        """A share session of ``group_id`` opens (ShareFetch epoch 0). Cluster mode: the share
+        partitions of the group cached here whose store row an administrator changed since they
+        were read (another version, or gone) are dropped, to be read again at their next use.
+        Embedded: nothing to do. Raises the store's KafkaError."""
+        if self.store is None:
+            return
+        async with self.lock:
+            cached = [pk for pk in self._epochs if pk[0] == group_id]
+            if not cached:
+                return
+            versions = await asyncio.to_thread(self.store.versions, group_id)
+            self._forget([pk for pk in cached if versions.get((pk[1], pk[2]), 0) != self._versions.get(pk)])
 
     def _forget(self, pks: Iterable[PartKey]) -> None:
         """Cluster mode: drop what may be ahead of the store (a write that failed, a leadership
@@ -216,6 +240,7 @@ class ShareCoordinator:
         for pk in pks:
             self.partitions.pop(pk, None)
             self._epochs.pop(pk, None)
+            self._versions.pop(pk, None)
 
     async def _load(self) -> None:
         assert self._loaded is not None
@@ -309,12 +334,16 @@ class ShareCoordinator:
             pks.append(pk)
             meta = self.replicas.topic_by_id(k.topic_id)
             rows.append(SnapshotRow(k.group, k.topic_id, meta.name if meta is not None else "", k.partition,
-                                    self._epochs.get(pk, -1), None if v is None else srec.encode_value(v)))
+                                    self._epochs.get(pk, -1), None if v is None else srec.encode_value(v),
+                                    self._versions.get(pk, 0)))
         try:
-            await asyncio.to_thread(self.store.write, rows)
+            written = await asyncio.to_thread(self.store.write, rows)
         except BaseException:
             self._forget(pks)
             raise
+        for pk, version in written.items():
+            if pk in self._epochs:
+                self._versions[pk] = version
 
     async def _persist(self, keys: Iterable[PartKey]) -> None:
         await self._write([(srec.SnapshotKey(*k), self.partitions[k].snapshot()) for k in sorted(set(keys), key=str)
@@ -614,14 +643,41 @@ class ShareCoordinator:
         return group_id in self.groups.groups or group_id in self.configs or any(
             pk[0] == group_id for pk in self.partitions)
 
+    async def exists(self, group_id: str) -> bool:
+        """Embedded: a share group this broker has (``known``). Cluster mode: one this broker
+        coordinates (its members) or the store has (state or configs written by any broker; what
+        a leader cached may be gone from the store). Raises the store's KafkaError."""
+        if self.store is None:
+            return self.known(group_id)
+        if group_id in self.groups.groups:
+            return True
+        async with self.lock:
+            return await asyncio.to_thread(self.store.has_group, group_id)
+
+    async def offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], SharePartition]:
+        """DescribeShareGroupOffsets: (topic id, partition) -> the group's share partition, for
+        those initialized; cluster mode: as the store has them, every partition whichever broker
+        leads it (its durable part: nothing acquired). Raises the store's KafkaError."""
+        if self.store is None:
+            return self.start_offsets(group_id)
+        async with self.lock:
+            rows = await asyncio.to_thread(self.store.load_group, group_id)
+        out = {}
+        for (tid, p), raw in rows.items():
+            snap = srec.decode_value(srec.SnapshotKey(group_id, tid, p), raw)
+            assert isinstance(snap, Snapshot)
+            sp = SharePartition.restore(snap, max_in_flight=self.max_locks)
+            if sp.initialized:
+                out[(tid, p)] = sp
+        return out
+
     def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], SharePartition]:
         """(topic id, partition) -> the group's share partition, for those initialized."""
         return {(tid, p): sp for (g, tid, p), sp in self.partitions.items() if g == group_id and sp.initialized}
 
     def _check_empty(self, group_id: str) -> None:
-        if self.store is not None:  # each partition's leader holds its share partitions: not done yet
-            raise InvalidRequest(f"share group {group_id}: altering or deleting share group offsets, and deleting "
-                                 f"a share group, are not served in cluster mode yet")
+        """Raises NonEmptyGroup while the group has members (this broker must coordinate the
+        group: it is where its members heartbeat, in cluster mode too; the caller checked)."""
         group = self.groups.groups.get(group_id)
         if group is not None and group.members:
             from oncelog.protocol.errors import NonEmptyGroup
@@ -632,6 +688,9 @@ class ShareCoordinator:
         given, nothing in flight. Raises NonEmptyGroup while the group has members."""
         await self.ready()
         self._check_empty(group_id)
+        if self.store is not None:
+            await self._admin_write(group_id, offsets, set())
+            return
         async with self.lock:
             for (tid, p), offset in offsets.items():
                 pk = (group_id, tid, p)
@@ -647,6 +706,11 @@ class ShareCoordinator:
         durable before returning). Raises NonEmptyGroup while it has members."""
         await self.ready()
         self._check_empty(group_id)
+        if self.store is not None:
+            await self._admin_write(group_id, {}, set(), whole_group=True)
+            self.configs.pop(group_id, None)
+            self.groups.groups.pop(group_id, None)
+            return
         async with self.lock:
             gone = [pk for pk in self.partitions if pk[0] == group_id]
             recs: list[tuple[srec.Key, srec.Value | None]] = [(srec.SnapshotKey(*pk), None) for pk in gone]
@@ -663,11 +727,36 @@ class ShareCoordinator:
         starts per ``share.auto.offset.reset``). Raises NonEmptyGroup while it has members."""
         await self.ready()
         self._check_empty(group_id)
+        if self.store is not None:
+            await self._admin_write(group_id, {}, topic_ids)
+            return
         async with self.lock:
             gone = [pk for pk in self.partitions if pk[0] == group_id and pk[1] in topic_ids]
             await self._write([(srec.SnapshotKey(*pk), None) for pk in gone])
             for pk in gone:
                 del self.partitions[pk]
+
+
+    async def _admin_write(self, group_id: str, offsets: dict[tuple[uuid.UUID, int], int],
+                           deleted_topics: set[uuid.UUID], *, whole_group: bool = False) -> None:
+        """Cluster mode: an administrator's change written on the store's rows by this broker,
+        whichever leads the partitions (module docstring): ``offsets`` start over there (the
+        state epoch of a row there goes on), the rows of ``deleted_topics`` go, ``whole_group``:
+        every row and the configs go. What this broker cached of the group is dropped."""
+        assert self.store is not None
+        store = self.store
+        async with self.lock:
+            current = await asyncio.to_thread(store.load_group, group_id)
+            states: dict[tuple[uuid.UUID, int], bytes | None] = {k: None for k in current if k[0] in deleted_topics}
+            for (tid, p), offset in offsets.items():
+                raw = current.get((tid, p))
+                snap = None if raw is None else srec.decode_value(srec.SnapshotKey(group_id, tid, p), raw)
+                sp = (SharePartition.restore(snap, max_in_flight=self.max_locks) if isinstance(snap, Snapshot)
+                      else SharePartition(max_in_flight=self.max_locks))
+                sp.reset_to(offset)
+                states[(tid, p)] = srec.encode_value(sp.snapshot())
+            await asyncio.to_thread(store.admin_write, group_id, states, whole_group=whole_group)
+            self._forget([pk for pk in self._epochs if pk[0] == group_id])
 
 
 def _is_aborted(h: records.BatchHeader, aborted: list[Any]) -> bool:

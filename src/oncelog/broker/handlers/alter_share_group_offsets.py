@@ -1,7 +1,9 @@
 """AlterShareGroupOffsets (91): set a share group's start offset per partition (KIP-932, issue
 30): the partition starts over there with nothing in flight, durable before the answer. The
 group must have no members (NON_EMPTY_GROUP); a group unknown here is created, as Kafka does
-(an operator may position a group before its consumers start). An unknown topic or partition is
+(an operator may position a group before its consumers start). Served by the group's coordinator
+(NOT_COORDINATOR elsewhere), which knows its members; in cluster mode it writes the store's rows
+whichever broker leads the partitions (broker/coordinators/share_coordinator.py). An unknown topic or partition is
 UNKNOWN_TOPIC_OR_PARTITION for it; a negative offset INVALID_REQUEST. ACLs: READ on the group,
 READ on each topic."""
 
@@ -32,6 +34,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     try:
         validate_group_id(req.group_id)
         _acl.check(g, "group", req.group_id)
+        broker.groups.check_coordinator(req.group_id)  # where the group's members are known
         for t in req.topics:
             meta = rm.topics.get(t.topic_name)
             for p in t.partitions:

@@ -1,7 +1,8 @@
 """DeleteShareGroupOffsets (92): a share group (KIP-932, issue 30) forgets its state on whole
 topics: the next fetch starts per ``share.auto.offset.reset``. The group must have no members
 (NON_EMPTY_GROUP); unknown here: GROUP_ID_NOT_FOUND; an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
-ACLs: DELETE on the group, READ on each topic (as Kafka)."""
+Served by the group's coordinator (NOT_COORDINATOR elsewhere), which knows its members. ACLs:
+DELETE on the group, READ on each topic (as Kafka)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     errors: dict[str, KafkaError] = {}
     try:
         _acl.check(g, "group", req.group_id)
+        broker.groups.check_coordinator(req.group_id)  # where the group's members are known
         await svc.ready()
-        if not svc.known(req.group_id):
+        if not await svc.exists(req.group_id):
             raise GroupIdNotFound(f"Group {req.group_id} not found.")
         ids = set()
         for t in req.topics:

@@ -98,6 +98,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             raise InvalidRequest("acknowledgements cannot be sent on a request that opens a share session (epoch 0)")
         await svc.ready()
         session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch, svc.is_member)
+        if req.share_session_epoch == 0:  # what an administrator changed meanwhile is read again
+            await svc.session_opened(req.group_id)
     except KafkaError as exc:
         return failed(exc)
     named = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]

@@ -31,7 +31,7 @@ from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, 
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.protocol.errors import KafkaError
-from oncelog.storage import cleaner
+from oncelog.storage.engines.local import cleaner
 from oncelog.storage.atomic import write_atomically
 from oncelog.types import TopicPartition
 
@@ -102,7 +102,6 @@ class EmbeddedMembership:
         self.internal_partitions = {OFFSETS_TOPIC: config.offsets_topic_num_partitions,
                                     TXN_TOPIC: config.transaction_state_log_num_partitions}
         self.coordinator_epoch = 0
-        self.compactor = None
 
     # -- Metadata ---------------------------------------------------------------------------
 

@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from oncelog.broker.partitions.markers import MarkerWriter
     from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
-    from oncelog.cluster.connection import StoreConnection
     from oncelog.protocol.errors import KafkaError
 
 __all__ = ["AclStore", "ConfigStore", "CredentialService", "Election", "Membership", "Metadata", "Node",
@@ -187,8 +186,6 @@ class Membership(Metadata, Protocol):
     #: (after ``open``) the transaction coordinator's epoch: embedded, one more per start;
     #: cluster mode, each partition's leader epoch (so 0 here)
     coordinator_epoch: int
-    #: the connection the PostgreSQL engine's compaction uses (None embedded)
-    compactor: "StoreConnection | None"
 
     async def open(self) -> None:
         """Before anything listens: recover and open what this node holds or reach the store,

@@ -40,7 +40,7 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
@@ -49,8 +49,8 @@ from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS, ReplicaMa
 from oncelog.cluster import leadership
 from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.group_commit import GroupCommitter
-from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.engines.postgres.group_commit import GroupCommitter
+from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.cluster.view import ClusterView
 from oncelog.protocol.errors import KafkaError
 from oncelog.types import TopicPartition
@@ -64,14 +64,18 @@ class LeaderTracker:
     """See the module docstring. Single-threaded: the event loop only."""
 
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, reader: StoreConnection,
-                 committer: GroupCommitter, opener: StoreConnection | None = None) -> None:
+                 committer: GroupCommitter, opener: StoreConnection | None = None,
+                 compactor: StoreConnection | None = None) -> None:
         """``opener``: the store connection of the opener thread (recovery); None: reuse
-        ``reader`` there too (tests that drive the tracker without an event loop)."""
+        ``reader`` there too (tests that drive the tracker without an event loop).
+        ``compactor``: the connection compaction passes run with (``plan_compaction`` of the
+        engines built here); None: they do not compact."""
         self.node_id = config.node_id
         self.config = config
         self.replicas = replicas
         self.reader = reader
         self.committer = committer
+        self.compactor = compactor
         self.cache_dir = Path(config.data_dir) / "cluster-cache"
         #: told of every internal partition this broker starts / stops leading (the coordinators)
         self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
@@ -92,8 +96,7 @@ class LeaderTracker:
         parts = self.replicas.partitions
         for tp, part in list(parts.items()):
             row = wanted.get(tp)
-            plog = part.log
-            assert isinstance(plog, PgPartitionLog)
+            plog = cast(PgPartitionLog, part.log)  # every partition here was built by _build
             if row is None or row.leader_epoch != plog.leader_epoch or plog.failed is not None:
                 why = ("not led here any more" if row is None else
                        f"epoch {plog.leader_epoch} -> {row.leader_epoch}" if row.leader_epoch != plog.leader_epoch else
@@ -168,7 +171,8 @@ class LeaderTracker:
             row = leadership.current(self.opener.raw(), partition_id)
             if row is None or row.leader_broker != self.node_id:
                 return None  # moved since the view was read
-            plog = PgPartitionLog(self.opener, self.committer, row, cfg)  # type: ignore[arg-type]
+            plog = PgPartitionLog(self.opener, self.committer, row, cfg,  # type: ignore[arg-type]
+                                  compactor=self.compactor)
             path = self.cache_dir / f"{tp.topic}-{tp.partition}"
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
@@ -182,8 +186,7 @@ class LeaderTracker:
         """On the event loop: serve ``part`` if the latest view still wants it under its epoch."""
         if part is None:
             return
-        plog = part.log
-        assert isinstance(plog, PgPartitionLog)
+        plog = cast(PgPartitionLog, part.log)  # built by _build
         row = self._wanted.get(tp)
         if row is None or row.leader_epoch != plog.leader_epoch or tp in self.replicas.partitions:
             part.close()

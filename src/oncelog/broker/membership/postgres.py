@@ -169,7 +169,6 @@ class StoreMembership:
         self.acls: AclService | None = None
         self.internal_partitions: Mapping[str, int] = {}
         self.coordinator_epoch = 0  # each internal partition's leader epoch is its coordinator epoch
-        self.compactor: StoreConnection | None = None
         self._parts: ClusterParts | None = None
         self._peers: PeerClients | None = None
         self._store_acls: StoreAcls | None = None
@@ -226,7 +225,6 @@ class StoreMembership:
         (the first broker's partition counts are everyone's), load the ACLs and credentials."""
         cfg = self.config
         parts = self._parts = ClusterParts.open(self.dsn, cfg, self.replicas)
-        self.compactor = parts.compactor
         self.producer_ids = StoreProducerIds(parts.reader)
         self.member = member = ClusterMember(self.dsn, cfg, self.clock, parts.tracker.apply)
         self.internal_partitions = await member.prepare([
