@@ -49,6 +49,28 @@ def poll_records(c: Any, timeout: float = 1.0) -> list[Any]:
     return [m for m in (msgs or []) if m.error() is None]
 
 
+def _wait_until_all_are_members(bootstrap: str, group: str, consumers: list[Any], deadline_s: float = 60) -> None:
+    """Poll every consumer (the topic is still empty) until ShareGroupDescribe shows each of them
+    a member with an assignment: on a loaded machine a late joiner would otherwise find the work
+    already done, whatever the broker's fairness."""
+    from oncelog.client import ProtocolClient
+    from oncelog.protocol import apis
+    from oncelog.protocol.messages import make
+
+    deadline = time.monotonic() + deadline_s
+    with ProtocolClient(bootstrap) as pc:
+        v = pc.version_for(apis.SHARE_GROUP_DESCRIBE)
+        m = pc.classes(apis.SHARE_GROUP_DESCRIBE, v)
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.poll(0.1)
+            g = pc.request(apis.SHARE_GROUP_DESCRIBE, make(m["ShareGroupDescribeRequest"], group_ids=(group,),
+                                                           include_authorized_operations=False), version=v).groups[0]
+            if len(g.members) == len(consumers) and all(mb.assignment.topic_partitions for mb in g.members):
+                return
+    pytest.fail(f"{len(consumers)} share consumers did not all join {group} in {deadline_s} s")
+
+
 def _earliest_group(b: Any, group: str, **more: str) -> None:
     set_group_configs(b.bootstrap, group, {"share.auto.offset.reset": "earliest", **more})
 
@@ -286,12 +308,13 @@ def test_at_the_lock_limit_every_consumer_gets_its_turn(broker_factory) -> None:
     b = broker_factory("share-turns", {**FAST, "group.share.partition.max.record.locks": "200"})
     create_topic("confluent", b.bootstrap, "q7", 1)
     n = 3000
-    produce("confluent", b.bootstrap, "q7", [(0, None, b"v%d" % i) for i in range(n)], extra={"batch.num.messages": 10})
     _earliest_group(b, "sg7")
     consumers = [share_consumer(b.bootstrap, "sg7", ["q7"]) for _ in range(4)]
     per = [0] * len(consumers)
     seen: set[int] = set()
     try:
+        _wait_until_all_are_members(b.bootstrap, "sg7", consumers)
+        produce("confluent", b.bootstrap, "q7", [(0, None, b"v%d" % i) for i in range(n)], extra={"batch.num.messages": 10})
         deadline = time.monotonic() + 90
         while len(seen) < n and time.monotonic() < deadline:
             for i, c in enumerate(consumers):
