@@ -30,7 +30,7 @@ ProducerIdSource    ``coordinator/producer_ids.ProducerIdManager``   ``cluster/p
 ==================  ===============================================  ============================
 
 The implementations satisfy the Protocols structurally (cluster/ and acl/ import nothing of the
-broker); tests/unit/test_membership.py holds each one to its Protocol.
+broker); tests/unit/test_membership_interface.py holds each one to its Protocol.
 """
 
 from __future__ import annotations
