@@ -14,6 +14,7 @@ from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
+from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 
@@ -61,12 +62,25 @@ async def create_topics(broker: BrokerContext, new: Sequence[NewTopic], *,
     given by a rebalance and the broker's view is refreshed."""
     rm = broker.replicas
     if broker.cluster is None:
-        return rm.create_topics(new, validate_only=validate_only)
+        refused: dict[int, KafkaError] = {}
+        for i, t in enumerate(new):  # issue 29: diskless topics need cluster mode
+            try:
+                topic_rules.check_new_topic(t.name, t.configs, cluster_mode=False, storage_url=None,
+                                            internal=t.internal)
+            except KafkaError as exc:
+                refused[i] = exc
+        if not refused:
+            return rm.create_topics(new, validate_only=validate_only)
+        made = iter(rm.create_topics([t for i, t in enumerate(new) if i not in refused], validate_only=validate_only))
+        return [refused[i] if i in refused else next(made) for i in range(len(new))]
     max_rf = max(1, len(broker.cluster.view.brokers))
     checked: list[TopicMeta | KafkaError] = []
     for t in new:
         try:
-            checked.append(rm.validate_new_topic(t, max_rf))
+            meta = rm.validate_new_topic(t, max_rf)
+            topic_rules.check_new_topic(t.name, meta.configs, cluster_mode=True,
+                                        storage_url=broker.config.diskless_storage_url, internal=t.internal)
+            checked.append(meta)
         except KafkaError as exc:
             checked.append(exc)
     if validate_only:

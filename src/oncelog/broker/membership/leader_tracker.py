@@ -40,7 +40,7 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
@@ -52,7 +52,10 @@ from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.group_commit import GroupCommitter
 from oncelog.cluster.pg_log import PgPartitionLog
 from oncelog.cluster.view import ClusterView
-from oncelog.protocol.errors import KafkaError
+if TYPE_CHECKING:
+    from oncelog.diskless.parts import DisklessParts
+from oncelog.diskless import topic_rules
+from oncelog.protocol.errors import KafkaError, KafkaStorageError
 from oncelog.types import TopicPartition
 
 __all__ = ["LeaderTracker"]
@@ -77,6 +80,8 @@ class LeaderTracker:
         self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
         self.on_resign: Callable[[TopicPartition], None] = lambda tp: None
         self.opener = opener or reader
+        #: issue 29: the broker's diskless parts (diskless/parts.py); None: no object store
+        self.diskless: "DisklessParts | None" = None
         self._opener_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-open-{self.node_id}")
         self._opening: dict[TopicPartition, asyncio.Future[Partition | None]] = {}
         self._wanted: dict[TopicPartition, Leadership] = {}  # the latest view's, for installing opened ones
@@ -168,11 +173,20 @@ class LeaderTracker:
             row = leadership.current(self.opener.raw(), partition_id)
             if row is None or row.leader_broker != self.node_id:
                 return None  # moved since the view was read
-            plog = PgPartitionLog(self.opener, self.committer, row, cfg)  # type: ignore[arg-type]
+            meta = self.replicas.topics.get(tp.topic)
+            if meta is not None and topic_rules.is_diskless(meta.configs):  # issue 29: diskless/engine.py
+                if self.diskless is None:
+                    raise KafkaStorageError(f"{tp.topic} is diskless and this broker has no diskless.storage.url")
+                plog = self.diskless.engine(self.opener, row, cfg)  # type: ignore[arg-type]
+            else:
+                plog = PgPartitionLog(self.opener, self.committer, row, cfg)  # type: ignore[arg-type]
             path = self.cache_dir / f"{tp.topic}-{tp.partition}"
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
-            return Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
+            part = Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
+            if hasattr(plog, "on_ready"):
+                plog.on_ready = part.wake_waiters  # a diskless read's missed bytes have landed
+            return part
         except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
             self.opener.drop()  # a failed query may leave the connection unusable
             log.warning("node %d could not take the lead of %s (retried at the next view): %s", self.node_id, tp, exc)
