@@ -39,3 +39,20 @@ def diskless_brokers(pg_dsn: str, base: Path, server, nodes: tuple[int, ...] = (
                 b.stop(timeout=30)
             except Exception:  # noqa: BLE001 - a broker the test left dead or stuck
                 b.kill()
+
+
+def restart_hard(b: BrokerProcess, timeout: float = 60.0) -> None:
+    """SIGKILL ``b`` and start it again once its session in the store has expired (a new
+    process is refused while the old incarnation's session lives): bounded by ``timeout``."""
+    import time
+
+    b.kill()
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(1.0)
+        try:
+            b.start(timeout=max(5.0, deadline - time.monotonic()))
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise

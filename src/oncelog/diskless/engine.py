@@ -136,7 +136,9 @@ class DisklessPartitionLog(PgPartitionLog):
             if c.last_offset >= upper:
                 break
             if missing:
-                if missing_bytes + c.size > max_bytes:
+                # a load brings at most what a quarter of the cache holds (at least the batch
+                # missed first), so what it brings is still there when the fetch asks again
+                if missing_bytes + c.size > min(max_bytes, self._cache.max_bytes // 4):
                     break
                 if c.object_key is not None:
                     missing.setdefault(c.object_key, []).append((c.byte_offset, c.size))
