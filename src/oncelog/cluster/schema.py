@@ -71,7 +71,7 @@ import logging
 from typing import Any
 
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
-from oncelog.diskless.schema import DISKLESS_DDL
+from oncelog.cluster.diskless_schema import DISKLESS_DDL
 
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
 
@@ -253,7 +253,7 @@ def ensure_schema(conn: Any) -> None:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
-        conn.execute(DISKLESS_DDL)  # issue 29: diskless topics' coordinates (diskless/schema.py)
+        conn.execute(DISKLESS_DDL)  # issue 29: diskless topics' coordinates (cluster/diskless_schema.py)
         try:
             with conn.transaction():  # a savepoint: the cluster works without the outbox
                 conn.execute(OUTBOX_DDL)

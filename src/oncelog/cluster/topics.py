@@ -43,7 +43,7 @@ def create(conn: Any, name: str, partitions: int, configs: Mapping[str, str] | N
                            (name, topic.topic_id, partitions, json.dumps(topic.configs))).fetchone()
         if row is None:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
-        # issue 29: the storage engine is fixed at creation (diskless/schema.py)
+        # issue 29: the storage engine is fixed at creation (cluster/diskless_schema.py)
         engine = "diskless" if topic.configs.get("diskless.enable") == "true" else "postgres"
         conn.execute("INSERT INTO oncelog_partition (topic, partition, engine) SELECT %s, p, %s "
                      "FROM generate_series(0, %s - 1) AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING",

@@ -1,5 +1,5 @@
 """What a cluster-mode broker owns for diskless topics (issue 29), opened with its other
-cluster parts (broker/cluster_parts.py) when ``diskless.storage.url`` is set: the object store
+cluster parts (broker/membership/cluster_parts.py) when ``diskless.storage.url`` is set: the object store
 client, the byte cache shared by its fetches, the object writer (one object per interval for
 every diskless partition it leads) and the collector's periodic task.
 

@@ -15,7 +15,7 @@ the COMMIT that holds the batch's coordinates, or fails with a KafkaError.
    only when it holds data batches: control batches are committed inline (their ~80 bytes in
    the coordinates' ``inline_data``), no PUT. At most ``max_uploads`` uploads run at once.
 3. Commits are made in object order (object k+1 commits after k has), on one thread with its
-   own PostgreSQL connection: ONE statement, ``oncelog_dl_commit`` (diskless/schema.py), which
+   own PostgreSQL connection: ONE statement, ``oncelog_dl_commit`` (cluster/diskless_schema.py), which
    inserts the object row and every batch's coordinates (conditional, per batch, on the leader
    epoch and the log end), so a producer's batches keep their order across objects and a
    deposed leader writes nothing.

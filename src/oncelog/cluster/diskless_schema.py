@@ -1,5 +1,6 @@
-"""The PostgreSQL tables of diskless topics (issue 29, docs/DISKLESS.md §2.5): PostgreSQL only
-orders the batches; their bytes are in the object store.
+"""The PostgreSQL tables of diskless topics (issue 29, docs/DISKLESS.md §2.5; the engine is in
+diskless/): PostgreSQL only orders the batches; their bytes are in the object store. Part of
+the cluster schema (schema.py ``ensure_schema`` runs it after ``DDL``).
 
 ``oncelog_partition.engine``
     ``'postgres'`` (default) or ``'diskless'``: set when the topic is created (cluster/topics.py)
