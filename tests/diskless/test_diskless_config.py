@@ -3,7 +3,8 @@
 a real SeaweedFS object store, a cluster broker without one, and an embedded broker.
 
 Accepted: ``diskless.enable=true`` at creation on a cluster broker with ``diskless.storage.url``
-(the partitions' rows say ``engine = 'diskless'``; DescribeConfigs answers it). Refused with
+(the partitions' rows say ``engine = 'diskless'``, those CreatePartitions adds too;
+DescribeConfigs answers it). Refused with
 INVALID_CONFIG and a message naming the reason: on the embedded broker, on an internal topic,
 with ``cleanup.policy=compact``, on a broker without ``diskless.storage.url``, and as a change
 after creation (either way, IncrementalAlterConfigs or AlterConfigs); compaction added to a
@@ -80,6 +81,12 @@ def test_diskless_topics_on_a_cluster_broker_with_an_object_store(pg_dsn: str, t
             engines = dict(conn.execute("SELECT topic, array_agg(DISTINCT engine) FROM oncelog_partition "
                                         "WHERE topic IN ('dl', 'plain') GROUP BY topic").fetchall())
         assert engines == {"dl": ["diskless"], "plain": ["postgres"]}
+        from confluent_kafka.admin import NewPartitions
+
+        admin.create_partitions([NewPartitions("dl", 5)])["dl"].result(timeout=30)  # new partitions: same engine
+        with psycopg.connect(pg_dsn) as conn:
+            assert conn.execute("SELECT array_agg(engine ORDER BY partition) FROM oncelog_partition "
+                                "WHERE topic = 'dl'").fetchone()[0] == ["diskless"] * 5
 
         _invalid_config(_create(admin, "dl-compact", {"diskless.enable": "true", "cleanup.policy": "compact"}),
                         "compact")

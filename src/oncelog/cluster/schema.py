@@ -55,6 +55,10 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     every batch of the round, in one statement (one round trip; see group_commit.py); a batch
     drained from the outbox deletes its pending rows in the same statement.
 
+``oncelog_dl_object``, ``oncelog_dl_batch``, ``oncelog_dl_commit(...)``, ``oncelog_partition.engine``
+    Diskless topics (issue 29): the coordinates of batches kept in an object store
+    (cluster/diskless_schema.py, docs/DISKLESS.md).
+
 schema ``oncelog`` (issue 31, outbox_schema.py, docs/DATABASE.md)
     The database outbox: ``oncelog.send(...)`` for applications, the pending table
     ``oncelog.outbox`` and the role-to-principal map ``oncelog.role_principal``.
