@@ -95,6 +95,7 @@ class WriterStats:
     batches: int = 0  # batches committed
     refused: int = 0
     failed_objects: int = 0
+    resolved: int = 0  # commits whose answer was lost, resolved by asking the store
 
 
 @dataclass(slots=True)
@@ -325,6 +326,7 @@ class ObjectWriter:
                 conn = self._db.raw()
                 found = set(conn.execute(_LANDED, [list(c) for c in zip(*(
                     (r.partition_id, r.base_offset, r.leader_epoch, r.last_offset) for r in reqs))]).fetchall())
+                self.stats.resolved += 1
                 return [(r.partition_id, r.base_offset) in found for r in reqs]
             except Exception as exc:  # noqa: BLE001
                 self._db.drop()
