@@ -102,4 +102,11 @@ def parse(obj: bytes) -> tuple[int, int, list[ObjectEntry]]:
         raise ValueError("footer length does not match the batch count")
     base = len(obj) - footer_len
     entries = [ObjectEntry(*_ENTRY.unpack_from(obj, base + i * _ENTRY.size)) for i in range(count)]
+    pos = HEADER_SIZE
+    for e in entries:  # the batches lie back to back between the header and the footer
+        if e.byte_offset != pos or e.size <= 0:
+            raise ValueError(f"footer entry {e} does not follow the batch before it (at {pos})")
+        pos += e.size
+    if pos != base:
+        raise ValueError(f"the batches end at {pos}, the footer starts at {base}")
     return broker, created, entries
