@@ -137,7 +137,9 @@ class OutboxDrainer:
             loop.call_soon_threadsafe(self.wake, pid)
 
     def _led(self) -> dict[int, Partition]:
-        return {p.log.partition_id: p for p in self._replicas.partitions.values() if isinstance(p.log, PgPartitionLog)}
+        # the PostgreSQL engine only: a diskless partition (issue 29, a subclass) cannot delete
+        # outbox rows in its commit, so the outbox does not drain into it (its rows stay pending)
+        return {p.log.partition_id: p for p in self._replicas.partitions.values() if type(p.log) is PgPartitionLog}
 
     def wake(self, partition_id: int) -> None:
         """Drain ``partition_id`` now if this broker leads it (once more after the running drain)."""
