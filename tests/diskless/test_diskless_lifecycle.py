@@ -68,8 +68,8 @@ def test_retention_delete_records_topic_deletion_and_the_collector(pg_dsn: str, 
         _produce_at(b.bootstrap, "aged", 0, [b"a2"])  # the newest batch: never deleted
 
         now = int(time.time() * 1000)
-        old_orphan = layout.new_key(9, "deadbeef", now - 60_000)
-        young_orphan = layout.new_key(9, "deadbeef", now + 600_000)  # younger than any grace
+        old_orphan = layout.new_key(9, "deadbeef", now)  # as a broker names it at upload; then killed
+        young_orphan = layout.new_key(9, "deadbeef", now + 600_000)  # stays younger than the grace
         asyncio.run(store.put_if_absent(old_orphan, b"uploaded, never committed"))
         asyncio.run(store.put_if_absent(young_orphan, b"its commit may still come"))
 

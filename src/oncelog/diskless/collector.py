@@ -10,8 +10,8 @@ One round (``collect``):
 2. Sweep: objects marked more than ``grace_ms`` ago are deleted from the store, then their rows
    (a fetch that read their coordinates just before has that long to read the bytes).
 3. Orphans: the store is listed under ``v1/`` in key order, which is creation-time order
-   (UUIDv7 keys, diskless/layout.py), up to the first key younger than ``grace_ms``; keys with
-   no ``oncelog_dl_object`` row are deleted. The grace is far longer than an upload's deadline
+   (UUIDv7 keys, diskless/layout.py), from after the last key the previous round judged up to
+   the first key younger than ``grace_ms``; keys with no ``oncelog_dl_object`` row are deleted. The grace is far longer than an upload's deadline
    plus a commit, so an object whose commit is still in flight is never taken.
 
 Every broker with an object store runs rounds (``every``); two rounds at once only repeat
@@ -44,11 +44,16 @@ class Collected:
     marked: int = 0  # objects found unreferenced this round
     deleted: int = 0  # unreferenced objects deleted (past the grace)
     orphans: int = 0  # uploaded, never committed, deleted
+    scanned_to: str | None = None  # the last key the orphan scan judged (the next round lists after it)
 
 
 async def collect(store: ObjectStore, db: StoreConnection, *, grace_ms: int, now_ms: int, page: int = PAGE,
-                  run: Callable | None = None) -> Collected:
-    """One round; ``run(fn, *args)`` runs a blocking SQL call (default: a worker thread)."""
+                  run: Callable | None = None, scanned_to: str | None = None) -> Collected:
+    """One round; ``run(fn, *args)`` runs a blocking SQL call (default: a worker thread).
+    ``scanned_to``: the orphan scan lists only the keys after it (the previous round's
+    ``Collected.scanned_to``): every key before it was judged once its time was past the grace,
+    when its upload had long ended (the grace is far longer than an upload's deadline), so each
+    key is listed about once, not at every round."""
     call = run or asyncio.to_thread
     out = Collected()
 
@@ -85,6 +90,7 @@ async def collect(store: ObjectStore, db: StoreConnection, *, grace_ms: int, now
             break
     cut = now_ms - grace_ms
     keys: list[str] = []
+    out.scanned_to = scanned_to
 
     async def sweep(batch: list[str]) -> None:
         have = await call(known, batch)
@@ -94,7 +100,7 @@ async def collect(store: ObjectStore, db: StoreConnection, *, grace_ms: int, now
             out.orphans += len(gone)
             log.info("diskless: deleted %d orphan object(s) (uploaded, never committed)", len(gone))
 
-    async for info in store.list(layout.KEY_PREFIX):
+    async for info in store.list(layout.KEY_PREFIX, start_after=scanned_to):
         t = layout.key_time_ms(info.key)
         if t is None:
             continue  # not ours
@@ -103,9 +109,11 @@ async def collect(store: ObjectStore, db: StoreConnection, *, grace_ms: int, now
         keys.append(info.key)
         if len(keys) >= page:
             await sweep(keys)
+            out.scanned_to = keys[-1]
             keys = []
     if keys:
         await sweep(keys)
+        out.scanned_to = keys[-1]
     return out
 
 
@@ -113,10 +121,12 @@ async def every(interval_s: float, store: ObjectStore, db: StoreConnection, grac
                 wall_ms: Callable[[], int]) -> None:
     """Run ``collect`` every ``interval_s`` until cancelled; failures are logged and retried
     at the next round."""
+    scanned_to: str | None = None
     while True:
         await asyncio.sleep(interval_s)
         try:
-            got = await collect(store, db, grace_ms=grace_ms, now_ms=wall_ms())
+            got = await collect(store, db, grace_ms=grace_ms, now_ms=wall_ms(), scanned_to=scanned_to)
+            scanned_to = got.scanned_to
             if got.deleted or got.orphans:
                 log.info("diskless collector: %d object(s) deleted, %d orphan(s) deleted", got.deleted, got.orphans)
         except (KafkaError, OSError) as exc:

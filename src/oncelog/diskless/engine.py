@@ -13,8 +13,8 @@ diskless topics need no second implementation.
 
 Reads never touch PostgreSQL for the tail and never block the event loop on the object store:
 
-1. Coordinates: the tail of the partition (every batch this engine committed, up to
-   ``TAIL_BATCHES``) is in memory (the writer hands them over at COMMIT); older offsets are
+1. Coordinates: the tail of the partition (the last ``TAIL_BATCHES`` batches this engine
+   committed) is in memory (the writer hands them over at COMMIT); older offsets are
    looked up in ``oncelog_dl_batch`` by primary key, one query per read.
 2. Bytes: whole batches from the broker's ``ByteCache`` (the writer seeds it; a control batch
    is inline in its coordinates). On a miss the read returns the batches before the miss (none
@@ -54,8 +54,8 @@ from oncelog.storage.log import LogConfig
 
 __all__ = ["DisklessPartitionLog"]
 
-#: coordinates of the newest batches kept in memory per partition
-TAIL_BATCHES = 10_000
+#: coordinates of the newest batches kept in memory per partition (~100 bytes each)
+TAIL_BATCHES = 1_000
 _PAGE_ROWS = 1000
 _FLOOR = ("coalesce((SELECT max(base_offset) FROM oncelog_dl_batch WHERE partition_id = %(p)s "
           "AND base_offset <= %(o)s), %(o)s)")
@@ -104,8 +104,7 @@ class DisklessPartitionLog(PgPartitionLog):
         with self._tail_lock:
             tail = self._tail
             if tail and tail[0].base_offset <= offset:
-                bases = [c.base_offset for c in tail]  # a copy under the lock; bounded by TAIL_BATCHES
-                i = max(0, bisect.bisect_right(bases, offset) - 1)
+                i = max(0, bisect.bisect_right(tail, offset, key=lambda c: c.base_offset) - 1)
                 out = []
                 for j in range(i, len(tail)):
                     c = tail[j]

@@ -55,6 +55,7 @@ from oncelog.cluster.view import ClusterView
 if TYPE_CHECKING:
     from oncelog.diskless.parts import DisklessParts
 from oncelog.diskless import topic_rules
+from oncelog.diskless.engine import DisklessPartitionLog
 from oncelog.protocol.errors import KafkaError, KafkaStorageError
 from oncelog.types import TopicPartition
 
@@ -184,7 +185,7 @@ class LeaderTracker:
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
             part = Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
-            if hasattr(plog, "on_ready"):
+            if isinstance(plog, DisklessPartitionLog):
                 plog.on_ready = part.wake_waiters  # a diskless read's missed bytes have landed
             return part
         except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
