@@ -32,6 +32,7 @@ Every wait is bounded; the broker is stopped on any exit.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import sys
@@ -177,12 +178,12 @@ def broker_alone(bootstrap: str, topic: str, requests: int, per_batch: int, size
 
 
 def append_in_process(rounds: int, block: int, per_batch: int, size: int) -> dict[str, list[float]]:
-    """µs per batch of ``Partition.append`` (validation, producer-state check, log append,
+    """µs per batch of ``Partition.append_validated`` (validation, producer-state check, log append,
     producer-state update) in this process, without any network: blocks of ``block`` batches,
     alternating between the modes ``rounds`` times, so that both see the same machine. Plain and
     idempotent batches are built in advance with the same size."""
     from oncelog.broker.partitions.partition import Partition
-    from oncelog.storage.log import LogConfig
+    from oncelog.storage.config import LogConfig
     from oncelog.types import TopicPartition
 
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-append-"))
@@ -197,14 +198,19 @@ def append_in_process(rounds: int, block: int, per_batch: int, size: int) -> dic
     parts = {m: Partition.open(TopicPartition(f"append-{i}", 0), work / f"append-{i}-0", LogConfig(), now)
              for i, m in enumerate(MODES)}
     out: dict[str, list[float]] = {m: [] for m in MODES}
-    try:
+    limit = LogConfig().max_message_bytes
+
+    async def blocks() -> None:
         for r in range(rounds):
             for mode in (MODES if r % 2 == 0 else MODES[::-1]):
                 part, todo = parts[mode], batches[mode][r * block : (r + 1) * block]
                 t0 = time.perf_counter()
                 for b in todo:
-                    part.append(b, now)
+                    await part.append_validated(b, records.validate_produce_batch(b, limit), now)
                 out[mode].append((time.perf_counter() - t0) / block * 1e6)
+
+    try:
+        asyncio.run(blocks())
     finally:
         for part in parts.values():
             part.close()

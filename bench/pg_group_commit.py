@@ -23,10 +23,10 @@ def _measure(dsn: str, partitions: int, seconds: float, record_bytes: int, linge
 
     from oncelog.cluster import leadership, schema
     from oncelog.cluster.connection import StoreConnection
-    from oncelog.cluster.group_commit import GroupCommitter
-    from oncelog.cluster.pg_log import PgPartitionLog
+    from oncelog.storage.engines.postgres.group_commit import GroupCommitter
+    from oncelog.storage.engines.postgres.log import PgPartitionLog
     from oncelog.protocol import records as R
-    from oncelog.storage.log import LogConfig
+    from oncelog.storage.config import LogConfig
 
     def connect() -> psycopg.Connection:
         return psycopg.connect(dsn, autocommit=True, connect_timeout=10)

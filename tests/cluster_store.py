@@ -10,10 +10,10 @@ import pytest
 
 from oncelog.cluster import leadership, schema
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.group_commit import GroupCommitter
+from oncelog.storage.engines.postgres.group_commit import GroupCommitter
 from oncelog.cluster.membership import BrokerSession, SessionConfig
-from oncelog.cluster.pg_log import PgPartitionLog
-from oncelog.storage.log import LogConfig
+from oncelog.storage.engines.postgres.log import PgPartitionLog
+from oncelog.storage.config import LogConfig
 
 CONFIG = LogConfig(retention_ms=-1)
 

@@ -26,6 +26,7 @@ from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaStorageError
 from oncelog.types import TopicPartition
+from appends import completed
 
 
 class _FlakyMarkers(LocalMarkerWriter):
@@ -124,7 +125,7 @@ class TxnNode:
                                     producer_epoch=epoch, base_sequence=seq, transactional=True)
         part = self.rm.partition(*tp)
         header = records.validate_produce_batch(batch, part.config.max_message_bytes)
-        res = part.append_validated(batch, header, self.clock.now_ms())
+        res = completed(part.append_validated(batch, header, self.clock.now_ms()))
         self.seq[(pid, epoch, tp)] = seq + 1
         return res.base_offset
 

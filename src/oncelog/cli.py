@@ -255,6 +255,10 @@ def groups_describe(group: str, bootstrap: str = BOOTSTRAP) -> None:
             if consumer is not None:  # a consumer group (KIP-848)
                 _show_consumer_group(c, group, consumer)
                 return
+            from oncelog.cli_share import show_share_group
+
+            if show_share_group(c, group, console):  # a share group (KIP-932)
+                return
         _check(d.error_code, f"cannot describe {group}")  # type: ignore[attr-defined]
         console.print(f"group [bold]{group}[/bold]: state {d.group_state}, protocol "  # type: ignore[attr-defined]
                       f"{d.protocol_type or '-'}/{d.protocol_data or '-'}, {len(d.members)} member(s)",  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["send", "send_many"]
+__all__ = ["commit_offsets", "group_metadata", "send", "send_many"]
 
 Headers = Mapping[str, "str | None"] | Sequence[tuple[str, "str | None"]]
 
@@ -71,3 +71,65 @@ def _params(topic: str, value: bytes | str | None, key: bytes | str | None = Non
     else:
         hdrs = Jsonb([[str(k), v] for k, v in headers])
     return (topic, _bytes(key, "key"), _bytes(value, "value"), hdrs, partition)
+
+
+# -- the inbox: a consumer group's offsets committed in your transaction --------------------------
+
+_COMMIT = "SELECT oncelog.commit_offsets(%s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def commit_offsets(conn: Any, group_id: str, offsets: Any, member_id: str = "", generation: int = -1,
+                   metadata: str | None = None) -> None:
+    """Commit ``group_id``'s offsets in ``conn``'s current transaction (a psycopg 3 connection):
+    they become the group's committed offsets (OffsetFetch answers them) iff that transaction
+    commits. ``offsets``: a mapping ``{(topic, partition): next_offset}``, or an iterable of
+    ``(topic, partition, next_offset)`` tuples or of objects with ``topic``, ``partition`` and
+    ``offset`` attributes (confluent-kafka's ``TopicPartition``); ``next_offset`` is the offset
+    of the next record to read (the last processed one + 1), as Kafka commits. ``member_id`` and
+    ``generation`` (the classic generation, or the member epoch of a KIP-848 consumer group):
+    the consumer's, from ``group_metadata(consumer)``; ``""``/``-1`` for a group without members
+    (a consumer that assigns partitions itself). Offsets are committed in (topic, partition)
+    order, one ``oncelog.commit_offsets`` call each in one pipeline. A refusal (a fenced
+    member: ILLEGAL_GENERATION, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS;
+    no Read ACL; bad input) raises the psycopg error, whose ``diag.message_detail`` is the Kafka
+    error name, and aborts the transaction."""
+    items: list[tuple[str, int, int]] = []
+    if isinstance(offsets, Mapping):
+        items = [(str(t), int(p), int(o)) for (t, p), o in offsets.items()]
+    else:
+        for x in offsets:
+            if isinstance(x, tuple):
+                t, p, o = x
+            else:
+                t, p, o = x.topic, x.partition, x.offset
+            items.append((str(t), int(p), int(o)))
+    params = [(group_id, member_id, generation, t, p, o, metadata, -1) for t, p, o in sorted(items)]
+    if params:
+        with conn.cursor() as cur:
+            cur.executemany(_COMMIT, params)
+
+
+def group_metadata(consumer: Any) -> tuple[str, str, int]:
+    """``(group id, member id, generation or member epoch)`` of a consumer's current membership,
+    for ``commit_offsets``: a confluent-kafka ``Consumer`` (from its
+    ``consumer_group_metadata()``, librdkafka's serialized form) or a kafka-python
+    ``KafkaConsumer`` (its coordinator's generation; ``("", "", -1)`` parts while it is not a
+    stable member)."""
+    import sys
+
+    if hasattr(consumer, "consumer_group_metadata"):
+        raw = bytes(consumer.consumer_group_metadata())
+        magic = b"CGMDv2:"
+        if not raw.startswith(magic):
+            raise ValueError(f"unknown consumer group metadata format {raw[:8]!r}")
+        generation = int.from_bytes(raw[7:11], sys.byteorder, signed=True)
+        group_id, member_id = raw[11:].split(b"\0")[:2]
+        return group_id.decode("utf-8"), member_id.decode("utf-8"), generation
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:
+        raise TypeError(f"not a confluent-kafka or kafka-python consumer: {type(consumer).__name__}")
+    gen = coordinator.generation_if_stable()
+    group_id = consumer.config.get("group_id") or ""
+    if gen is None:
+        return group_id, "", -1
+    return group_id, gen.member_id, gen.generation_id

@@ -1,4 +1,4 @@
-"""Compaction of ``__consumer_offsets`` in cluster mode (issue 15; cluster/pg_log.py
+"""Compaction of ``__consumer_offsets`` in cluster mode (issue 15; storage/engines/postgres/log.py
 ``compact``): offsets committed over and over for a few keys shrink to about one row each in
 PostgreSQL, and after the group coordinator is killed the broker that takes the partition over
 loads the last committed offsets from the compacted log (a real client asks)."""

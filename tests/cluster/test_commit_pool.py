@@ -1,4 +1,4 @@
-"""Several group-commit rounds in flight per broker (issue 28, cluster/commit_pool.py), on a
+"""Several group-commit rounds in flight per broker (issue 28, storage/engines/postgres/commit_pool.py), on a
 real PostgreSQL: each partition is always written by the same committer, so its batches commit
 in the order they were given offsets; the committers' rounds are separate transactions."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_store import Store
-from oncelog.cluster.commit_pool import CommitterPool
+from oncelog.storage.engines.postgres.commit_pool import CommitterPool
 from oncelog.protocol import records as R
 
 

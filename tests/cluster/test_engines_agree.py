@@ -1,6 +1,6 @@
 """One scenario, two storage engines (issue 15): random sequences of appends, reads and log
 start moves give the same bytes, offsets and errors on the local-files engine
-(storage/log.py) and on the PostgreSQL engine (cluster/pg_log.py)."""
+(storage/engines/local/log.py) and on the PostgreSQL engine (storage/engines/postgres/log.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import OffsetOutOfRange
-from oncelog.storage.engine import PartitionEngine, ReadPart
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.engine import PartitionEngine
+from oncelog.storage.parts import ReadPart
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 
 LOCAL = LogConfig(segment_bytes=1_500, index_interval_bytes=200, retention_ms=-1)
 _names = itertools.count()

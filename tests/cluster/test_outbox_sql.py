@@ -14,7 +14,7 @@ import pytest
 from cluster_store import Store
 from oncelog import db
 from oncelog.cluster import topics
-from oncelog.cluster.group_commit import AppendRequest
+from oncelog.storage.engines.postgres.group_commit import AppendRequest
 from oncelog.cluster.errors import StoreUnavailable
 from oncelog.protocol import records
 

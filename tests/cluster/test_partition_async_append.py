@@ -1,4 +1,4 @@
-"""``Partition.append_validated_async`` (issue 15): the Produce path of cluster mode, on a real
+"""``Partition.append_validated`` on the PostgreSQL engine (issue 15): the Produce path of cluster mode, on a real
 PostgreSQL. Batches are answered after their group COMMIT without blocking the event loop; the
 producer state moves only after COMMIT; five batches of one producer sent at once are appended
 in order (each checked against a state that includes the previous one); a retried batch is
@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from appends import completed, run
 from cluster_store import CONFIG, Store
 from oncelog.broker.partitions.partition import Partition
 from oncelog.protocol import records as R
@@ -30,7 +31,6 @@ def test_five_in_flight_batches_of_one_producer_and_a_retry(pg_dsn, tmp_path) ->
     store = Store(pg_dsn)
     try:
         part = Partition.recover(TP, store.lead("orders"), tmp_path, CONFIG)
-        assert part.commits_asynchronously
 
         async def go() -> list:
             ticks = 0
@@ -43,9 +43,9 @@ def test_five_in_flight_batches_of_one_producer_and_a_retry(pg_dsn, tmp_path) ->
 
             t = asyncio.get_running_loop().create_task(ticker())
             batches = [_batch(3 * i) for i in range(5)] + [_batch(0, pid=PID + 1)]
-            results = await asyncio.gather(*(part.append_validated_async(b, R.parse_header(b), 1_000)
+            results = await asyncio.gather(*(part.append_validated(b, R.parse_header(b), 1_000)
                                               for b in batches))
-            retry = await part.append_validated_async(batches[2], R.parse_header(batches[2]), 1_001)
+            retry = await part.append_validated(batches[2], R.parse_header(batches[2]), 1_001)
             t.cancel()
             assert ticks > 1
             return [*results, retry]
@@ -71,14 +71,14 @@ def test_a_deposed_leader_is_refused_and_its_state_does_not_move(pg_dsn, tmp_pat
         (tmp_path / "b").mkdir()
         old = Partition.recover(TP, a.lead("orders"), tmp_path / "a", CONFIG)
         first = _batch(0)
-        assert asyncio.run(old.append_validated_async(first, R.parse_header(first), 1_000)).base_offset == 0
+        assert run(lambda: old.append_validated(first, R.parse_header(first), 1_000)).base_offset == 0
         new = Partition.recover(TP, b.lead("orders"), tmp_path / "b", CONFIG)  # epoch bumped
         late = _batch(3)
         with pytest.raises(NotLeaderOrFollower):
-            asyncio.run(old.append_validated_async(late, R.parse_header(late), 1_001))
+            run(lambda: old.append_validated(late, R.parse_header(late), 1_001))
         assert old.producers.entries[PID].last_seq == 2  # unchanged: nothing was committed
         assert old.log.failed is not None  # the tracker closes it at the next view
-        r = asyncio.run(new.append_validated_async(late, R.parse_header(late), 1_002))
+        r = run(lambda: new.append_validated(late, R.parse_header(late), 1_002))
         assert (r.base_offset, r.duplicate) == (3, False)
         assert new.high_watermark == 6
     finally:
@@ -97,10 +97,10 @@ def test_log_append_time_stamps_batches_on_both_engines(engine, pg_dsn, tmp_path
     try:
         if store is not None:
             part = Partition.recover(TP, store.lead("orders"), tmp_path, cfg)
-            res = asyncio.run(part.append_validated_async(_batch(0), R.parse_header(_batch(0)), 7_777))
+            res = run(lambda: part.append_validated(_batch(0), R.parse_header(_batch(0)), 7_777))
         else:
             part = Partition.open(TP, tmp_path / "orders-0", cfg, 0)
-            res = part.append_validated(_batch(0), R.parse_header(_batch(0)), 7_777)
+            res = completed(part.append_validated(_batch(0), R.parse_header(_batch(0)), 7_777))
         assert res.log_append_time == 7_777
         read = part.log.read_batches(0, 1 << 20)
         (_pos, h), = list(R.iter_batches(read, verify_crc=True))
@@ -116,13 +116,13 @@ def _hold_after_commit(part: Partition) -> dict:
     test can look at the partition between the store's COMMIT and the event loop taking it in."""
     from concurrent.futures import Future
 
-    from oncelog.cluster.pg_log import PendingAppend
+    from oncelog.storage.engines.postgres.pending import PendingAppend
 
     real_submit = part.log.submit
     gate: dict = {}
 
-    def submit(batch, header):  # type: ignore[no-untyped-def]
-        pending = real_submit(batch, header)
+    def submit(batch, header, now_ms=None, *, drained=()):  # type: ignore[no-untyped-def]
+        pending = real_submit(batch, header, now_ms, drained=drained)
         gate["committed"], gate["release"] = pending.future, Future()
         return PendingAppend(pending.base_offset, pending.last_offset, gate["release"])
 
@@ -140,7 +140,7 @@ async def _held_append(part: Partition, batch: bytes) -> tuple[dict, "asyncio.Fu
     """Start appending ``batch`` with the engine's answer held back (``_hold_after_commit``);
     returns once the append has been handed to the store (bounded: 1 s)."""
     gate = _hold_after_commit(part)
-    task = asyncio.ensure_future(part.append_validated_async(batch, R.parse_header(batch), 1_000))
+    task = part.append_validated(batch, R.parse_header(batch), 1_000)
     for _ in range(1000):
         if "committed" in gate:
             return gate, task
@@ -196,7 +196,7 @@ def test_a_cancelled_caller_does_not_leave_the_producer_state_behind_the_store(p
                 await asyncio.sleep(0.001)
             assert part.producers.entries[PID].last_seq == 2
             assert (part.high_watermark, part.last_stable_offset) == (3, 0)
-            retry = await part.append_validated_async(txn, R.parse_header(txn), 1_001)
+            retry = await part.append_validated(txn, R.parse_header(txn), 1_001)
             assert retry.duplicate and retry.base_offset == 0
 
         asyncio.run(go())
@@ -205,7 +205,7 @@ def test_a_cancelled_caller_does_not_leave_the_producer_state_behind_the_store(p
 
 
 def test_a_waiter_cancelled_before_its_append_started_gives_the_producers_turn_back(pg_dsn, tmp_path) -> None:
-    """``append_validated_soon`` (issue 28) takes the batch's place in its producer's line at the
+    """``append_validated`` (issue 28) takes the batch's place in its producer's line at the
     call. A waiter cancelled at once (a Produce handler cancelled in the same turn of the event
     loop: a connection torn down, the broker stopping) must neither lose the batch nor keep that
     place: the append runs on and the producer's next batch goes in after it. Before the fix the
@@ -218,9 +218,9 @@ def test_a_waiter_cancelled_before_its_append_started_gives_the_producers_turn_b
 
         async def go() -> None:
             first, second = _batch(0), _batch(3)
-            fut = part.append_validated_soon(first, R.parse_header(first), 1_000)
+            fut = part.append_validated(first, R.parse_header(first), 1_000)
             fut.cancel()  # before the loop ran anything
-            nxt = await asyncio.wait_for(part.append_validated_async(second, R.parse_header(second), 1_001), 10)
+            nxt = await asyncio.wait_for(part.append_validated(second, R.parse_header(second), 1_001), 10)
             assert (nxt.base_offset, nxt.duplicate) == (3, False), "the first batch went in before it"
             assert part.producers.entries[PID].last_seq == 5
 

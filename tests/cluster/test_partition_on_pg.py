@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from appends import run
 from cluster_store import CONFIG, Store
 from oncelog.broker.partitions.partition import Partition
 from oncelog.cluster.errors import LeaderFenced
@@ -29,16 +30,16 @@ def test_partition_on_postgres_and_failover_to_another_broker(pg_dsn, tmp_path) 
         (tmp_path / "a").mkdir()
         part = Partition.recover(TP, a.lead("orders"), tmp_path / "a", CONFIG)
         first = _producer_batch(0)
-        r = part.append_validated(first, R.parse_header(first), 1_000)
+        r = run(lambda: part.append_validated(first, R.parse_header(first), 1_000))
         assert (r.base_offset, r.last_offset, r.duplicate) == (0, 1, False)
-        again = part.append_validated(first, R.parse_header(first), 1_001)
+        again = run(lambda: part.append_validated(first, R.parse_header(first), 1_001))
         assert (again.base_offset, again.last_offset, again.duplicate) == (0, 1, True)
         # an aborted transaction, then an open one that holds the LSO
         t1 = _producer_batch(2, txn=True)
-        part.append_validated(t1, R.parse_header(t1), 1_002)  # offsets 2-3
-        assert part.append_marker(PID, 0, False, 0, 1_003) == 4
+        run(lambda: part.append_validated(t1, R.parse_header(t1), 1_002))  # offsets 2-3
+        assert run(lambda: part.append_marker(PID, 0, False, 0, 1_003)) == 4
         t2 = _producer_batch(4, txn=True)
-        part.append_validated(t2, R.parse_header(t2), 1_004)  # offsets 5-6, open
+        run(lambda: part.append_validated(t2, R.parse_header(t2), 1_004))  # offsets 5-6, open
         assert (part.high_watermark, part.last_stable_offset) == (7, 5)
         res = part.read(0, 10**9, read_committed=True)
         assert [(x.producer_id, x.first_offset) for x in res.aborted] == [(PID, 2)]
@@ -50,17 +51,17 @@ def test_partition_on_postgres_and_failover_to_another_broker(pg_dsn, tmp_path) 
         (tmp_path / "b").mkdir()
         moved = Partition.recover(TP, b.lead("orders"), tmp_path / "b", CONFIG)
         assert (moved.high_watermark, moved.last_stable_offset) == (7, 5)
-        dup = moved.append_validated(t2, R.parse_header(t2), 2_000)
+        dup = run(lambda: moved.append_validated(t2, R.parse_header(t2), 2_000))
         assert (dup.base_offset, dup.duplicate) == (5, True)
         res = moved.read(0, 10**9, read_committed=True)
         assert [(x.producer_id, x.first_offset) for x in res.aborted] == [(PID, 2)]
-        assert moved.append_marker(PID, 0, True, 1, 2_001) == 7
+        assert run(lambda: moved.append_marker(PID, 0, True, 1, 2_001)) == 7
         assert moved.last_stable_offset == moved.high_watermark == 8
 
         # The old leader is fenced at the store: it can neither append nor write a marker.
         nxt = _producer_batch(6)
         with pytest.raises(LeaderFenced):
-            part.append_validated(nxt, R.parse_header(nxt), 2_002)
+            run(lambda: part.append_validated(nxt, R.parse_header(nxt), 2_002))
         assert moved.high_watermark == 8
     finally:
         a.close()

@@ -1,4 +1,4 @@
-"""Log compaction on the PostgreSQL engine (cluster/pg_log.py ``compact``; issue 15): the same
+"""Log compaction on the PostgreSQL engine (storage/engines/postgres/log.py ``compact``; issue 15): the same
 keep rules as the local cleaner (storage/keep_rules.py), checked against it batch for batch on
 random logs, and what a compacted log must still give: last value per key, committed view,
 producer state, aborted index, fetches over gaps, and fencing of a deposed leader."""
@@ -19,8 +19,9 @@ from oncelog.broker.partitions.partition import Partition
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced
 from oncelog.protocol import records as R
-from oncelog.storage.cleaner import Cleaner
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.engines.local.cleaner import Cleaner
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 from oncelog.types import TopicPartition
 
 NOW = 10_000_000
@@ -377,7 +378,7 @@ def test_batches_left_above_the_lso_stay_dirty_for_the_next_pass(store, compacto
 
 
 def test_a_page_is_bounded_by_bytes_too(store, compactor, monkeypatch) -> None:
-    from oncelog.cluster import pg_log
+    from oncelog.storage.engines.postgres import log as pg_log
 
     monkeypatch.setattr(pg_log, "COMPACT_PAGE_BYTES", 1_000)
     pg = store.lead("pagebytes", config=COMPACT)

@@ -1,4 +1,4 @@
-"""The PostgreSQL partition log (cluster/pg_log.py) and group commit (cluster/group_commit.py),
+"""The PostgreSQL partition log (storage/engines/postgres/log.py) and group commit (storage/engines/postgres/group_commit.py),
 against a real PostgreSQL server (issue 15): byte-exact round trips, offsets assigned by the
 leader, fencing by leader epoch, one transaction for many partitions, retention by log start,
 and nothing acknowledged lost across a crash restart of PostgreSQL. Every wait is bounded."""
@@ -14,10 +14,10 @@ import pytest
 from cluster_store import Store
 from oncelog.cluster import leadership, schema
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
-from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import OffsetOutOfRange
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
 
 
 def _batch(n: int = 3, ts: int = 1_000, size: int = 30, **kw) -> bytes:
@@ -38,6 +38,7 @@ def test_schema_is_created_idempotently(store) -> None:
     names = {r[0] for r in store.conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'oncelog_%'")}
     assert names == {"oncelog_partition", "oncelog_batch", "oncelog_topic", "oncelog_broker", "oncelog_cluster",
                      "oncelog_broker_config", "oncelog_scram_credential", "oncelog_acl", "oncelog_acl_version",
+                     "oncelog_share_state", "oncelog_share_config",  # issue 30: share groups in cluster mode
                      "oncelog_dl_object", "oncelog_dl_batch"}  # issue 29: cluster/diskless_schema.py
 
 

@@ -94,7 +94,7 @@ def _commit_rounds(dsn: str) -> int:
 
 def _on_one_committer(dsn: str) -> list[int]:
     """PARTITIONS partitions of the topic that the broker's default number of group committers
-    (``store.commit.connections``, cluster/commit_pool.py; 1 before issue 28) puts on the same
+    (``store.commit.connections``, storage/engines/postgres/commit_pool.py; 1 before issue 28) puts on the same
     committer (by store id), so their rounds are one connection's, one after the other."""
     n = getattr(BrokerConfig(), "store_commit_connections", 1)
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -18,12 +18,12 @@ import psycopg
 from faultproxy import FaultProxy
 from oncelog.cluster import topics
 from oncelog.cluster.errors import StoreUnavailable
-from oncelog.cluster.group_commit import AppendRequest
 from oncelog.cluster.schema import ensure_schema
 from oncelog.diskless.cache import ByteCache
 from oncelog.diskless.object_store import ObjectStore
 from oncelog.diskless.writer import ObjectWriter
 from oncelog.protocol import records
+from oncelog.storage.engines.diskless.log import ObjectAppend
 
 
 def _setup(pg_dsn: str) -> int:
@@ -34,11 +34,11 @@ def _setup(pg_dsn: str) -> int:
         return conn.execute("SELECT id FROM oncelog_partition WHERE topic = 'dl'").fetchone()[0]
 
 
-def _request(pid: int, base: int) -> AppendRequest:
+def _request(pid: int, base: int) -> ObjectAppend:
     batch = records.build_batch([(None, f"v{base}".encode(), ())], timestamp_ms=int(time.time() * 1000))
     data = records.with_base_offset(batch, base, 0)
     h = records.parse_header(data)
-    return AppendRequest(pid, "dl-0", 0, base, base, h.max_timestamp, -1, -1, -1, False, False, data)
+    return ObjectAppend(pid, "dl-0", 0, base, base, h.max_timestamp, -1, -1, -1, False, False, data)
 
 
 def _via(proxy: FaultProxy, dsn: str) -> str:

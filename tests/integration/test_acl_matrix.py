@@ -42,6 +42,7 @@ def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                 name=t, num_partitions=1, replication_factor=1, assignments=(), configs=()),),
                 timeout=10000 * MS, validate_only=False), version=5)
             assert resp.topics[0].error_code == E.none
+        _TOPIC_ID[0] = _topic_id(admin)  # ShareFetch names topics by id
         m = admin.classes(apis.OFFSET_COMMIT, 2)  # a group to list: "acl-listed", with one committed offset
         r = admin.request(apis.OFFSET_COMMIT, m["OffsetCommitRequest"](
             group_id="acl-listed", generation_id_or_member_epoch=-1, member_id="", retention_time=-1 * MS,
@@ -153,6 +154,75 @@ def consumer_group_describe(c: ProtocolClient) -> E:
     m = cls(c, apis.CONSUMER_GROUP_DESCRIBE, 1)
     return E(c.request(apis.CONSUMER_GROUP_DESCRIBE, m["ConsumerGroupDescribeRequest"](
         group_ids=(GROUP,), include_authorized_operations=False), version=1).groups[0].error_code)
+
+
+SHARE_GROUP = "acl-share"  # a share group's id: not one a classic group holds (GROUP_ID_NOT_FOUND then)
+
+
+def share_group_heartbeat(c: ProtocolClient) -> E:
+    m = cls(c, apis.SHARE_GROUP_HEARTBEAT, 1)
+    return E(c.request(apis.SHARE_GROUP_HEARTBEAT, m["ShareGroupHeartbeatRequest"](
+        group_id=SHARE_GROUP, member_id="nobody", member_epoch=5), version=1).error_code)
+
+
+def share_group_describe(c: ProtocolClient) -> E:
+    m = cls(c, apis.SHARE_GROUP_DESCRIBE, 1)
+    return E(c.request(apis.SHARE_GROUP_DESCRIBE, m["ShareGroupDescribeRequest"](
+        group_ids=(SHARE_GROUP,), include_authorized_operations=False), version=1).groups[0].error_code)
+
+
+def _topic_id(c: ProtocolClient) -> uuid.UUID:
+    m = cls(c, apis.METADATA, 12)
+    res = c.request(apis.METADATA, m["MetadataRequest"](topics=(m["MetadataRequestTopic"](
+        name=TOPIC, topic_id=uuid.UUID(int=0)),), allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), version=12)
+    return res.topics[0].topic_id
+
+
+def share_fetch(partition_error: bool) -> Callable[[ProtocolClient], E]:
+    def call(c: ProtocolClient) -> E:
+        hb = cls(c, apis.SHARE_GROUP_HEARTBEAT, 1)  # only a member opens a share session
+        joined = c.request(apis.SHARE_GROUP_HEARTBEAT, hb["ShareGroupHeartbeatRequest"](
+            group_id=SHARE_GROUP, member_id="acl-member", member_epoch=0, subscribed_topic_names=(TOPIC,)), version=1)
+        if joined.error_code != E.none:
+            return E(joined.error_code)
+        m = cls(c, apis.SHARE_FETCH, 1)
+        topic = m["FetchTopic"](topic_id=_TOPIC_ID[0], partitions=(m["FetchPartition"](
+            partition_index=0, acknowledgement_batches=()),))
+        res = c.request(apis.SHARE_FETCH, m["ShareFetchRequest"](
+            group_id=SHARE_GROUP, member_id="acl-member", share_session_epoch=0, max_wait=0 * MS, min_bytes=1,
+            max_records=1, batch_size=1, topics=(topic,), forgotten_topics_data=()), version=1)
+        if partition_error and res.error_code == E.none:
+            return E(res.responses[0].partitions[0].error_code)
+        return E(res.error_code)
+    return call
+
+
+def share_acknowledge(c: ProtocolClient) -> E:
+    m = cls(c, apis.SHARE_ACKNOWLEDGE, 1)
+    return E(c.request(apis.SHARE_ACKNOWLEDGE, m["ShareAcknowledgeRequest"](
+        group_id=SHARE_GROUP, member_id="nobody", share_session_epoch=3, topics=()), version=1).error_code)
+
+
+def describe_share_group_offsets(c: ProtocolClient) -> E:
+    m = cls(c, apis.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
+    return E(c.request(apis.DESCRIBE_SHARE_GROUP_OFFSETS, m["DescribeShareGroupOffsetsRequest"](groups=(
+        m["DescribeShareGroupOffsetsRequestGroup"](group_id=SHARE_GROUP, topics=None),)), version=1).groups[0].error_code)
+
+
+def alter_share_group_offsets(c: ProtocolClient) -> E:
+    m = cls(c, apis.ALTER_SHARE_GROUP_OFFSETS, 0)
+    return E(c.request(apis.ALTER_SHARE_GROUP_OFFSETS, m["AlterShareGroupOffsetsRequest"](
+        group_id="acl-share-nogroup", topics=()), version=0).error_code)
+
+
+def delete_share_group_offsets(c: ProtocolClient) -> E:
+    m = cls(c, apis.DELETE_SHARE_GROUP_OFFSETS, 0)
+    return E(c.request(apis.DELETE_SHARE_GROUP_OFFSETS, m["DeleteShareGroupOffsetsRequest"](
+        group_id="acl-share-nogroup", topics=()), version=0).error_code)
+
+
+_TOPIC_ID: list[Any] = [None]  # the test topic's id (the env fixture sets it)
 
 
 def sync_group(c: ProtocolClient) -> E:
@@ -397,6 +467,18 @@ CASES = [
     Case("ConsumerGroupHeartbeat", consumer_group_heartbeat, TA, [(_G, GROUP, Op.READ)], allowed=None),
     Case("ConsumerGroupDescribe", consumer_group_describe, TA, [(_G, GROUP, Op.DESCRIBE)], allowed=None),
     Case("LeaveGroup", leave_group, TA, [(_G, GROUP, Op.READ)], allowed=None),
+    Case("ShareGroupHeartbeat", share_group_heartbeat, TA, [(_G, SHARE_GROUP, Op.READ)], allowed=None),
+    Case("ShareGroupDescribe", share_group_describe, TA, [(_G, SHARE_GROUP, Op.DESCRIBE)], allowed=None),
+    Case("ShareFetch group", share_fetch(False), TA, [(_G, SHARE_GROUP, Op.READ)], base=[(_T, TOPIC, Op.READ)],
+         allowed=None),
+    Case("ShareFetch topic", share_fetch(True), TG, [(_T, TOPIC, Op.READ)], base=[(_G, SHARE_GROUP, Op.READ)],
+         allowed=E.none),
+    Case("ShareAcknowledge", share_acknowledge, TA, [(_G, SHARE_GROUP, Op.READ)], allowed=None),
+    Case("DescribeShareGroupOffsets", describe_share_group_offsets, TA, [(_G, SHARE_GROUP, Op.DESCRIBE)], allowed=None),
+    Case("AlterShareGroupOffsets", alter_share_group_offsets, TA, [(_G, "acl-share-nogroup", Op.READ)],
+         allowed=None),
+    Case("DeleteShareGroupOffsets", delete_share_group_offsets, TA, [(_G, "acl-share-nogroup", Op.DELETE)],
+         allowed=None),
     Case("ListGroups (filtered)", list_groups_filtered, TA, [(_G, "acl-listed", Op.DESCRIBE)]),
     Case("DescribeGroups", describe_groups, TA, [(_G, GROUP, Op.DESCRIBE)]),
     Case("DeleteGroups", delete_groups, TA, [(_G, "acl-nogroup", Op.DELETE)], allowed=None),

@@ -92,6 +92,28 @@ def _drive_clients(bootstrap: str) -> None:
     c.commit(offsets=[TopicPartition("corpus-confluent", 0, 3)], asynchronous=False)
     c.committed([TopicPartition("corpus-confluent", 0)], timeout=10)
     c.close()
+    # share groups (KIP-932, issue 30): a group config, ShareGroupHeartbeat, ShareFetch with
+    # acknowledgements, ShareAcknowledge and a final (epoch -1) request join the corpus
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource("GROUP", "corpus-share", incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(30)
+    sc = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "corpus-share",
+                        "share.acknowledgement.mode": "explicit"})
+    sc.subscribe(["corpus-confluent"])
+    deadline, kinds = time.monotonic() + 30, [AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT]
+    got = 0
+    while time.monotonic() < deadline and got < 20:
+        for i, msg in enumerate(sc.poll(0.5) or []):
+            if msg.error() is None:
+                sc.acknowledge(msg, kinds[i % 3])
+                got += 1
+        sc.commit_sync(10)
+    sc.close()
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +131,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     frames = proxy.requests
     apis_seen = {struct.unpack(">h", f[4:6])[0] for f in frames}
     assert len(frames) > 100 and {apis.PRODUCE, apis.FETCH, apis.METADATA, apis.END_TXN,
-                                    apis.CONSUMER_GROUP_HEARTBEAT} <= apis_seen, apis_seen
+                                    apis.CONSUMER_GROUP_HEARTBEAT, apis.SHARE_FETCH} <= apis_seen, apis_seen
     return frames
 
 

@@ -27,7 +27,8 @@ from kafka_clients import consume, create_topic
 from oncelog.coordinator.placement import partition_for
 from oncelog.process import BrokerProcess
 from oncelog.protocol import records
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 from txn_clients import TxnProducer
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol import records as R
-from oncelog.storage import cleaner as C
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.engines.local import cleaner as C
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from oncelog.admin.transactions import Hanging, NotHanging, Producer
-from oncelog.broker.observability.observe import BrokerState, GroupRow, PartitionRow, TxnRow
+from oncelog.broker.observability.observe import BrokerState, GroupRow, PartitionRow, SharePartitionRow, TxnRow
 from oncelog.console import snapshot
 from oncelog.console.server import StateSource, host_allowed, origin_allowed, parse_abort, static_files
 from oncelog.console.transactions import AbortRefused, TxnLink
@@ -51,6 +51,33 @@ def test_state_partitions_topics_and_lag() -> None:
     lags = {(o["topic"], o["partition"]): (o["lag"], o["member"]) for o in g["offsets"]}
     assert lags == {("orders", 0): (3, "m-1"), ("orders", 1): (0, "m-1"), ("elsewhere", 0): (None, None)}
     assert g["lag"] == 3  # a partition this broker does not hold has no lag, not a guess
+
+
+def test_state_consumer_and_share_groups() -> None:
+    """A consumer group (KIP-848) owns partitions through the coordinator's assignment; a share
+    group (KIP-932) shows its share partitions, owned by no one member, and their lag."""
+    r = raw()
+    tps = (TopicPartition("orders", 0), TopicPartition("orders", 1))
+    r.groups = [GroupRow("kip848", "Reconciling", "consumer", "", 7, (("c-1", "i-1", "cli", "/h", b""),), "consumer",
+                         (tps,)),
+                GroupRow("queue", "Stable", "share", "", 2, (("s-1", None, "cli", "/h", b""),
+                                                              ("s-2", None, "cli", "/h", b"")), "share", (tps, tps))]
+    r.committed = [("kip848", "orders", 1, 5)]
+    r.share_partitions = [SharePartitionRow("queue", "orders", 1, 4, 6, 2, 1, 10, 3),
+                          SharePartitionRow("queue", "orders", 0, -1, -1, 0, 0, 0, 0)]
+    doc = snapshot.state(r, {"items": []}, NOW)
+    groups = {g["group_id"]: g for g in doc["groups"]}
+    c, q = groups["kip848"], groups["queue"]
+    assert (c["type"], c["state"], c["generation"], c["members"][0]["instance_id"]) == ("consumer", "Reconciling", 7, "i-1")
+    assert c["offsets"] == [{"topic": "orders", "partition": 1, "committed": 5, "log_end": 7, "lag": 2, "member": "c-1"}]
+    assert (q["type"], q["protocol_type"], q["generation"], len(q["members"])) == ("share", "share", 2, 2)
+    assert [m["assignment"] for m in q["members"]] == [["orders-0", "orders-1"]] * 2
+    assert q["share_partitions"] == [
+        {"topic": "orders", "partition": 0, "start_offset": -1, "end_offset": -1, "in_flight": 0, "acquired": 0,
+         "acknowledged": 0, "archived": 0, "log_end": 5, "lag": None},
+        {"topic": "orders", "partition": 1, "start_offset": 4, "end_offset": 6, "in_flight": 2, "acquired": 1,
+         "acknowledged": 10, "archived": 3, "log_end": 7, "lag": 3}]
+    assert q["lag"] == 3 and q["offsets"] == []
 
 
 def test_state_transactions_age_timeout_and_hanging_marks() -> None:

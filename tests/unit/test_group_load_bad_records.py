@@ -24,6 +24,7 @@ from oncelog.coordinator.group.shard import GroupShard
 from oncelog.coordinator.group.types import OffsetCommitData
 from oncelog.protocol import records
 from oncelog.types import TopicPartition
+from appends import completed
 
 T0 = TopicPartition("t", 0)
 PARTITIONS = 3
@@ -90,7 +91,7 @@ def _run_with_bad_batch(tmp: Path, make_batch, caplog: pytest.LogCaptureFixture)
         gc = await _started(rm, tmp, clock)
         assert await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)}) == {T0: None}
         p = gc.partition_for("g")
-        bad = rm.partition(OFFSETS_TOPIC, p).append_internal(make_batch(), clock.now_ms()).base_offset
+        bad = completed(rm.partition(OFFSETS_TOPIC, p).append_internal(make_batch(), clock.now_ms())).base_offset
         assert await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)}) == {T0: None}
         await gc.commit_offsets("h", -1, "", None, {T0: OffsetCommitData(3)})
         await gc.stop()
@@ -163,7 +164,7 @@ def test_a_record_whose_replay_fails_does_not_keep_the_partition_loading(
         gc = await _started(rm, tmp_path, clock)
         await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(5)})
         p = gc.partition_for("g")
-        bad = rm.partition(OFFSETS_TOPIC, p).append_internal(make(), clock.now_ms()).base_offset
+        bad = completed(rm.partition(OFFSETS_TOPIC, p).append_internal(make(), clock.now_ms())).base_offset
         await gc.commit_offsets("g", -1, "", None, {T0: OffsetCommitData(7)})
         await gc.stop()
         rm.close()

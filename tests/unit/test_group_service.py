@@ -18,8 +18,9 @@ from oncelog.coordinator.group.consumer_protocol import encode_assignment, encod
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.coordinator.group.types import JoinRequest, OffsetCommitData
 from oncelog.protocol.errors import CoordinatorLoadInProgress, MemberIdRequired
-from oncelog.storage.cleaner import Cleaner
+from oncelog.storage.engines.local.cleaner import Cleaner
 from oncelog.types import TopicPartition
+from appends import completed
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -115,7 +116,7 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
             await gc.txn_commit_offsets(group, pid, 0, -1, "", None, {T1: OffsetCommitData(pid)})
             if commit is not None:
                 p = gc.partition_for(group)
-                rm.partition(OFFSETS_TOPIC, p).append_marker(pid, 0, commit, 0, clock.now_ms())
+                completed(rm.partition(OFFSETS_TOPIC, p).append_marker(pid, 0, commit, 0, clock.now_ms()))
                 gc.complete_transaction(p, pid, commit)
         state = _state(gc)
         await gc.stop()

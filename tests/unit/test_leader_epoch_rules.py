@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from oncelog.protocol import records
 from oncelog.protocol.errors import FencedLeaderEpoch, UnknownLeaderEpoch
 from oncelog.storage.leader_epochs import check_current_epoch, end_offset_for_epoch
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 
 
 def test_current_epoch_check() -> None:

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.observability.metrics import RequestStats, families, lag, request_label
-from oncelog.broker.observability.observe import BrokerState, PartitionRow, TxnRow
+from oncelog.broker.observability.observe import BrokerState, GroupRow, PartitionRow, SharePartitionRow, TxnRow
 from oncelog.hostport import parse_listen
 from oncelog.protocol import apis
 from oncelog.protocol.errors import InvalidConfig
@@ -106,6 +106,34 @@ def test_families_from_a_snapshot() -> None:
     assert got[("kafka_coordinator_transaction_oldest_open_age_seconds", ())] == 10.0
     assert got[("kafka_coordinator_transaction_completed_total", (("outcome", "timed_out"),))] == 1
     assert got[("kafka_server_socketservermetrics_connection_count", (("listener", "PLAINTEXT"),))] == 3
+
+
+def test_group_and_share_partition_families() -> None:
+    snap = BrokerState(
+        partitions=[PartitionRow("t", 0, 0, 120, 100, 4096, 2, 3)],
+        groups=[GroupRow("old", "Stable", "consumer", "range", 4, (("m", None, "c", "/h", b""),)),
+                GroupRow("new", "Assigning", "consumer", "", 9, (), "consumer", ()),
+                GroupRow("q", "Stable", "share", "", 3, (("a", None, "c", "/h", b""), ("b", None, "c", "/h", b"")),
+                         "share", ((), ()))],
+        share_partitions=[SharePartitionRow("q", "t", 0, 100, 104, 4, 2, 97, 3),
+                          SharePartitionRow("q", "elsewhere", 0, 5, 5, 0, 0, 0, 0)],
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(snap, snap.now_ms))  # type: ignore[arg-type]
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+    for proto, n in (("classic", 1), ("consumer", 1), ("share", 1)):
+        assert got[("kafka_server_group_coordinator_metrics_group_count", (("protocol", proto),))] == n
+    assert got[("kafka_consumergroup_members", (("consumergroup", "q"), ("type", "share")))] == 2
+    assert got[("kafka_consumergroup_epoch", (("consumergroup", "new"), ("type", "consumer")))] == 9
+    assert got[("kafka_consumergroup_epoch", (("consumergroup", "old"), ("type", "classic")))] == 4
+    assert got[("kafka_consumergroup_state", (("consumergroup", "new"), ("state", "Assigning"), ("type", "consumer")))] == 1
+    sp = (("partition", "0"), ("sharegroup", "q"), ("topic", "t"))
+    assert (got[("kafka_sharegroup_start_offset", sp)], got[("kafka_sharegroup_in_flight_records", sp)],
+            got[("kafka_sharegroup_acquired_records", sp)], got[("kafka_sharegroup_lag", sp)],
+            got[("kafka_sharegroup_acknowledged_records_total", sp)],
+            got[("kafka_sharegroup_archived_records_total", sp)]) == (100, 4, 2, 20, 97, 3)
+    assert ("kafka_sharegroup_lag", (("partition", "0"), ("sharegroup", "q"), ("topic", "elsewhere"))) not in got
 
 
 def test_the_snapshot_lets_the_loop_run_between_chunks() -> None:

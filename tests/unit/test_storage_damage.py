@@ -17,8 +17,10 @@ import bad_batches
 from oncelog.broker.partitions.partition import Partition
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import CorruptMessage
-from oncelog.storage.cleaner import Cleaner
-from oncelog.storage.log import FileSlice, LogConfig, PartitionLog
+from oncelog.storage.engines.local.cleaner import Cleaner
+from oncelog.storage.parts import FileSlice
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 from oncelog.types import TopicPartition
 
 CONFIG = LogConfig(segment_bytes=6_000, index_interval_bytes=300)

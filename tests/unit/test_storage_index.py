@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.storage.index import IndexDamaged, OffsetIndex, TimeIndex
+from oncelog.storage.engines.local.index import IndexDamaged, OffsetIndex, TimeIndex
 
 
 def test_offset_index_append_lookup_and_reload(tmp_path):

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from oncelog.clock import ManualClock
 from oncelog.protocol import records as R
 from oncelog.protocol.errors import InvalidConfig, MessageTooLarge, OffsetOutOfRange
-from oncelog.storage import segment as segment_mod
-from oncelog.storage.log import FileSlice, LogConfig, PartitionLog
+from oncelog.storage.engines.local import segment as segment_mod
+from oncelog.storage.parts import FileSlice
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 
 SMALL = LogConfig(segment_bytes=2_000, index_interval_bytes=200)
 
@@ -465,7 +467,8 @@ _WRITER = """
 import sys
 from pathlib import Path
 from oncelog.protocol import records as R
-from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
 log = PartitionLog.open(Path(sys.argv[1]), LogConfig(segment_bytes=50_000, index_interval_bytes=500), 0)
 i = 0
 while True:

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from oncelog.protocol import records as R
-from oncelog.storage import segment as segment_mod
-from oncelog.storage.segment import LogSegment, segment_stem
+from oncelog.storage.engines.local import segment as segment_mod
+from oncelog.storage.engines.local.segment import LogSegment, segment_stem
 
 INTERVAL = 256
 

@@ -21,6 +21,7 @@ from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol import records
 from oncelog.types import TopicPartition
 from txn_harness import TxnNode
+from appends import completed
 
 PARTITIONS = 3
 ORDERS0 = TopicPartition("orders", 0)
@@ -42,7 +43,7 @@ class Node(TxnNode):
     def append_raw(self, p: int, batch: bytes) -> int:
         """Append a batch to ``__transaction_state-p`` as the storage API takes it (what a client
         could get in before Produce refused internal topics). Returns its base offset."""
-        return self.rm.partition(TXN_TOPIC, p).append_internal(batch, self.clock.now_ms()).base_offset
+        return completed(self.rm.partition(TXN_TOPIC, p).append_internal(batch, self.clock.now_ms())).base_offset
 
 
 @pytest.fixture

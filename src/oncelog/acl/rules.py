@@ -81,6 +81,17 @@ RULES: dict[int, dict[str, Need]] = {
     apis.SYNC_GROUP: _MEMBER,
     apis.DESCRIBE_GROUPS: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},
     apis.CONSUMER_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},  # issue 30
+    apis.SHARE_GROUP_HEARTBEAT: _MEMBER,  # issue 30 (KIP-932): READ on the group
+    apis.SHARE_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},
+    apis.SHARE_FETCH: {"group": Need(R.GROUP, Op.READ, _GROUP, REQ), "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},
+    apis.SHARE_ACKNOWLEDGE: {"group": Need(R.GROUP, Op.READ, _GROUP, REQ),
+                             "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},
+    apis.DESCRIBE_SHARE_GROUP_OFFSETS: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM),
+                                        "topic": Need(R.TOPIC, Op.DESCRIBE, None, FILTER)},
+    apis.ALTER_SHARE_GROUP_OFFSETS: {"group": Need(R.GROUP, Op.READ, _GROUP, REQ),
+                                     "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},
+    apis.DELETE_SHARE_GROUP_OFFSETS: {"group": Need(R.GROUP, Op.DELETE, _GROUP, REQ),
+                                      "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},
     apis.LIST_GROUPS: {"cluster": Need(R.CLUSTER, Op.DESCRIBE, None, FILTER, "every group, or"),
                        "group": Need(R.GROUP, Op.DESCRIBE, None, FILTER, "the groups it may describe")},
     apis.API_VERSIONS: {},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable
@@ -28,6 +29,7 @@ from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS
 from oncelog.broker.partitions.markers import LocalMarkerWriter
 from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import ReplicaManager
+from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
 from oncelog.broker.routes import ROUTES
 from oncelog.broker.routes import load as load_handlers
 from oncelog.broker.network.server import Server
@@ -37,10 +39,9 @@ from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction.shard import TxnSettings
 from oncelog.faults import CrashPoints
 from oncelog.protocol import apis
-from oncelog.protocol.errors import InvalidConfig
-from oncelog.storage import cleaner
+from oncelog.protocol.errors import InvalidConfig, KafkaError
+from oncelog.storage.engines.local import cleaner
 from oncelog.storage.atomic import write_atomically
-from oncelog.storage.log import PartitionLog
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): imported when used
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # cluster mode's modules need psycopg (the 'cluster' extra): 
     from oncelog.broker.membership.cluster_parts import ClusterParts
     from oncelog.broker.membership.outbox_drainer import OutboxDrainer
     from oncelog.cluster.acls import StoreAcls
+    from oncelog.broker.membership.inbox import Inbox
     from oncelog.console import Console
 
 log = logging.getLogger(__name__)
@@ -77,12 +79,15 @@ class Broker:
         self.replicas = ReplicaManager(config, self.clock)
         self.cluster_id = ""
         self.groups = GroupCoordinator(self.replicas, config, self.clock)
+        #: share groups (KIP-932, issue 30): state in __share_group_state (embedded) or the store
+        self.shares = ShareCoordinator(self.replicas, config, self.clock)
         self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
         self.producer_ids: ProducerIdManager  # set by start()
         self.store = store
         self.cluster: ClusterMember | None = None  # set by start() in cluster mode
         self._cluster_parts: ClusterParts | None = None
         self._outbox: "OutboxDrainer | None" = None  # cluster mode: the database outbox's drain
+        self._inbox: "Inbox | None" = None  # cluster mode: the database inbox (broker/membership/inbox.py)
         self._peers: PeerClients | None = None  # cluster mode: connections to the other brokers
         self.acls: AclService | None = None  # issue 18: set by start() when an authorizer is configured
         self._store_acls: "StoreAcls | None" = None  # cluster mode with ACLs on
@@ -96,7 +101,8 @@ class Broker:
             from oncelog.console import console_for
 
             self.console = console_for(self)
-        routes = ROUTES  # one table: the handlers ask the membership where the modes differ
+        # one table (issue 27): the handlers ask the membership where the modes differ
+        routes = ROUTES
         self.dispatcher = Dispatcher(self, routes)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
         self.servers = [self._server_for(lst, routes) for lst in self.listeners]
@@ -104,7 +110,8 @@ class Broker:
         self.listener = self.listeners[primary]
         self.server = self.servers[primary]  # the ready line's, the one the cluster store registers
         self._housekeeping: list[asyncio.Task[None]] = []
-        self.cleaner = cleaner.Cleaner()
+        #: set when the broker stops: a compaction pass in progress gives up (InterruptedError)
+        self._compaction_stop = threading.Event()
 
     def _primary_index(self) -> int:
         """The first PLAINTEXT listener, else the first listener."""
@@ -233,6 +240,7 @@ class Broker:
         cleaner.recover(data_dir)  # finish or undo a compaction interrupted by a crash
         self.replicas.open()
         self.groups.start()  # creates __consumer_offsets, loads it in the background
+        self.shares.start()  # loads __share_group_state (when it exists) in the background
         await self._start_transaction_coordinator(data_dir)
         bound = await self._start_servers()
         cfg = self.config
@@ -317,6 +325,13 @@ class Broker:
             raise
         self.groups.num_partitions = counts[OFFSETS_TOPIC]
         self.groups.start(load_all=False)
+        from oncelog.broker.membership.cluster_member import connector as share_connector
+        from oncelog.cluster.connection import StoreConnection
+        from oncelog.cluster.share_state import StoreShareState
+
+        # share groups (KIP-932, issue 30): their state in the store, written by each partition's leader
+        self.shares.start_cluster(StoreShareState(StoreConnection(share_connector(self.store), f"node {self.node_id} share state"),
+                                                  self.node_id))
         if cfg.authorizer_class_name:  # issue 18: the cluster's ACLs live in the store (cluster/acls.py)
             from oncelog.broker.membership.cluster_member import connector
             from oncelog.cluster.acls import StoreAcls
@@ -367,6 +382,16 @@ class Broker:
         self._outbox = OutboxDrainer(self.replicas, parts.reader, connector(self.store),
                                      self.producer_ids.next_producer_id, self.clock, self.node_id)
         self._outbox.start()  # issue 31: oncelog.send's pending rows into the partitions led here
+        from oncelog.broker.membership.inbox import Inbox
+
+        import psycopg
+
+        store = self.store
+        inbox = Inbox(connector(store), lambda: psycopg.AsyncConnection.connect(store, autocommit=True, connect_timeout=10),
+                      self.node_id)
+        if inbox.available():  # issue 31: oncelog.commit_offsets's commits, for the groups coordinated here
+            inbox.start(self.groups)
+            self.groups.inbox = self._inbox = inbox
         self._start_transaction_timers()
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
@@ -387,11 +412,14 @@ class Broker:
             self.groups.resign(tp.partition)
 
     async def stop(self) -> None:
-        self.cleaner.stop.set()
+        self._compaction_stop.set()
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        if self._inbox is not None:  # before the group coordinator: its drains write through it
+            await self._inbox.stop()
         await self.groups.stop()
+        await self.shares.stop()
         await self._close_servers()
         if self._outbox is not None:
             await self._outbox.stop()
@@ -424,54 +452,32 @@ class Broker:
 
     async def _compact(self) -> None:
         """One compaction pass over the partitions of compacted topics (R4), one after the
-        other. Local files: a partition's new segments are built in a thread; the swap and
-        everything else happen on the event loop (storage/cleaner.py). Cluster mode: the
-        PostgreSQL engine's pass (``PgPartitionLog.compact``) runs in a thread with the
-        compactor's own store connection (cluster_parts.py), each page conditional on the
-        leader epoch; the LSO bounding it is read here, on the event loop. A partition that
-        fails is retried in the next pass."""
+        other, each the way its engine compacts (``PartitionEngine.plan_compaction``, storage/
+        engine.py): the plan on the event loop, the heavy part (``build``) in a thread, the
+        result made the log that is read (``commit``) on the event loop again. Local files:
+        new segments are built, then swapped in (storage/engines/local/cleaner.py); PostgreSQL:
+        rows are rewritten in the thread with the compactor's own store connection, each page
+        conditional on the leader epoch. A partition that fails is retried in the next pass."""
         for tp, part in list(self.replicas.partitions.items()):
             try:
-                if not isinstance(part.log, PartitionLog):
-                    await self._compact_in_store(tp, part)
+                job = part.log.plan_compaction(part.last_stable_offset, self.clock.now_ms(), self._compaction_stop)
+                if job is None:
                     continue
-                plan = self.cleaner.plan(part.log, part.last_stable_offset, self.clock.now_ms())
-                if plan is None:
-                    continue
-                await asyncio.to_thread(self.cleaner.build, plan)  # discards the plan if it fails
+                await asyncio.to_thread(job.build)
                 if self.replicas.partitions.get(tp) is not part:
-                    self.cleaner.abort(plan)  # the topic was deleted meanwhile
+                    job.abort()  # the topic was deleted meanwhile
                     continue
-                res = self.cleaner.commit(plan)
-                if res.bytes_after != res.bytes_before:
-                    log.info("compacted %s: %d segment(s), %d bytes -> %d segment(s), %d bytes", tp,
-                             res.segments_before, res.bytes_before, res.segments_after, res.bytes_after)
+                done = job.commit()
+                if done is not None:
+                    log.info("compaction of %s: %s", tp, done)
             except asyncio.CancelledError:
                 raise
             except InterruptedError:
                 return  # the cleaner is stopping
+            except KafkaError as exc:  # the store refused or is unreachable
+                log.warning("compaction of %s: %s; retried in the next pass", tp, exc)
             except Exception:
                 log.exception("compaction of %s failed; it is retried in the next pass", tp)
-
-    async def _compact_in_store(self, tp: TopicPartition, part: "Partition") -> None:
-        from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
-        from oncelog.cluster.pg_log import PgPartitionLog
-
-        parts = self._cluster_parts
-        if parts is None or not isinstance(part.log, PgPartitionLog):
-            return
-        try:
-            res = await asyncio.to_thread(part.log.compact, parts.compactor, part.last_stable_offset,
-                                          self.clock.now_ms(), stop=self.cleaner.stop)
-        except LeaderFenced as exc:
-            log.info("compaction of %s stopped: %s", tp, exc)  # the tracker closes the partition
-            return
-        except StoreUnavailable as exc:
-            log.warning("compaction of %s: %s; retried in the next pass", tp, exc)
-            return
-        if res is not None and res.bytes_after != res.bytes_before:
-            log.info("compacted %s: %d batches, %d bytes -> %d batches, %d bytes (%d transaction(s))", tp,
-                     res.batches_before, res.bytes_before, res.batches_after, res.bytes_after, res.pages)
 
 
 class _ListenerView:

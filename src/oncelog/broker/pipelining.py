@@ -12,7 +12,7 @@ the answer comes (the cause of issue 28's collapse of six brokers: clients at 13
 
 How. The server starts such a request as a task in a context where ``submitted`` releases the
 connection: the Produce handler calls it once every batch of the request has taken its place
-in its producer's line on its partition (``Partition.append_validated_soon``), i.e. once
+in its producer's line on its partition (``Partition.append_validated``), i.e. once
 nothing a later request does can get ahead of it; the server then reads and starts the next
 Produce of the connection, so all of them are in the same (or the next) commit round. The
 answers still go out in request order: the server awaits the tasks oldest first. Any other

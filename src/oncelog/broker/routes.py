@@ -29,6 +29,8 @@ HANDLER_MODULES: tuple[str, ...] = (
     "sasl_handshake", "sasl_authenticate", "describe_user_scram_credentials", "alter_user_scram_credentials",  # issue 18
     "create_acls", "delete_acls", "describe_acls",  # issue 18
     "consumer_group_heartbeat", "consumer_group_describe",  # issue 30 (KIP-848)
+    "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",  # issue 30 (KIP-932)
+    "describe_share_group_offsets", "alter_share_group_offsets", "delete_share_group_offsets",
 )
 
 
@@ -60,7 +62,6 @@ class LazyHandler:
 
 
 ROUTES: dict[int, Handler] = {getattr(apis, name.upper()): LazyHandler(name) for name in HANDLER_MODULES}
-
 
 def load(api_keys: Iterable[int] = apis.FIRST_REQUESTS) -> None:
     """Import the handlers of ``api_keys`` now (the broker does so before its ready line)."""

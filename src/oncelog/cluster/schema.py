@@ -50,6 +50,11 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     ``oncelog_acl_version`` (one row): a counter every change of the ACLs increments in the same
     transaction, so a broker reloads the bindings only when it moved (cluster/acls.py).
 
+``oncelog_share_state``, ``oncelog_share_config`` (issue 30, cluster/share_state.py)
+    Share groups (KIP-932): one row per share partition (group, topic id, partition) with its
+    encoded snapshot, written by the topic partition's leader fenced by its leader epoch; one
+    row per share group with its configs.
+
 ``oncelog_append(...)``
     The function one group commit round calls: the epoch and log-end checks and the writes of
     every batch of the round, in one statement (one round trip; see group_commit.py); a batch
@@ -74,8 +79,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from oncelog.cluster.inbox_schema import INBOX_DDL
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
 from oncelog.cluster.diskless_schema import DISKLESS_DDL
+from oncelog.cluster.share_state import DDL as SHARE_DDL
 
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
 
@@ -182,7 +189,7 @@ CREATE TABLE IF NOT EXISTS oncelog_broker (
 -- the primary listener's (the one other brokers use)
 ALTER TABLE oncelog_broker ADD COLUMN IF NOT EXISTS listeners jsonb NOT NULL DEFAULT '{}'::jsonb;
 
--- One group commit round (cluster/group_commit.py) in one statement: lock the partitions'
+-- One group commit round (storage/engines/postgres/group_commit.py) in one statement: lock the partitions'
 -- rows in id order, then per request, in order, append it if its leader epoch is the store's
 -- and its base offset the store's log end. Answers one row per request: status 0 appended,
 -- 1 no such partition, 2 fenced (epoch moved), 3 log end moved, 4 outbox rows not all there;
@@ -257,10 +264,12 @@ def ensure_schema(conn: Any) -> None:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
+        conn.execute(SHARE_DDL)  # share groups' state (issue 30, cluster/share_state.py)
         conn.execute(DISKLESS_DDL)  # issue 29: diskless topics' coordinates (cluster/diskless_schema.py)
         try:
             with conn.transaction():  # a savepoint: the cluster works without the outbox
                 conn.execute(OUTBOX_DDL)
+                conn.execute(INBOX_DDL)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("the database outbox (schema oncelog, docs/DATABASE.md) is not installed: the store's "
                         "role may not create it (%s); grant it CREATE on the database to have it", exc)

@@ -20,10 +20,10 @@ from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.leadership import Leadership
 from oncelog.diskless import collector
 from oncelog.diskless.cache import ByteCache
-from oncelog.diskless.engine import DisklessPartitionLog
 from oncelog.diskless.object_store import ObjectStore, ObjectStoreConfig
 from oncelog.diskless.writer import ObjectWriter
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.diskless.log import DisklessPartitionLog
 
 __all__ = ["DisklessParts", "store_config"]
 

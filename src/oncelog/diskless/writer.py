@@ -2,11 +2,10 @@
 appends to a diskless partition — of any topic and partition — goes into ONE object per
 interval, which is uploaded and then committed in ONE PostgreSQL transaction.
 
-Theory of operation. ``submit(req)`` has the interface of the group committer
-(cluster/group_commit.py), so the diskless engine (diskless/engine.py) reuses the PostgreSQL
-engine's offset bookkeeping: the partition's leader has already assigned the batch's offsets and
-stamped them (and its leader epoch) into the 16 bytes outside the CRC; the future completes after
-the COMMIT that holds the batch's coordinates, or fails with a KafkaError.
+Theory of operation. ``submit(req)`` is the diskless engine's ``ObjectCommitter``
+(storage/engines/diskless/log.py): the partition's leader has already assigned the batch's
+offsets and stamped them (and its leader epoch) into the 16 bytes outside the CRC; the future
+completes after the COMMIT that holds the batch's coordinates, or fails with a KafkaError.
 
 1. The batch joins the open object (``_Open``). The object closes ``interval_s`` after its first
    batch, when it holds ``max_bytes``, or at once when a control batch (a transaction marker)
@@ -49,12 +48,12 @@ import psycopg
 
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
-from oncelog.cluster.group_commit import AppendRequest
 from oncelog.diskless import layout
 from oncelog.diskless.cache import ByteCache
 from oncelog.diskless.object_store import ObjectStore, ObjectStoreFailed
-from oncelog.protocol.errors import KafkaError, KafkaStorageError, UnknownTopicOrPartition
+from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 from oncelog.protocol.records import parse_header
+from oncelog.storage.engines.diskless.log import Committed, ObjectAppend
 
 __all__ = ["Committed", "ObjectWriter", "WriterStats"]
 
@@ -74,19 +73,6 @@ RESOLVE_S = 5.0
 RESOLVE_PAUSE_S = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """The coordinates of one committed batch, as its engine keeps them for reads."""
-
-    base_offset: int
-    last_offset: int
-    size: int
-    object_key: str | None  # None: inline (a control batch)
-    byte_offset: int
-    leader_epoch: int
-    inline: bytes | None
-
-
 @dataclass(slots=True)
 class WriterStats:
     objects: int = 0  # objects uploaded
@@ -100,7 +86,7 @@ class WriterStats:
 
 @dataclass(slots=True)
 class _Open:
-    reqs: list[AppendRequest] = field(default_factory=list)
+    reqs: list[ObjectAppend] = field(default_factory=list)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
 
@@ -146,13 +132,11 @@ class ObjectWriter:
         if self._listeners.get(partition_id) == listener:
             del self._listeners[partition_id]
 
-    # -- the committer interface ------------------------------------------------------------
+    # -- the ObjectCommitter protocol (storage/engines/diskless/log.py) ------------------------------------------------------------
 
-    def submit(self, req: AppendRequest) -> Future:
+    def submit(self, req: ObjectAppend) -> Future:
         if self._closing or self._loop is None:
             raise StoreUnavailable(f"{req.what}: the diskless writer is closed")
-        if req.drained:
-            raise KafkaStorageError(f"{req.what}: the database outbox cannot write to a diskless topic")
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -163,7 +147,7 @@ class ObjectWriter:
             self._loop.call_soon_threadsafe(self._add, req)
         return req.future
 
-    def _add(self, req: AppendRequest) -> None:
+    def _add(self, req: ObjectAppend) -> None:
         if self._closing:
             _fail(req, StoreUnavailable(f"{req.what}: the diskless writer is closed"))
             return
@@ -192,7 +176,7 @@ class ObjectWriter:
 
     # -- one object -------------------------------------------------------------------------
 
-    async def _ship(self, reqs: list[AppendRequest], before: "asyncio.Future[None] | None",
+    async def _ship(self, reqs: list[ObjectAppend], before: "asyncio.Future[None] | None",
                     done: "asyncio.Future[None]") -> None:
         try:
             await self._ship_in_order(reqs, before)
@@ -204,7 +188,7 @@ class ObjectWriter:
         finally:
             done.set_result(None)
 
-    async def _ship_in_order(self, reqs: list[AppendRequest], before: "asyncio.Future[None] | None") -> None:
+    async def _ship_in_order(self, reqs: list[ObjectAppend], before: "asyncio.Future[None] | None") -> None:
         data = [(r.partition_id, r.data) for r in reqs if not r.is_control]
         key: str | None = None
         body_len = 0
@@ -244,7 +228,7 @@ class ObjectWriter:
         assert self._loop is not None
         results = await self._loop.run_in_executor(self._db_thread, self._commit, key, body_len, reqs, places)
         accepted: dict[int, list[Committed]] = {}
-        ok: list[AppendRequest] = []
+        ok: list[ObjectAppend] = []
         for r, (off, size), err in zip(reqs, places, results):
             if err is not None:
                 self.stats.refused += 1
@@ -276,7 +260,7 @@ class ObjectWriter:
 
     # -- the commit thread ------------------------------------------------------------------
 
-    def _commit(self, key: str | None, size: int, reqs: list[AppendRequest],
+    def _commit(self, key: str | None, size: int, reqs: list[ObjectAppend],
                 places: list[tuple[int, int]]) -> list[KafkaError | None]:
         """ONE statement committing the object's batches; one error (None: committed) per batch."""
         cols: list[list] = [[] for _ in range(16)]
@@ -319,7 +303,7 @@ class ObjectWriter:
                 out[idx] = UnknownTopicOrPartition(f"{r.what}: the partition is not in the store")
         return out
 
-    def _resolve(self, reqs: list[AppendRequest]) -> list[bool] | None:
+    def _resolve(self, reqs: list[ObjectAppend]) -> list[bool] | None:
         deadline = time.monotonic() + RESOLVE_S
         while True:
             try:
@@ -363,6 +347,6 @@ class ObjectWriter:
         self._db.drop()
 
 
-def _fail(req: AppendRequest, exc: KafkaError) -> None:
+def _fail(req: ObjectAppend, exc: KafkaError) -> None:
     if req.future.set_running_or_notify_cancel():
         req.future.set_exception(exc)

@@ -85,6 +85,13 @@ LIST_TRANSACTIONS = 66
 DESCRIBE_TOPIC_PARTITIONS = 75
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
 
 #: api key -> (min version, max version) we serve: exactly the APIs of the broker's routing table
 #: (``broker/routes.py``; a test holds the two equal). ApiVersions advertises this table.
@@ -138,6 +145,13 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_ACLS: (1, 3),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # issue 30 (KIP-848); v1: subscription by regex
     CONSUMER_GROUP_DESCRIBE: (0, 1),  # issue 30; v1: member type
+    SHARE_GROUP_HEARTBEAT: (1, 1),  # issue 30 (KIP-932, Kafka 4.1+: v0 was the early-access version)
+    SHARE_GROUP_DESCRIBE: (1, 1),
+    SHARE_FETCH: (1, 2),  # v2: lock renewal (acknowledge type 4, KIP-1222), acquire mode
+    SHARE_ACKNOWLEDGE: (1, 2),
+    DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),  # v1: lag
+    ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 

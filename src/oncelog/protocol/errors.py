@@ -128,3 +128,8 @@ ClusterAuthorizationFailed = _define("ClusterAuthorizationFailed", ErrorCode.clu
 TransactionalIdAuthorizationFailed = _define("TransactionalIdAuthorizationFailed",
                                              ErrorCode.transactional_id_authorization_failed)
 SecurityDisabled = _define("SecurityDisabled", ErrorCode.security_disabled)
+# share groups (KIP-932, issue 30)
+InvalidRecordState = _define("InvalidRecordState", ErrorCode.invalid_record_state)
+ShareSessionNotFound = _define("ShareSessionNotFound", ErrorCode.share_session_not_found)
+InvalidShareSessionEpoch = _define("InvalidShareSessionEpoch", ErrorCode.invalid_share_session_epoch)
+ShareSessionLimitReached = _define("ShareSessionLimitReached", ErrorCode.share_session_limit_reached)

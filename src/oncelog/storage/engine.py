@@ -1,25 +1,32 @@
-"""The storage engine interface: what the partition leader (``broker/partitions/partition.py``) and the
-rest of the broker need from one partition's log, and nothing more.
+"""The storage engine contract: what the partition leader (``broker/partitions/partition.py``)
+and the rest of the broker need from one partition's log, and nothing more. This module depends
+on no engine (the read parts are ``storage/parts.py``'s, the configuration
+``storage/config.py``'s).
 
-Two engines implement it. ``storage.log.PartitionLog`` keeps the batches in local segment files
-(the embedded single broker); ``cluster.pg_log.PgPartitionLog`` keeps them in PostgreSQL rows
-(cluster mode, issue 15). Everything above this interface — producer state checks, the LSO,
-markers, the aborted-transaction index, fetch, ListOffsets, coordinator loading — is shared.
+The engines live under ``storage/engines/`` (its package docstring lists them). Everything
+above this contract — producer state checks, the LSO, markers, the aborted-transaction index,
+fetch, ListOffsets, coordinator loading — is shared and never asks which engine it has.
 Engine-specific work stays with its engine: segment rolling exists only for local files; each
-engine compacts its own way (``storage/cleaner.py``: new segments swapped in;
-``PgPartitionLog.compact``: rows rewritten or deleted) with the same keep rules
-(``storage/keep_rules.py``), and the broker calls the one that matches the log
-(broker.py ``_compact``).
+engine compacts its own way (``plan_compaction``: the local cleaner swaps new segments in, the
+PostgreSQL engine rewrites or deletes rows) with the same keep rules (``storage/keep_rules.py``).
+
+One append path. ``submit`` is the one append every engine implements: it gives the batch its
+offsets at once and returns a ``PendingAppend``, which the caller awaits; awaiting it completes
+when the batch is as durable as the engine promises (local: at once, the page cache, fsync by
+flush policy; PostgreSQL: at its group COMMIT; an object-store engine: at its object commit).
+``done`` says whether it already is, so a caller can go on without suspending (the local
+engine's appends never suspend, and cost no future or task).
 
 Invariants every engine keeps:
 
 * Offsets: ``log_start_offset <= log_end_offset``; both only grow, except that a truncation
-  (local engine only, ``PartitionLog.truncate_to``) may lower the end. ``append`` gives a batch
-  the offsets ``[log_end_offset, log_end_offset + last_offset_delta]`` by rewriting its base
-  offset and partition leader epoch (the 16 bytes outside the CRC); the rest of the batch is
-  stored byte for byte, never decoded per record.
-* Durability: once ``append`` returns, the batch is as durable as the engine promises (local:
-  in the page cache, fsync by flush policy; PostgreSQL: committed) and every later read sees it.
+  (local engine only, ``PartitionLog.truncate_to``) may lower the end. ``submit`` gives a batch
+  the offsets ``[end, end + last_offset_delta]`` (``end``: the log end plus what is submitted
+  and not complete yet) by rewriting its base offset and partition leader epoch (the 16 bytes
+  outside the CRC); the rest of the batch is stored byte for byte, never decoded per record.
+  Appends of one partition complete in offset order; if one fails, every later one fails too.
+* Durability: once a ``PendingAppend`` completes, the batch is as durable as the engine
+  promises and every later read sees it (``log_end_offset`` has passed it).
 * Reads return whole batches, oldest first, starting with the batch that holds the offset
   asked for (it may begin before it), as a list of ``ReadPart``: a ``FileSlice`` (fd, position,
   length: sent with sendfile) or ``bytes`` (an in-memory chunk of whole batches). Callers treat
@@ -28,29 +35,73 @@ Invariants every engine keeps:
   ``[log_start_offset, log_end_offset]``, ``MessageTooLarge`` over max.message.bytes,
   ``KafkaStorageError`` on I/O failure, ``CorruptMessage`` for damaged stored data; an engine
   that can lose leadership raises ``NotLeaderOrFollower`` and has then written nothing.
-  ``ValueError`` means a caller bug.
+  ``ValueError`` means a caller bug. ``submit`` raises what it knows at once; the
+  ``PendingAppend`` raises what it learns later.
 * Time is passed in (``now_ms``); no engine reads the clock.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Union, runtime_checkable
+import threading
+from operator import itemgetter
+from typing import Any, Generator, Iterator, Protocol, runtime_checkable
 
 from oncelog.protocol.records import BatchHeader
-from oncelog.storage.log import FileSlice
+from oncelog.storage.config import LogConfig
+from oncelog.storage.parts import ReadPart
 
-__all__ = ["PartitionEngine", "ReadPart", "part_length", "parts_length"]
-
-#: One piece of a read: a range of a log file, or bytes already in memory (whole batches).
-ReadPart = Union[FileSlice, bytes]
+__all__ = ["Appended", "CompactionPass", "PartitionEngine", "PendingAppend"]
 
 
-def part_length(part: ReadPart) -> int:
-    return len(part) if isinstance(part, (bytes, bytearray, memoryview)) else part.length
+class PendingAppend(Protocol):
+    """A batch handed to an engine by ``submit``: its offsets, assigned at once, and its
+    completion. ``await`` it: it returns (None) once the batch is as durable as the engine
+    promises, or raises the append's KafkaError (the batch is then not in the log, or its fate
+    is unknown: ``KafkaStorageError``/``outcome_unknown``, and the engine refuses appends until
+    its leader is rebuilt)."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def done(self) -> bool:
+        """True when awaiting returns at once (the append completed within ``submit``)."""
+        ...
+
+    def __await__(self) -> Generator[Any, None, None]: ...
 
 
-def parts_length(parts: list[ReadPart]) -> int:
-    return sum(part_length(p) for p in parts)
+class Appended(tuple):
+    """A ``PendingAppend`` that completed within ``submit`` (an engine whose append is synchronous,
+    e.g. the local one): awaiting it returns at once, without a future or a task. It is the
+    tuple ``(base_offset, last_offset)``, made without running Python code (the hot path)."""
+
+    __slots__ = ()
+    done = True
+    base_offset = property(itemgetter(0), doc="The offset the batch got.")
+    last_offset = property(itemgetter(1), doc="The offset of the batch's last record.")
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator: awaiting it never suspends
+
+
+class CompactionPass(Protocol):
+    """One compaction pass over a partition (``PartitionEngine.plan_compaction``), in two steps:
+    ``build`` on a worker thread (the heavy part: reading and writing; may block; raises
+    InterruptedError when the broker stops it, a KafkaError when the store refuses), then
+    ``commit`` on the partition owner's thread (makes the result the log that is read; returns
+    a line for the broker's log when the pass changed something, else None). ``abort`` instead
+    of ``commit`` discards the pass (the partition went away meanwhile)."""
+
+    def build(self) -> None: ...
+
+    def commit(self) -> str | None: ...
+
+    def abort(self) -> None: ...
 
 
 @runtime_checkable
@@ -81,11 +132,35 @@ class PartitionEngine(Protocol):
         file.delete.delay.ms); 0 when nothing is pending."""
         ...
 
-    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
-               leader_epoch: int = 0) -> tuple[int, int]:
-        """Append one validated batch (``header`` is ``parse_header(batch)``) at the log end;
-        returns ``(base_offset, last_offset)`` once it is durable as the engine promises.
-        Either the whole batch is appended or nothing is (the error says why)."""
+    config: LogConfig
+
+    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
+               drained: tuple[int, ...] = ()) -> PendingAppend:
+        """THE append (see the module docstring): give one validated batch (``header`` is
+        ``parse_header(batch)``) the next offsets and start writing it; the returned
+        ``PendingAppend`` completes when it is durable as the engine promises. Either the whole
+        batch is appended or nothing is (the error says why). ``drained``: rows of the engine's
+        transactional outbox (``outbox_id``) that the batch carries, removed in the same commit
+        (all of them, or the batch is refused); an engine without an outbox refuses any
+        (ValueError)."""
+        ...
+
+    def disk_usage(self) -> tuple[int, int]:
+        """(bytes, storage units) this log holds on the broker's own disk, for operators (metrics,
+        console): local (bytes, segments); (-1, -1) for an engine with no local files."""
+        ...
+
+    @property
+    def outbox_id(self) -> int | None:
+        """The key of this partition's transactional outbox in the engine's store (issue 31:
+        rows an application inserted, appended by the outbox drainer with ``submit(...,
+        drained=...)``); None for an engine without an outbox."""
+        ...
+
+    def plan_compaction(self, upper: int, now_ms: int, stop: threading.Event) -> CompactionPass | None:
+        """The compaction pass due now on a compacted topic (R4), never touching offsets at or
+        above ``upper`` (the partition's LSO); None when nothing is due (not compacted, not
+        dirty enough). ``stop`` set: the pass's ``build`` gives up (InterruptedError)."""
         ...
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,

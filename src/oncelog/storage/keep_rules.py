@@ -1,7 +1,7 @@
 """The keep rules of log compaction, free of any storage engine (R4): the one place that decides
 which records, batches and markers a compaction pass keeps. The local-files cleaner
-(storage/cleaner.py, whose module docstring states the rules) and the PostgreSQL engine's
-compaction (cluster/pg_log.py ``compact``) both use it, so the two engines cannot disagree.
+(storage/engines/local/cleaner.py, whose module docstring states the rules) and the PostgreSQL engine's
+compaction (storage/engines/postgres/log.py ``compact``) both use it, so the two engines cannot disagree.
 
 Use: feed every batch of the cleanable range, in offset order, to ``observe`` (pass 1: the
 latest offset of each key, which transactions aborted, each producer's last batch); then feed
@@ -19,9 +19,17 @@ from dataclasses import dataclass, field
 from oncelog.protocol import records
 from oncelog.protocol.errors import CorruptMessage, InvalidRecord
 
-__all__ = ["KeepRules", "Scan"]
+__all__ = ["KeepRules", "MIN_CLEANABLE_DIRTY_RATIO", "Scan", "is_compacted"]
 
 log = logging.getLogger(__name__)
+
+#: a compaction pass runs once the dirty part of the cleanable range reaches this share of it
+MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
+
+
+def is_compacted(cleanup_policy: str) -> bool:
+    """Whether cleanup.policy includes compaction (``compact`` or ``compact,delete``)."""
+    return "compact" in cleanup_policy.split(",")
 
 
 @dataclass

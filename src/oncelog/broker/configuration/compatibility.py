@@ -21,7 +21,7 @@ _REMOVED = {4: "leader_and_isr", 5: "stop_replica", 6: "update_metadata", 7: "co
 _NO_TOKENS = ("not served: delegation tokens (KIP-48) are not implemented (no token store, no SCRAM tokenauth "
               "logins); clients log in as SASL/PLAIN or SCRAM users (docs/SECURITY.md)")
 _KRAFT_INTERNAL = "not served: KRaft controller/inter-broker API; oncelog has no Raft quorum (metadata is local or in PostgreSQL)"
-_SHARE = "not served: share groups (KIP-932) are not implemented"
+_SHARE = "not served: the share coordinator's inter-broker APIs (KIP-932): the share-group state is the broker's own"
 _STREAMS = "not served: the streams rebalance protocol (KIP-1071) is not implemented"
 
 NOTES: dict[int, str] = {
@@ -67,7 +67,7 @@ NOTES: dict[int, str] = {
     39: _NO_TOKENS,
     40: _NO_TOKENS,
     41: _NO_TOKENS,
-    42: "deletes empty groups",
+    42: 'deletes empty groups (a share group with its state and configs)',
     43: "preferred/unclean: ELECTION_NOT_NEEDED per partition (embedded); cluster mode runs a rebalance and answers per partition",
     44: "topic and broker configs: see COMPATIBILITY-configs.md",
     45: "one replica per partition: a move to its current replica succeeds, any other target INVALID_REPLICA_ASSIGNMENT",
@@ -101,10 +101,17 @@ NOTES: dict[int, str] = {
     73: _KRAFT_INTERNAL,
     74: "not served yet",
     75: "topics and partitions paged by response_partition_limit with a cursor; eligible leader replicas empty",
-    76: _SHARE,
-    77: _SHARE,
-    78: _SHARE,
-    79: _SHARE,
+    76: "share groups (KIP-932, issue 30), embedded and cluster mode (at the group's coordinator): members get every partition of their topics (the "
+        "records are divided at acquisition); member epochs, session timeout `group.share.session.timeout.ms`",
+    77: "share groups as the broker has them: state, epochs, members and assignments (cluster mode: at the "
+        "group's coordinator)",
+    78: "records acquired per member with acquisition locks (`group.share.record.lock.duration.ms`) and delivery "
+        "counts (`group.share.delivery.count.limit`); share sessions; acknowledgements durable in "
+        "`__share_group_state` before the answer; `share.isolation.level=read_committed` never acquires aborted or "
+        "open transactions' records; v2: lock renewal; cluster mode: "
+        "at each partition's leader, the state in the store fenced by its leader epoch",
+    79: "ACCEPT / RELEASE / REJECT / GAP (v2: RENEW) per record range, all or nothing per partition, durable before "
+        "the answer",
     80: _KRAFT_INTERNAL,
     81: _KRAFT_INTERNAL,
     82: _KRAFT_INTERNAL,
@@ -115,9 +122,9 @@ NOTES: dict[int, str] = {
     87: _SHARE,
     88: _STREAMS,
     89: _STREAMS,
-    90: _SHARE,
-    91: _SHARE,
-    92: _SHARE,
+    90: "a share group's start offset and (v1) lag per partition (cluster mode: every partition, from the store; lag -1 for a partition another broker leads)",
+    91: "a share group's start offsets set while it has no members (NON_EMPTY_GROUP otherwise), durable; at the group's coordinator (cluster mode: written in the store, the partitions' leaders follow)",
+    92: "a share group forgets its state on whole topics while it has no members (NON_EMPTY_GROUP otherwise); at the group's coordinator (cluster mode: in the store)",
 }
 
 LAST_KEY = 92
@@ -138,7 +145,8 @@ def _kafka_range(key: int) -> tuple[str, tuple[int, int] | None]:
 def render() -> str:
     """The whole of docs/COMPATIBILITY.md."""
     embedded = advertised_versions()
-    cluster = embedded  # one routing table (issue 27): cluster mode serves every API embedded does
+    # one routing table (issue 27): cluster mode serves every API embedded does
+    cluster = dict(embedded)
     lines = [
         "# Kafka API compatibility",
         "",

@@ -213,6 +213,20 @@ class BrokerConfig:
         default="uniform,range", metadata={"kafka": "group.consumer.assignors", "parse": str})
     group_consumer_max_size: int = field(
         default=2_147_483_647, metadata={"kafka": "group.consumer.max.size", "parse": int})
+    # share groups (KIP-932, issue 30): Kafka 4.2's names and defaults
+    group_share_record_lock_duration_ms: int = field(
+        default=30_000, metadata={"kafka": "group.share.record.lock.duration.ms", "parse": int})
+    group_share_delivery_count_limit: int = field(
+        default=5, metadata={"kafka": "group.share.delivery.count.limit", "parse": int})
+    group_share_partition_max_record_locks: int = field(
+        default=2000, metadata={"kafka": "group.share.partition.max.record.locks", "parse": int})
+    group_share_session_timeout_ms: int = field(
+        default=45_000, metadata={"kafka": "group.share.session.timeout.ms", "parse": int})
+    group_share_heartbeat_interval_ms: int = field(
+        default=5_000, metadata={"kafka": "group.share.heartbeat.interval.ms", "parse": int})
+    group_share_max_size: int = field(default=200, metadata={"kafka": "group.share.max.size", "parse": int})
+    group_share_max_share_sessions: int = field(
+        default=2000, metadata={"kafka": "group.share.max.share.sessions", "parse": int})
     offset_metadata_max_bytes: int = field(default=4096, metadata={"kafka": "offset.metadata.max.bytes", "parse": int})
     offsets_retention_check_interval_ms: int = field(
         default=600_000, metadata={"kafka": "offsets.retention.check.interval.ms", "parse": int}
@@ -243,7 +257,7 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = field(
         default=2_000, metadata={"kafka": "broker.heartbeat.interval.ms", "parse": int}
     )
-    #: oncelog's own (issue 28, cluster/commit_pool.py): group-commit connections per broker, i.e.
+    #: oncelog's own (issue 28, storage/engines/postgres/commit_pool.py): group-commit connections per broker, i.e.
     #: rounds in flight at once (a partition always on the same one, so its order is kept); 1:
     #: on 2 cores more measured slower (smaller rounds), meant for many-core machines
     store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})

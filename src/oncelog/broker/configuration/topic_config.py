@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.protocol.errors import InvalidConfig
 from oncelog.storable import unstorable
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ A shard decides; the runtime does the I/O around the decision, always in the sam
    records as one batch (``Partition.append_internal``), the coordinator replays them into the
    shard, performs what follows (answers to parked requests, transaction markers), and answers.
 
-``append`` awaits the partition's append (``Partition.append_internal_async``): synchronous on
-the local-files engine, the group commit's COMMIT in cluster mode. Requests to one shard that
+``append`` awaits the partition's append (``Partition.append_internal``, the same on every
+storage engine): complete at the call on the local-files engine, at the group commit's COMMIT in
+cluster mode. Requests to one shard that
 append are serialized by the coordinator (the group coordinator holds ``lock(partition)`` from
 the shard's decision to the replay; the transaction shard marks the transactional id pending,
 so a second request for it meanwhile gets CONCURRENT_TRANSACTIONS).
@@ -195,7 +196,7 @@ class CoordinatorRuntime(Generic[S]):
         (the coordinator maps it to what its clients understand; NOT_LEADER_OR_FOLLOWER when
         this broker lost the partition)."""
         part = self.replicas.partition(self.topic, partition)
-        return (await part.append_internal_async(batch, now)).base_offset
+        return (await part.append_internal(batch, now)).base_offset
 
     def every(self, interval_s: float, job: Callable[[], object], what: str) -> asyncio.Task[None]:
         """Run ``job`` every ``interval_s`` until cancelled (broker/periodic.py)."""

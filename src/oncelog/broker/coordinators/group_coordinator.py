@@ -124,6 +124,8 @@ class GroupCoordinator:
         #: partition -> markers (producer id, commit, epoch) that arrived while it was loading
         self._deferred: dict[int, list[tuple[int, bool, int | None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        #: cluster mode: the database inbox (broker/membership/inbox.py; issue 31), else None
+        self.inbox: Any = None
 
     @property
     def shards(self) -> dict[int, GroupShard]:
@@ -165,14 +167,21 @@ class GroupCoordinator:
         self.runtime.load_one(partition, self._new_shard, replay_batch, self._settle_deferred)
 
     async def _settle_deferred(self, shard: GroupShard) -> None:
-        """After a load: the markers that arrived while it ran (complete_transaction)."""
+        """After a load: the markers that arrived while it ran (complete_transaction); the
+        inbox's mirror of the partition's groups rewritten, their pending commits drained."""
         for producer_id, commit, epoch in self._deferred.pop(shard.partition, []):
             self.complete_transaction(shard.partition, producer_id, commit, epoch)
+        if self.inbox is not None:
+            async with self.runtime.lock(shard.partition):
+                if self.shards.get(shard.partition) is shard:
+                    await self.inbox.mirror_partition(shard)
 
     def resign(self, partition: int) -> None:
         """Cluster mode: this broker stopped leading ``partition``: drop its shard and answer
         the requests parked there NOT_COORDINATOR."""
         self._deferred.pop(partition, None)  # in the log: the next leader's load replays them
+        if self.inbox is not None:
+            self.inbox.forget(partition)
         if self.runtime.unload(partition) is None:
             return
         for reply_id in [r for r, p in self._reply_partition.items() if p == partition]:
@@ -193,6 +202,11 @@ class GroupCoordinator:
 
     def _shard(self, group_id: str) -> GroupShard:
         return self.runtime.shard(self.partition_for(group_id), f"group {group_id}")
+
+    def check_coordinator(self, group_id: str) -> None:
+        """Raises NotCoordinator (COORDINATOR_LOAD_IN_PROGRESS while loading) unless this broker
+        coordinates ``group_id`` (a share group's membership is kept where its coordinator is)."""
+        self._shard(group_id)
 
     def is_loading(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.loading
@@ -221,15 +235,37 @@ class GroupCoordinator:
         )
         return await self.runtime.append(partition, batch, now)
 
-    async def _run(self, group_id: str, decide: Callable[[GroupShard, int], Result], *, offsets: bool = False) -> Any:
+    async def _run(self, group_id: str, decide: Callable[[GroupShard, int], Result], *, offsets: bool = False,
+                   drain: bool = False) -> Any:
         """One operation that may write: under the shard's lock, ``decide(shard, now)`` then
-        ``_execute``. Returns the response (a future for a parked one)."""
+        ``_execute``. Returns the response (a future for a parked one). ``drain``: an offset
+        write, which first moves the group's database inbox commits into the log (issue 31);
+        checked before the lock: a database commit after the check is the newer one, and its
+        drain comes after this write."""
+        try:
+            pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
+        except KafkaError as exc:  # the store: the client retries, as after a failed append
+            raise _coordinator_error(exc, offsets=offsets) from None
         async with self.runtime.lock(self.partition_for(group_id)):
             shard = self._shard(group_id)
+            if pending:
+                await self._drain_inbox_locked(shard, group_id)
             now = self.clock.now_ms()
-            return await self._execute(shard, decide(shard, now), now, offsets=offsets)
+            return await self._execute(shard, decide(shard, now), now, offsets=offsets, group_id=group_id)
 
-    async def _execute(self, shard: GroupShard, result: Result, now: int, *, offsets: bool = False) -> Any:
+    async def _drain_inbox_locked(self, shard: GroupShard, group_id: str) -> None:
+        async def execute(shard: GroupShard, result: Result, now: int) -> Any:
+            return await self._execute(shard, result, now, offsets=True, group_id=group_id)
+        await self.inbox.drain_locked(shard, group_id, execute, self.clock.now_ms())
+
+    async def drain_inbox(self, group_id: str) -> None:
+        """Issue 31: move ``group_id``'s commits from the database inbox into the log (woken by
+        the inbox's NOTIFY and poll). Raises NotCoordinator / CoordinatorLoadInProgress."""
+        async with self.runtime.lock(self.partition_for(group_id)):
+            await self._drain_inbox_locked(self._shard(group_id), group_id)
+
+    async def _execute(self, shard: GroupShard, result: Result, now: int, *, offsets: bool = False,
+                       group_id: str | None = None) -> Any:
         """Append ``result``'s records, replay them, deliver the outbox. Returns the response (a
         future for a parked one). If the append fails, parked requests of this operation fail
         too and the (mapped) error is raised. The caller holds the shard's lock."""
@@ -252,6 +288,8 @@ class GroupCoordinator:
                 for i, (key, value) in enumerate(result.records):
                     shard.replay(key, value, record_offset=base + i, now=now, producer_id=pid,
                                  producer_epoch=epoch, transactional=result.producer is not None)
+        if self.inbox is not None:  # the store's fencing learns of the change before any answer
+            await self.inbox.mirror(shard, None if group_id is None else {group_id, *(k.group for k, _ in result.records)})
         outbox, shard.outbox[:] = list(shard.outbox), []
         for reply_id, payload in outbox:
             self._deliver(reply_id, failure if failure is not None else payload)
@@ -304,18 +342,25 @@ class GroupCoordinator:
             expire = now + retention_ms if retention_ms >= 0 else -1
             return shard.commit_offsets(group_id, generation, member_id, instance_id, offsets, now,
                                         expire_timestamp=expire, api_version=api_version)
-        return await self._run(group_id, decide, offsets=True)
+        return await self._run(group_id, decide, offsets=True, drain=True)
 
     async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
                                  member_id: str, instance_id: str | None,
                                  offsets: dict[TopicPartition, OffsetCommitData]) -> dict[TopicPartition, KafkaError | None]:
         return await self._run(group_id, lambda shard, now: shard.txn_commit_offsets(
-            group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets, now), offsets=True)
+            group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets, now), offsets=True,
+            drain=True)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
                       member_id: str | None = None, member_epoch: int = -1,
                       ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
-        return self._shard(group_id).fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
+        rows = self._shard(group_id).fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
+        if self.inbox is not None:  # issue 31: commits of database transactions not drained yet
+            try:
+                rows = self.inbox.overlay(group_id, rows, partitions, require_stable)
+            except KafkaError as exc:  # the store: the client retries, as after a failed append
+                raise _coordinator_error(exc, offsets=True) from None
+        return rows
 
     # -- consumer groups (KIP-848) ------------------------------------------------------------------
 
@@ -332,7 +377,7 @@ class GroupCoordinator:
         return await self._run(req.group_id, lambda shard, now: shard.consumer_heartbeat(req, self._topics(), now))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
-        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now))
+        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now), drain=True)
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
                              producer_epoch: int | None = None) -> None:
@@ -370,7 +415,7 @@ class GroupCoordinator:
         return self._shard(group_id).describe_group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
-        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now))
+        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True)
 
     # -- timers ---------------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Shared by AlterConfigs (33) and IncrementalAlterConfigs (44): change the configs of one
-resource, a TOPIC or the BROKER's dynamic configs, as Kafka 4.x does.
+resource, a TOPIC, the BROKER's dynamic configs or a share GROUP's configs (cluster mode: in the store)
+(``share.auto.offset.reset`` ..., broker/coordinators/share_coordinator.py), as Kafka 4.x does.
 
 ``alter(broker, type, name, change, validate_only)``: ``change`` maps the resource's current
 configs to the complete new set (AlterConfigs: the request's set replaces them; Incremental:
@@ -19,10 +20,12 @@ from typing import Callable
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext
+from oncelog.broker.handlers import _share
+from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import InvalidRequest
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 Change = Callable[[dict[str, str], Callable[[str], str]], dict[str, str]]
 
 
@@ -63,8 +66,18 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
             await broker.cluster.alter_broker_configs(rm.dynamic.resource_of(scope), new)
         else:
             rm.set_broker_configs(scope, new)
+    elif resource_type == GROUP and hasattr(broker, "shares"):
+        # share groups' configs (KIP-932, issue 30): broker/coordinators/share_coordinator.py keeps them
+        if not name:
+            raise InvalidRequest("a group resource needs a group id")
+        shares = _share.service(broker)
+        await shares.refresh_configs(name)  # cluster mode: as the store has them
+        current = dict(shares.configs.get(name, {}))
+        new = change(current, lambda key: shares.config(name, key) if key in GROUP_CONFIGS else "")
+        await shares.alter_configs(name, new, validate_only)
     else:
-        raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4)")
+        raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4; "
+                             f"GROUP 32)")
 
 
 def check_unique(names: list[str]) -> None:

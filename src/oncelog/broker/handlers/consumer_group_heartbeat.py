@@ -17,12 +17,12 @@ import datetime
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _acl
+from oncelog.broker.handlers import _acl, _share
 from oncelog.broker.handlers._group import client_host, ms
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
+from oncelog.protocol.errors import ErrorCode, GroupIdNotFound, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 
@@ -38,6 +38,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             raise InvalidRequest("GroupId can't be empty.")
         validate_group_id(req.group_id)
         _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)  # READ on the group
+        if req.member_epoch == 0:
+            _share.refuse_share_group_id(broker, req.group_id, GroupIdNotFound)  # a share group's id (KIP-932)
         owned = None
         if req.topic_partitions is not None:
             owned = {}

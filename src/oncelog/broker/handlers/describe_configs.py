@@ -6,7 +6,8 @@ the broker (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_
 DEFAULT_CONFIG); synonyms (every value that applies, highest precedence first) when
 ``include_synonyms``; documentation (v3+) when ``include_documentation``. A broker (resource name
 = its node id) lists its configs under Kafka's names (broker/configuration/dynamic_config.py); resource name ""
-lists the dynamic cluster defaults. Nothing here is sensitive (no passwords are configured).
+lists the dynamic cluster defaults. A GROUP (embedded) lists a share group's configs (KIP-932,
+broker/coordinators/share_coordinator.py). Nothing here is sensitive (no passwords are configured).
 ``configuration_keys`` filters. Errors are per resource.
 
 Bounded work (issue 26 row 9): describing one topic costs milliseconds (every config resolved
@@ -25,7 +26,7 @@ from typing import Any
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _acl
+from oncelog.broker.handlers import _acl, _share
 from oncelog.broker.configuration.dynamic_config import broker_config_rows
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
@@ -34,7 +35,7 @@ from oncelog.protocol.messages import Builder
 
 API_KEY = apis.DESCRIBE_CONFIGS
 YIELD_EVERY = 10  # resources described between yields to the event loop
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 
 #: (name, value, read_only, source, synonyms [(name, value, source)], type, doc)
 Row = tuple[str, "str | None", bool, int, list, int, str]
@@ -76,6 +77,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 rows = topic_rows(broker, res.resource_name)
             elif res.resource_type == BROKER:
                 rows = _broker_rows(broker, res.resource_name)
+            elif res.resource_type == GROUP:
+                await _share.service(broker).refresh_configs(res.resource_name)  # cluster mode: the store's
+                rows = _share.group_config_rows(broker, res.resource_name)
             else:
                 raise InvalidRequest(f"resource type {res.resource_type} has no configs here")
             keys = set(res.configuration_keys) if res.configuration_keys else None

@@ -42,7 +42,7 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, TopicAuthorizationFailed, UnknownTopicId
 from oncelog.protocol.framing import FileRecords
 from oncelog.protocol.framing import Request
-from oncelog.storage.engine import parts_length
+from oncelog.storage.parts import parts_length
 from oncelog.storage.leader_epochs import UNDEFINED_EPOCH, check_current_epoch
 from oncelog.types import TopicPartition
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _acl
+from oncelog.broker.handlers import _acl, _share
 from oncelog.broker.handlers._group import client_host, ms
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.coordinator.group.types import JoinRequest
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import ErrorCode, InconsistentGroupProtocol, KafkaError
 from oncelog.protocol.framing import Request
 
 API_KEY = apis.JOIN_GROUP
@@ -34,6 +34,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         groups = broker.groups
         validate_group_id(req.group_id)
         _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)  # ACLs (issue 18): READ on the group
+        _share.refuse_share_group_id(broker, req.group_id, InconsistentGroupProtocol)  # issue 30 (KIP-932)
         session = ms(req.session_timeout)
         rebalance = ms(req.rebalance_timeout) if v >= 1 else session
         res = await groups.join_group(

@@ -1,7 +1,8 @@
 """ListGroups (16): every group this broker coordinates, with its protocol type and (v4+) its
 state, optionally filtered by state (v4+) and (v5+, KIP-848) by group type, both case-insensitive
 as in Kafka. A group is "classic" (the JoinGroup/SyncGroup protocol) or "consumer" (the
-consumer rebalance protocol, KIP-848; protocol type "consumer"). While a partition of ``__consumer_offsets`` is still
+consumer rebalance protocol, KIP-848; protocol type "consumer") or "share" (KIP-932: a share
+group with members here, its coordinator, or without since this start). While a partition of ``__consumer_offsets`` is still
 loading, the answer lists the groups loaded so far with COORDINATOR_LOAD_IN_PROGRESS, as Kafka."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
-from oncelog.broker.handlers import _acl
+from oncelog.broker.handlers import _acl, _share
 
 from oncelog.protocol.messages import Builder
 from oncelog.protocol import apis
@@ -23,6 +24,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     req = request.body
     m = Builder(API_KEY, request.api_version)
     groups, loading = broker.groups.list_groups()
+    shares = _share.service(broker)  # share groups (KIP-932) with members here: type and protocol type "share"
+    groups = groups + [(gid, "share", grp.state, "share") for gid, grp in shares.groups.groups.items()]
     g = _acl.gate(broker, client, API_KEY)
     if g is not None and not g.allowed("cluster"):  # ACLs (issue 18): the groups it may describe
         groups = [row for row in groups if g.allowed("group", row[0])]

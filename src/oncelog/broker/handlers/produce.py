@@ -3,14 +3,15 @@
 Each partition's batch is validated (header, CRC, every record: ``records.validate_produce_batch``;
 every record's timestamp against the topic's message.timestamp.before/after.max.ms, KIP-937),
 checked by the transaction coordinator if transactional, then appended whole as bytes
-(``Partition.append_validated``: producer-state check, then the append); errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
+(``Partition.append_validated``: producer-state check, then the append, the same on every storage engine); errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
 byte-for-byte what kio would write), since this is the broker's hottest path. acks=0 gets no response; if such a request fails, the connection is
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
-answer goes out (R2). In cluster mode (a partition on PostgreSQL) every partition's batch is
-submitted to the group commit first and the answer waits for their COMMITs together; once all
-are submitted (each in its place in its producer's line) the connection's next Produce may be
-handled meanwhile (broker/pipelining.py), so a producer's requests share commit rounds.
+answer goes out (R2). Every partition's append is started first (each in its place in its
+producer's line), the same way on every storage engine: one that completed at the call (local
+files; a duplicate) is answered at once, the others are awaited together — on PostgreSQL they
+share the group COMMITs, and once all are started the connection's next Produce may be handled
+meanwhile (broker/pipelining.py), so a producer's requests share commit rounds.
 
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are written only by the
 broker's coordinators; a client's batch for one is refused with INVALID_TOPIC_EXCEPTION, as
@@ -37,11 +38,11 @@ answer names the topic by the same id.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.broker import pipelining
+from oncelog.broker.partitions.partition import AppendResult, Ready, await_appends
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
@@ -63,7 +64,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     txn_id = req.transactional_id
     failed: list[str] = []
     topics: list[tuple[Any, list[PartitionResult]]] = []
-    waiting: list[tuple[list[PartitionResult], int, str, int, Any]] = []  # cluster mode only
+    waiting: list[tuple[list[PartitionResult], int, str, int]] = []  # where each awaited append's answer goes
+    appends: list[Awaitable[AppendResult]] = []  # started appends that did not complete at the call
     known = broker.replicas.topics
     metrics = getattr(broker, "metrics", None)  # issue 19: None unless metrics.listen is set
     # ACLs (issue 18, acl/rules.py): WRITE on the transactional id for the whole request, WRITE on
@@ -124,14 +126,15 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 elif _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
                     await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
                                                               header.producer_epoch, tp)
-                if part.commits_asynchronously:  # cluster mode: answered after the group COMMIT
-                    waiting.append((results, len(results), name, p.index,
-                                    part.append_validated_soon(p.records, header, now)))
-                    results.append(None)  # type: ignore[arg-type]  # filled below
+                appended = part.append_validated(p.records, header, now)
+                if type(appended) is Ready:  # complete at the call (local files; a duplicate): answered now
+                    res = appended[0]
+                    results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset,
+                                                   log_append_time=res.log_append_time))
                     continue
-                res = part.append_validated(p.records, header, now)
-                results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset,
-                                               log_append_time=res.log_append_time))
+                appends.append(appended)  # completes later (a group COMMIT): awaited below, with the others
+                waiting.append((results, len(results), name, p.index))
+                results.append(None)  # type: ignore[arg-type]  # filled below
             except records.RecordErrors as exc:
                 failed.append(f"{name}-{p.index}: {exc.code.name}: {exc}")
                 if metrics is not None:
@@ -144,15 +147,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     metrics.error(API_KEY, int(exc.code))
                 results.append(PartitionResult(p.index, int(exc.code), -1, -1, str(exc)))
         topics.append((topic_id if topic_id is not None else name, results))
-    if waiting:
+    if appends:
         pipelining.submitted()  # every batch has its place in its producer's line: the next request may start
-        outcomes = await asyncio.gather(*(w[4] for w in waiting), return_exceptions=True)
-        for (results, i, name, index, _), out in zip(waiting, outcomes):
+        for (results, i, name, index), out in zip(waiting, await await_appends(appends)):
             if isinstance(out, KafkaError):
                 failed.append(f"{name}-{index}: {out.code.name}: {out}")
+                if metrics is not None:
+                    metrics.error(API_KEY, int(out.code))
                 results[i] = PartitionResult(index, int(out.code), -1, -1, str(out))
-            elif isinstance(out, BaseException):
-                raise out  # a bug: the dispatcher logs it
             else:
                 results[i] = PartitionResult(index, 0, out.base_offset, out.log_start_offset,
                                              log_append_time=out.log_append_time)

@@ -1,8 +1,8 @@
 """The store-side parts a cluster-mode broker owns (issue 15), opened and closed together: the
 reader connection of the event loop (partition reads, producer id blocks), the opener
 connection (partition recovery, on the leader tracker's opener thread), the compactor
-connection (compaction passes, in a thread, one at a time: broker.py ``_compact``), the group committers
-(``store.commit.connections`` writer threads, each partition on one of them: cluster/commit_pool.py), and the leader tracker that uses them.
+connection (compaction passes, in a thread, one at a time: broker.py ``_compact``; the leader tracker gives it to the engines it builds), the group committers
+(``store.commit.connections`` writer threads, each partition on one of them: storage/engines/postgres/commit_pool.py), and the leader tracker that uses them.
 
 Closing order: the tracker's partitions first (nothing new is submitted; the opener thread
 finishes), then the committer (it writes what is queued, then stops), then the connections.
@@ -17,8 +17,8 @@ from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.membership.leader_tracker import LeaderTracker
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.commit_pool import CommitterPool
 from oncelog.diskless.parts import DisklessParts
+from oncelog.storage.engines.postgres.commit_pool import CommitterPool
 
 __all__ = ["ClusterParts"]
 
@@ -41,7 +41,7 @@ class ClusterParts:
         committer = CommitterPool(connect, config.store_commit_connections,
                                   name=f"oncelog-group-commit-{config.node_id}").start()
         replicas.awaiting_metadata = True  # until the tracker applies the first view
-        tracker = LeaderTracker(config, replicas, reader, committer, opener)
+        tracker = LeaderTracker(config, replicas, reader, committer, opener, compactor)
         parts = cls(reader, opener, compactor, committer, tracker)
         try:
             # issue 29: diskless topics' writer, read cache and collector (diskless/parts.py)

@@ -10,7 +10,7 @@ have). Then, in this order:
    whose configs changed in the store (AlterConfigs through any broker) gets them, applied live
    to its open partitions;
 2. every open partition that is not to be led any more, or whose leader epoch is not the
-   store's, or whose engine stopped after a failed append (``PgPartitionLog.failed``: the store
+   store's, or whose engine stopped after a failed append (``failed`` of the PostgreSQL or diskless engine: the store
    may hold batches the leader never applied) is closed and removed: from then on requests for
    it get NOT_LEADER_OR_FOLLOWER, and parked fetches wake up;
 3. every partition to lead that is neither open nor opening is opened on the opener thread
@@ -40,7 +40,7 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, cast
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
@@ -49,13 +49,13 @@ from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS, ReplicaMa
 from oncelog.cluster import leadership
 from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.group_commit import GroupCommitter
-from oncelog.cluster.pg_log import PgPartitionLog
+from oncelog.storage.engines.postgres.group_commit import GroupCommitter
+from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.cluster.view import ClusterView
 if TYPE_CHECKING:
     from oncelog.diskless.parts import DisklessParts
+    from oncelog.storage.engines.diskless.log import DisklessPartitionLog
 from oncelog.diskless import topic_rules
-from oncelog.diskless.engine import DisklessPartitionLog
 from oncelog.protocol.errors import KafkaError, KafkaStorageError
 from oncelog.types import TopicPartition
 
@@ -64,18 +64,41 @@ __all__ = ["LeaderTracker"]
 log = logging.getLogger(__name__)
 
 
+class _LedEngine(Protocol):
+    """What the tracker needs of the engines it builds (PostgreSQL, diskless) beyond the engine
+    contract: the epoch it leads under, the error that stopped its appends, the reader hand-over."""
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def failed(self) -> KafkaError | None: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def hand_over(self, store: StoreConnection) -> None: ...
+
+
 class LeaderTracker:
     """See the module docstring. Single-threaded: the event loop only."""
 
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, reader: StoreConnection,
-                 committer: GroupCommitter, opener: StoreConnection | None = None) -> None:
+                 committer: GroupCommitter, opener: StoreConnection | None = None,
+                 compactor: StoreConnection | None = None) -> None:
         """``opener``: the store connection of the opener thread (recovery); None: reuse
-        ``reader`` there too (tests that drive the tracker without an event loop)."""
+        ``reader`` there too (tests that drive the tracker without an event loop).
+        ``compactor``: the connection compaction passes run with (``plan_compaction`` of the
+        engines built here); None: they do not compact."""
         self.node_id = config.node_id
         self.config = config
         self.replicas = replicas
         self.reader = reader
         self.committer = committer
+        self.compactor = compactor
         self.cache_dir = Path(config.data_dir) / "cluster-cache"
         #: told of every internal partition this broker starts / stops leading (the coordinators)
         self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
@@ -98,8 +121,7 @@ class LeaderTracker:
         parts = self.replicas.partitions
         for tp, part in list(parts.items()):
             row = wanted.get(tp)
-            plog = part.log
-            assert isinstance(plog, PgPartitionLog)
+            plog = cast(_LedEngine, part.log)  # every partition here was built by _build
             if row is None or row.leader_epoch != plog.leader_epoch or plog.failed is not None:
                 why = ("not led here any more" if row is None else
                        f"epoch {plog.leader_epoch} -> {row.leader_epoch}" if row.leader_epoch != plog.leader_epoch else
@@ -174,19 +196,22 @@ class LeaderTracker:
             row = leadership.current(self.opener.raw(), partition_id)
             if row is None or row.leader_broker != self.node_id:
                 return None  # moved since the view was read
+            plog: _LedEngine
+            diskless: "DisklessPartitionLog | None" = None  # the engine built, when it is one
             meta = self.replicas.topics.get(tp.topic)
-            if meta is not None and topic_rules.is_diskless(meta.configs):  # issue 29: diskless/engine.py
+            if meta is not None and topic_rules.is_diskless(meta.configs):  # issue 29: storage/engines/diskless/
                 if self.diskless is None:
                     raise KafkaStorageError(f"{tp.topic} is diskless and this broker has no diskless.storage.url")
-                plog = self.diskless.engine(self.opener, row, cfg)  # type: ignore[arg-type]
+                plog = diskless = self.diskless.engine(self.opener, row, cfg)  # type: ignore[arg-type]
             else:
-                plog = PgPartitionLog(self.opener, self.committer, row, cfg)  # type: ignore[arg-type]
+                plog = PgPartitionLog(self.opener, self.committer, row, cfg,  # type: ignore[arg-type]
+                                      compactor=self.compactor)
             path = self.cache_dir / f"{tp.topic}-{tp.partition}"
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
             part = Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
-            if isinstance(plog, DisklessPartitionLog):
-                plog.on_ready = part.wake_waiters  # a diskless read's missed bytes have landed
+            if diskless is not None:
+                diskless.on_ready = part.wake_waiters  # a read's missed bytes have landed: wake its fetches
             return part
         except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
             self.opener.drop()  # a failed query may leave the connection unusable
@@ -197,8 +222,7 @@ class LeaderTracker:
         """On the event loop: serve ``part`` if the latest view still wants it under its epoch."""
         if part is None:
             return
-        plog = part.log
-        assert isinstance(plog, PgPartitionLog)
+        plog = cast(_LedEngine, part.log)  # built by _build
         row = self._wanted.get(tp)
         if row is None or row.leader_epoch != plog.leader_epoch or tp in self.replicas.partitions:
             part.close()

@@ -17,7 +17,7 @@ One drain per partition at a time, each round:
    producer id blocks, never given to anyone else), epoch 0, the next sequence of that producer
    on this partition (from the partition's producer state, so a duplicate is impossible and
    would be answered, not written), each record's timestamp the time of its ``send``;
-3. append it through the produce path (``Partition.append_outbox_async``: producer state
+3. append it through the produce path (``Partition.append_outbox``: producer state
    check, group commit, producer state update after COMMIT), the rows' ids riding along: the
    group commit's ``oncelog_append`` deletes exactly those rows in the transaction that inserts
    the batch, or writes nothing.
@@ -44,7 +44,6 @@ from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.notify import ChannelListener
 from oncelog.cluster.outbox_schema import BATCH_OVERHEAD, OUTBOX_CHANNEL
-from oncelog.cluster.pg_log import PgPartitionLog
 from oncelog.clock import Clock
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
@@ -137,9 +136,7 @@ class OutboxDrainer:
             loop.call_soon_threadsafe(self.wake, pid)
 
     def _led(self) -> dict[int, Partition]:
-        # the PostgreSQL engine only: a diskless partition (issue 29, a subclass) cannot delete
-        # outbox rows in its commit, so the outbox does not drain into it (its rows stay pending)
-        return {p.log.partition_id: p for p in self._replicas.partitions.values() if type(p.log) is PgPartitionLog}
+        return {oid: p for p in self._replicas.partitions.values() if (oid := p.log.outbox_id) is not None}
 
     def wake(self, partition_id: int) -> None:
         """Drain ``partition_id`` now if this broker leads it (once more after the running drain)."""
@@ -195,10 +192,11 @@ class OutboxDrainer:
 
     async def _drain_once(self, part: Partition) -> int:
         """One batch of ``part``'s pending rows appended (and deleted); how many records."""
-        plog = part.log
-        assert isinstance(plog, PgPartitionLog)
+        outbox_id = part.log.outbox_id
+        if outbox_id is None:
+            return 0
         max_bytes = max(1, part.config.max_message_bytes - BATCH_OVERHEAD)
-        rows = self._reader.query(_ROWS, {"p": plog.partition_id, "lim": self._max_records, "bytes": max_bytes},
+        rows = self._reader.query(_ROWS, {"p": outbox_id, "lim": self._max_records, "bytes": max_bytes},
                                   binary=True)
         if not rows:
             return 0
@@ -209,7 +207,7 @@ class OutboxDrainer:
         batch = records.build_batch(recs, timestamp_ms=recs[0][3], producer_id=pid, producer_epoch=0,
                                     base_sequence=seq)
         header = records.parse_header(batch)
-        await part.append_outbox_async(batch, header, self._clock.now_ms(), tuple(r[0] for r in rows))
+        await part.append_outbox(batch, header, self._clock.now_ms(), tuple(r[0] for r in rows))
         self.drained_records += len(recs)
         return len(recs)
 

@@ -44,7 +44,7 @@ Bad input never takes the broker down (R22): an oversize or malformed frame, an 
 version, or a peer that disconnects mid-request ends that one connection with one log line.
 
 Sending responses. A response is a list of parts (``framing.encode_response``): ``bytes`` and
-file slices of the log (``storage.log.FileSlice``: fd, position, length). Slices are sent one of
+file slices of the log (``storage.parts.FileSlice``: fd, position, length). Slices are sent one of
 two ways, chosen once per event loop:
 
 * zero-copy: on a loop that implements ``loop.sendfile`` (the standard selector loop), a slice

@@ -349,6 +349,7 @@ def families(snap: BrokerState, now_ms: int, *, pause: Callable[[], None] | None
             group_lag.add_metric(lv, lag(e, offset))
     yield group_offset
     yield group_lag
+    yield from group_families(snap, ends, pause)
 
     yield GaugeMetricFamily("kafka_coordinator_transaction_open", "Open transactions (Ongoing or being ended)",
                             value=len(open_starts := snap.open_txn_starts()))
@@ -366,6 +367,63 @@ def families(snap: BrokerState, now_ms: int, *, pause: Callable[[], None] | None
     for name, count in snap.connections.items():
         conns.add_metric([name], count)
     yield conns
+
+
+def group_families(snap: BrokerState, ends: dict[tuple[str, int], int],
+                   pause: Callable[[], None] | None = None) -> Iterator[Any]:
+    """The groups' families (pure): per group its type, state, members and epoch; per type the
+    number of groups; per share partition (KIP-932) its offsets and record counts."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    glabels = ["consumergroup", "type"]
+    count = GaugeMetricFamily("kafka_server_group_coordinator_metrics_group_count",
+                              "Groups this broker coordinates, by protocol (classic, consumer, share)",
+                              labels=["protocol"])
+    members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group", labels=glabels)
+    epoch = GaugeMetricFamily("kafka_consumergroup_epoch", "The group's generation (classic) or group epoch "
+                              "(consumer, share)", labels=glabels)
+    state = GaugeMetricFamily("kafka_consumergroup_state", "1 for the group's state (Kafka's names)",
+                              labels=[*glabels, "state"])
+    per_type = {"classic": 0, "consumer": 0, "share": 0}
+    for i, g in enumerate(snap.groups):
+        if pause is not None and i and i % RENDER_PAUSE_ROWS == 0:
+            pause()
+        per_type[g.group_type] = per_type.get(g.group_type, 0) + 1
+        lv = [g.group_id, g.group_type]
+        members.add_metric(lv, len(g.members))
+        epoch.add_metric(lv, g.generation)
+        state.add_metric([*lv, g.state], 1)
+    for t, n in sorted(per_type.items()):
+        count.add_metric([t], n)
+    yield from (count, members, epoch, state)
+
+    slabels = ["sharegroup", "topic", "partition"]
+    start = GaugeMetricFamily("kafka_sharegroup_start_offset", "Share-partition start offset: every record "
+                              "below it is acknowledged or archived (-1: not initialized)", labels=slabels)
+    in_flight = GaugeMetricFamily("kafka_sharegroup_in_flight_records", "Records between the share-partition "
+                                  "start and end offsets", labels=slabels)
+    acquired = GaugeMetricFamily("kafka_sharegroup_acquired_records", "Records acquired by a member now "
+                                 "(under an acquisition lock)", labels=slabels)
+    share_lag = GaugeMetricFamily("kafka_sharegroup_lag", "Log end offset minus the share-partition start offset",
+                                  labels=slabels)
+    acked = CounterMetricFamily("kafka_sharegroup_acknowledged_records", "Records acknowledged (accepted) since "
+                                "the share partition was loaded", labels=slabels)
+    archived = CounterMetricFamily("kafka_sharegroup_archived_records", "Records archived (rejected, past the "
+                                   "delivery count limit, never deliverable) since the share partition was "
+                                   "loaded", labels=slabels)
+    for i, sp in enumerate(snap.share_partitions):
+        if pause is not None and i and i % RENDER_PAUSE_ROWS == 0:
+            pause()
+        lv = [sp.group_id, sp.topic, str(sp.partition)]
+        start.add_metric(lv, sp.start_offset)
+        in_flight.add_metric(lv, sp.in_flight)
+        acquired.add_metric(lv, sp.acquired)
+        acked.add_metric(lv, sp.acknowledged_total)
+        archived.add_metric(lv, sp.archived_total)
+        e = ends.get((sp.topic, sp.partition))
+        if e is not None and sp.start_offset >= 0:
+            share_lag.add_metric(lv, lag(e, sp.start_offset))
+    yield from (start, in_flight, acquired, share_lag, acked, archived)
 
 
 def metrics_for(broker: "Broker") -> BrokerMetrics | None:

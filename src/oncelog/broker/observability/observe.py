@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.observability.metrics import RequestStats
 
-__all__ = ["OPEN_TXN_STATES", "SNAPSHOT_CHUNK", "BrokerState", "GroupRow", "PartitionRow", "TxnRow", "lag", "take"]
+__all__ = ["OPEN_TXN_STATES", "SNAPSHOT_CHUNK", "BrokerState", "GroupRow", "PartitionRow", "SharePartitionRow",
+           "TxnRow", "lag", "take"]
 
 #: rows (partitions, groups, committed offsets, transactional ids) copied per turn of the loop
 SNAPSHOT_CHUNK = 256
@@ -60,8 +62,11 @@ class PartitionRow(NamedTuple):
 
 
 class GroupRow(NamedTuple):
-    """A classic group (not Dead): its members as (member id, instance id, client id, client
-    host, assignment bytes)."""
+    """A group (a classic one not Dead, a consumer group (KIP-848), a share group (KIP-932)): its
+    members as (member id, instance id, client id, client host, assignment bytes). A classic
+    group's ``generation`` is its generation id, a consumer or share group's its group epoch;
+    their members' assignment bytes are empty and ``assigned`` holds, per member in the same
+    order, the partitions the coordinator assigned it (its target, for a share group)."""
 
     group_id: str
     state: str
@@ -69,6 +74,24 @@ class GroupRow(NamedTuple):
     protocol: str
     generation: int
     members: tuple[tuple[str, str | None, str, str, bytes], ...]
+    group_type: str = "classic"  # classic, consumer, share (ListGroups' group type)
+    assigned: tuple[tuple[TopicPartition, ...], ...] | None = None
+
+
+class SharePartitionRow(NamedTuple):
+    """One share partition (KIP-932) of a share group, from its counters (no per-record walk):
+    the share-partition start and end offsets (-1: not initialized yet), the records in flight
+    between them, those acquired now, and those acknowledged or archived since it was loaded."""
+
+    group_id: str
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    in_flight: int
+    acquired: int
+    acknowledged_total: int
+    archived_total: int
 
 
 class TxnRow(NamedTuple):
@@ -101,6 +124,8 @@ class BrokerState:
     connections: dict[str, int] = field(default_factory=dict)
     partitions: list[PartitionRow] = field(default_factory=list)
     groups: list[GroupRow] = field(default_factory=list)
+    #: share partitions of the share groups this broker serves (KIP-932)
+    share_partitions: list[SharePartitionRow] = field(default_factory=list)
     #: (group, topic, partition, committed offset)
     committed: list[tuple[str, str, int, int]] = field(default_factory=list)
     #: whether group coordinator partitions are still loading
@@ -118,6 +143,17 @@ class BrokerState:
     def open_txn_starts(self) -> list[int]:
         """The start time (ms) of each open transaction."""
         return [t.start_ms for t in self.txns if t.open and t.start_ms >= 0]
+
+
+def _named(broker: "Broker", assignment: "dict[uuid.UUID, frozenset[int]]") -> tuple[TopicPartition, ...]:
+    """A KIP-848/KIP-932 assignment (topic id -> partitions) by topic name, sorted; a topic
+    deleted meanwhile is left out."""
+    out = []
+    for topic_id, parts in assignment.items():
+        meta = broker.replicas.topic_by_id(topic_id)
+        if meta is not None:
+            out.extend(TopicPartition(meta.name, p) for p in parts)
+    return tuple(sorted(out))
 
 
 async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
@@ -166,12 +202,42 @@ async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
             rows += 1 + len(members)
             if rows >= chunk:
                 await turn()
+        for gid, cg in list(shard.consumers.groups.items()):  # consumer groups (KIP-848)
+            if gid in shard.groups:
+                continue  # a classic group of that id is what the group is (ListGroups says so too)
+            cmembers = list(cg.members.values())
+            members = tuple((m.member_id, m.instance_id, m.client_id, m.client_host, b"") for m in cmembers)
+            snap.groups.append(GroupRow(gid, cg.state, "consumer", "", cg.group_epoch, members, "consumer",
+                                        tuple(_named(broker, m.assigned) for m in cmembers)))
+            rows += 1 + len(members)
+            if rows >= chunk:
+                await turn()
         for gid, offsets in list(shard.offsets.committed.items()):
             snap.committed.extend((gid, tp.topic, tp.partition, off.offset) for tp, off in list(offsets.items()))
             rows += len(offsets)
             if rows >= chunk:
                 await turn()
     snap.groups_loading = bool(broker.groups.loading)
+
+    shares = getattr(broker, "shares", None)  # the share-group service (KIP-932)
+    if shares is not None:
+        for gid, sg in list(shares.groups.groups.items()):
+            smembers = list(sg.members.values())
+            members = tuple((m.member_id, None, m.client_id, m.client_host, b"") for m in smembers)
+            snap.groups.append(GroupRow(gid, sg.state, "share", "", sg.group_epoch, members, "share",
+                                        tuple(_named(broker, m.assigned) for m in smembers)))
+            rows += 1 + len(members)
+            if rows >= chunk:
+                await turn()
+        for (gid, topic_id, p), sp in list(shares.partitions.items()):
+            meta = broker.replicas.topic_by_id(topic_id)
+            if meta is None:
+                continue  # its topic was deleted
+            snap.share_partitions.append(SharePartitionRow(gid, meta.name, p, sp.spso, sp.speo, sp.in_flight,
+                                                           sp.acquired, sp.acknowledged_total, sp.archived_total))
+            rows += 1
+            if rows >= chunk:
+                await turn()
 
     txns = getattr(broker, "transactions", None)  # declared by Broker, set once its start() makes it
     if txns is not None:

@@ -1,7 +1,7 @@
 """Writing transaction markers (R14): the transaction coordinator's one way to reach a partition.
 
 ``MarkerWriter`` is the interface. ``write_local`` is the one place a marker is appended: the
-COMMIT/ABORT control batch on a partition this broker leads (``Partition.append_marker_async``:
+COMMIT/ABORT control batch on a partition this broker leads (``Partition.append_marker``:
 idempotent; refuses an older producer epoch and an older coordinator epoch, so a zombie
 coordinator's late marker cannot close the producer's next transaction), and, on
 ``__consumer_offsets``, the group coordinator told that the producer's pending offsets are
@@ -48,7 +48,7 @@ async def write_local(replicas: ReplicaManager, groups: "GroupCoordinator | None
     NotLeaderOrFollower / UnknownTopicOrPartition, InvalidProducerEpoch,
     TransactionCoordinatorFenced, or the storage's error."""
     part = replicas.partition(tp.topic, tp.partition)
-    await part.append_marker_async(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+    await part.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
     if tp.topic == OFFSETS_TOPIC and groups is not None:
         groups.complete_transaction(tp.partition, producer_id, commit)
 

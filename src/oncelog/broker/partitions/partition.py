@@ -2,11 +2,21 @@
 fetchers waiting for data.
 
 With a single replica the high watermark is the log end offset: a batch is committed (R2) once
-it is in the log. ``append_validated`` takes a producer's batch that the Produce handler has
-validated (records.py), checks it against the producer state (R6: duplicates are answered with
-their original offsets and not written again; gaps, stale epochs and unknown producers are
-refused), appends it whole, and only then updates the producer state; ``append_internal`` is
-the coordinators' way in. Nothing here looks at single records.
+it is in the log. There is one method per kind of append, each the same on every engine:
+``append_validated`` takes a producer's batch that the Produce handler has validated
+(records.py), checks it against the producer state (R6: duplicates are answered with their
+original offsets and not written again; gaps, stale epochs and unknown producers are refused),
+appends it whole, and only then updates the producer state; ``append_internal`` is the
+coordinators' way in, ``append_marker`` writes a transaction marker, ``append_outbox`` a batch
+of the transactional outbox (cluster mode). Nothing here looks at single records.
+
+One append path. Each of them goes through the engine contract's one append (``submit``,
+storage/engine.py) and returns an awaitable of its result. An engine that completes the append
+within ``submit`` (the local one) has it checked, written and applied at the call: awaiting the
+result never suspends, and no future or task is made. One that completes later (PostgreSQL, at
+its group COMMIT) has the producer state applied when it completes; meanwhile the batch holds
+the high watermark below it and owns its producer's line (``_in_line``): the producer's next
+append on this partition is checked and written after it, in the order the calls were made.
 
 Producer state survives restarts (R7): a snapshot is written whenever the log rolls a segment and
 on clean close; on open the newest snapshot at or below the log end is loaded and the batch
@@ -16,7 +26,7 @@ Long-poll fetches register a future with ``waiter()``; every append resolves all
 fetch parked on min_bytes wakes up as soon as data arrives.
 
 The log is any storage engine (``storage/engine.py``: local segment files, or PostgreSQL in
-cluster mode); nothing here depends on which.
+cluster mode); nothing here asks which.
 
 Single-threaded: called only from the broker's event loop.
 """
@@ -24,16 +34,20 @@ Single-threaded: called only from the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
+from operator import itemgetter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, TypeVar, Union
 
 import logging
 
 from oncelog.protocol import records
-from oncelog.storage.engine import PartitionEngine, ReadPart
-from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.protocol.errors import InvalidProducerEpoch, TransactionCoordinatorFenced
+from oncelog.storage.engine import PartitionEngine, PendingAppend
+from oncelog.storage.parts import ReadPart
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.local.log import PartitionLog
+from oncelog.protocol.errors import InvalidProducerEpoch, KafkaError, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
 from oncelog.types import TopicPartition
@@ -77,16 +91,15 @@ class Partition:
         self.producers = producers
         self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
-        self._inflight_pids: dict[int, asyncio.Future[None]] = {}  # the last turn taken per producer id (_take_turn)
-        #: base offsets of batches handed to a background engine whose producer state is not
+        #: per producer id, its latest append that has not completed (``_in_line``); empty on an
+        #: engine whose appends complete within ``submit``
+        self._inflight_pids: dict[int, asyncio.Future[Any]] = {}
+        #: base offsets of batches handed to an engine, not complete yet, whose producer state is not
         #: applied yet, oldest first (an insertion-ordered dict used as an ordered set). The high
         #: watermark never passes the oldest: the engine's committed end moves on the committer's
         #: thread at COMMIT, before the event loop has registered the batch's transaction, and a
         #: read_committed fetch in between would take an open transaction's records as stable.
         self._unapplied: dict[int, None] = {}
-        #: True when the engine commits in the background (PostgreSQL: ``submit`` + a future); the
-        #: Produce handler then uses ``append_validated_async``. Decided once: Produce asks per batch.
-        self.commits_asynchronously: bool = hasattr(log, "submit")
 
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
@@ -135,8 +148,9 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        """The end of what readers may see: the log end, except on a background engine, where
-        it stops at the oldest committed batch the producer state has not taken in yet."""
+        """The end of what readers may see: the log end, except while appends complete in the
+        background, where it stops at the oldest committed batch the producer state has not
+        taken in yet."""
         end = self.log.log_end_offset
         if self._unapplied:
             end = min(end, next(iter(self._unapplied)))
@@ -159,21 +173,64 @@ class Partition:
     def disk_usage(self) -> tuple[int, int]:
         """(bytes, segments) of a local-files log, for operators (metrics, console); (-1, -1) on
         an engine with no files to measure (the cluster store)."""
-        if isinstance(self.log, PartitionLog):
-            return self.log.size_bytes, len(self.log.segments)
-        return -1, -1
+        return self.log.disk_usage()
 
-    def append_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
+    def append_validated(self, batch: bytes, header: records.BatchHeader,
+                         now_ms: int) -> Awaitable[AppendResult]:
         """Append a producer's batch that ``records.validate_produce_batch`` accepted (``header``
         is its result): checked against the producer state first (R6: a duplicate is answered
         with its original offsets and not written again; gaps, stale epochs and unknown producers
-        are refused with their KafkaError), then written whole."""
+        are refused with their KafkaError), then written whole; await the returned result. Raises
+        the append's KafkaError, at the call or when awaited (NOT_LEADER_OR_FOLLOWER when fenced,
+        KAFKA_STORAGE_ERROR when the store failed).
+
+        The batch takes its place in its producer's line NOW, at the call (issue 28): a Produce
+        request handled while an earlier one of its connection still waits for its COMMIT
+        (pipelining, network/server.py) calls this after the earlier one did, so a producer's batches on
+        this partition are checked and appended in the order they arrived. On an engine that
+        completes later the producer state is updated only after COMMIT (a refused or failed
+        append leaves it untouched; the engine then refuses further appends until the leader is
+        rebuilt from the store, broker/membership/leader_tracker.py), and the append runs as its own task,
+        never cancelled: cancelling the returned awaitable leaves it running (a submitted batch
+        may commit, and the producer state must then take it in)."""
+        pid = header.producer_id
+        if pid >= 0 and pid in self._inflight_pids:
+            return self._in_line(pid, functools.partial(self._begin_validated, batch, header, now_ms, ()))
+        step = self._begin_validated(batch, header, now_ms, ())  # the hot path: inline, no partial
+        return step if type(step) is Ready else self._in_flight(pid, step)
+
+    def append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                      drained: tuple[int, ...]) -> Awaitable[AppendResult]:
+        """Issue 31: append a batch the outbox drainer built (broker/membership/outbox_drainer.py) from the
+        engine's outbox rows ``drained`` (``PartitionEngine.outbox_id``), which the engine
+        removes in the commit that writes the batch. The batch is an idempotent producer's (the
+        broker's own producer id) and takes the produce path (``append_validated``): the
+        producer state check (a duplicate is answered with its offsets and writes nothing),
+        LogAppendTime stamping, the append, the producer state update once it completes."""
+        return self._in_line(header.producer_id,
+                             functools.partial(self._begin_validated, batch, header, now_ms, drained))
+
+    def _begin_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                         drained: tuple[int, ...]) -> "_Step[AppendResult]":
         dup = self.producers.check(header)
         if dup is not None:
-            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
+            return Ready((AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True),))
         batch, header, stamped = self._stamp(batch, header, now_ms)
-        base, last = self._append(batch, header, now_ms)
-        return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
+        active = self.log.active_base_offset
+        pending = self.log.submit(batch, header, now_ms, drained=drained)
+        if pending.done:  # ``_write`` and ``_applied``, written out for the hot path
+            base = pending.base_offset
+            self.producers.update(header, base, now_ms)
+            if self.log.active_base_offset != active:
+                self._snapshot()
+            if self._waiters:
+                self._wake()
+            return Ready((AppendResult(base, pending.last_offset, self.log.log_start_offset,
+                                        log_append_time=stamped),))
+        self._unapplied[pending.base_offset] = None
+        return self._complete(pending, header, now_ms, None, active,
+                              lambda base, last: AppendResult(base, last, self.log.log_start_offset,
+                                                              log_append_time=stamped))
 
     def _stamp(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> tuple[Any, records.BatchHeader, int]:
         """message.timestamp.type=LogAppendTime: the batch stamped with ``now_ms`` (header fields
@@ -184,152 +241,89 @@ class Partition:
         stamped, header = records.stamp_log_append_time(batch, header, now_ms)
         return stamped, header, now_ms
 
-    async def append_validated_async(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
-        """``append_validated`` for an engine that commits in the background (cluster mode):
-        the batch is submitted to the group commit and the caller resumes after its COMMIT, the
-        event loop serving others meanwhile. The producer state is updated only after COMMIT
-        (a refused or failed append leaves it untouched; the engine then refuses further
-        appends until the leader is rebuilt from the store, broker/membership/leader_tracker.py). Batches
-        of one producer id are appended one after the other here, so each is checked against a
-        state that includes the previous one. Raises the append's KafkaError
-        (NOT_LEADER_OR_FOLLOWER when fenced, KAFKA_STORAGE_ERROR when the store failed).
-
-        Cancelling the caller does not cancel the append: once submitted, a batch may commit,
-        and the producer state must then take it in (``_shielded``)."""
-        return await self.append_validated_soon(batch, header, now_ms)
-
-    def append_validated_soon(self, batch: bytes, header: records.BatchHeader,
-                              now_ms: int) -> "asyncio.Future[AppendResult]":
-        """``append_validated_async`` with its place in its producer's order taken NOW, at the
-        call, rather than when the returned future's task first runs (issue 28): a Produce
-        request handled while an earlier one of its connection still waits for its COMMIT
-        (pipelining, server.py) calls this after the earlier one did, so a producer's batches
-        on this partition are checked and appended in the order they arrived. The append runs
-        as its own task, created here and never cancelled, so it always runs to its end and the
-        turn it took is always given back; awaiting the returned future gives its AppendResult
-        or raises its KafkaError; cancelling that future, even before the loop has run anything,
-        leaves the append running (a task cancelled before its first step never runs its
-        coroutine: it would have lost the batch and kept the producer's turn for ever)."""
-        turn = self._take_turn(header.producer_id)
-        return _detached(asyncio.ensure_future(self._in_turn(turn, self._append_validated(batch, header, now_ms))))
-
-    async def _append_validated(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
-        dup = self.producers.check(header)
-        if dup is not None:
-            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
-        batch, header, stamped = self._stamp(batch, header, now_ms)
-        base, last = await self._append_committed(batch, header, now_ms)
-        return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
-
-    def _take_turn(self, pid: int) -> "tuple[int, asyncio.Future[None] | None, asyncio.Future[None]]":
-        """Take the next place in producer ``pid``'s line of async appends (data, coordinator
-        batches, markers), synchronously: (pid, the place before, this place). The places form
-        a chain: each append waits for the one before it only, and ``_in_turn`` completes its
-        own place when it ends, whatever happened; so appends of one producer id run one after
-        the other, in the order their turns were taken, each checked against a producer state
-        that includes the previous one. Producer id -1 (no producer) takes no place."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if pid < 0:
-            return pid, None, done
-        before = self._inflight_pids.get(pid)
-        self._inflight_pids[pid] = done
-        return pid, before, done
-
-    async def _in_turn(self, turn: "tuple[int, asyncio.Future[None] | None, asyncio.Future[None]]",
-                       coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coro`` in the place ``turn`` (``_take_turn``): after the place before it is done."""
-        pid, before, done = turn
-        try:
-            if before is not None:
-                await asyncio.shield(before)
-            return await coro
-        finally:
-            coro.close()  # never started if the wait above was cancelled: no "never awaited" warning
-            if pid >= 0 and self._inflight_pids.get(pid) is done:
-                del self._inflight_pids[pid]
-            done.set_result(None)
-
-    async def append_outbox_async(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                                  drained: tuple[int, ...]) -> AppendResult:
-        """Issue 31: append a batch the outbox drainer built (broker/membership/outbox_drainer.py) from the
-        ``oncelog.outbox`` rows ``drained``, which the store deletes in the transaction that
-        writes the batch. The batch is an idempotent producer's (the broker's own producer id)
-        and takes the produce path: the producer state check (a duplicate is answered with its
-        offsets and writes nothing), LogAppendTime stamping, the group commit, the producer state
-        update after COMMIT. Cluster mode only (an engine with ``submit``)."""
-        turn = self._take_turn(header.producer_id)
-        return await _shielded(self._in_turn(turn, self._append_outbox(batch, header, now_ms, drained)))
-
-    async def _append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                             drained: tuple[int, ...]) -> AppendResult:
-        dup = self.producers.check(header)
-        if dup is not None:
-            return AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True)
-        batch, header, stamped = self._stamp(batch, header, now_ms)
-        base, last = await self._append_committed(batch, header, now_ms, drained=drained)
-        return AppendResult(base, last, self.log.log_start_offset, log_append_time=stamped)
-
-    async def _append_committed(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                                *, coordinator_epoch: int | None = None,
-                                drained: tuple[int, ...] = ()) -> tuple[int, int]:
-        """Submit to the background engine, wait for COMMIT, then apply to the producer state.
-        Until applied, the batch holds the high watermark below it (``_unapplied``); callers
-        that derive more state from the append (a marker's aborted-index entry) do so before
-        their next ``await``, so no reader sees the batch without it."""
-        if drained:
-            pending = self.log.submit(batch, header, drained=drained)  # type: ignore[attr-defined]
-        else:
-            pending = self.log.submit(batch, header)  # type: ignore[attr-defined]
-        self._unapplied[pending.base_offset] = None
-        try:
-            await asyncio.wrap_future(pending.future)
-            self.producers.update(header, pending.base_offset, now_ms, coordinator_epoch=coordinator_epoch)
-        finally:
-            del self._unapplied[pending.base_offset]
-            self._wake()
-        return pending.base_offset, pending.last_offset
-
-    def append_internal(self, batch: bytes, now_ms: int) -> AppendResult:
+    def append_internal(self, batch: bytes, now_ms: int) -> Awaitable[AppendResult]:
         """Append a batch written by the broker's own coordinators (offset commits, group
         metadata, transaction log records, transactional offset commits carrying a producer id
         without sequence numbers): the header is parsed and the producer epoch checked (a fenced
-        epoch is refused), sequence numbers are not (as Kafka's ``AppendOrigin.COORDINATOR``)."""
+        epoch is refused), sequence numbers are not (as Kafka's ``AppendOrigin.COORDINATOR``).
+        Await the result (as ``append_validated``: in its producer's line, taken at the call)."""
         header = records.parse_header(batch)
+        return self._in_line(header.producer_id, functools.partial(self._begin_internal, batch, header, now_ms))
+
+    def _begin_internal(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> "_Step[AppendResult]":
         self.producers.check_epoch(header)
-        base, last = self._append(batch, header, now_ms)
-        return AppendResult(base, last, self.log.log_start_offset)
+        return self._write(batch, header, now_ms,
+                           then=lambda base, last: AppendResult(base, last, self.log.log_start_offset))
 
-    async def append_internal_async(self, batch: bytes, now_ms: int) -> AppendResult:
-        """``append_internal`` on any engine: awaits COMMIT when the engine commits in the
-        background (the coordinators of cluster mode), plain ``append_internal`` otherwise."""
-        if not self.commits_asynchronously:
-            return self.append_internal(batch, now_ms)
-        return await _shielded(self._append_internal_async(batch, now_ms))
+    def _in_line(self, pid: int, begin: "Callable[[], _Step[_T]]") -> Awaitable[_T]:
+        """Run ``begin`` (the checks and the engine's ``submit`` of one append) in producer
+        ``pid``'s line: at once when none of its appends is in flight here (always so on an
+        engine that completes within ``submit``: the result is then ready, and no future or task
+        is made); otherwise after the in-flight ones, as a task. An append that completes later
+        becomes the producer's latest in flight: the next one waits for it. Producer id -1 (no
+        producer) has no line. The task is never cancelled: cancelling the returned future
+        leaves it running (its outcome then retrieved and dropped)."""
+        before = self._inflight_pids.get(pid) if pid >= 0 else None
+        if before is None:
+            step = begin()
+            return step if type(step) is Ready else self._in_flight(pid, step)  # type: ignore[return-value]
+        return self._in_flight(pid, _after(before, begin))
 
-    async def _append_internal_async(self, batch: bytes, now_ms: int) -> AppendResult:
-        header = records.parse_header(batch)
-        return await self._in_turn(self._take_turn(header.producer_id), self._append_internal_checked(batch, header, now_ms))
+    def _in_flight(self, pid: int, coro: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
+        """Run ``coro`` (an append that completes later) as its own task, the producer's latest
+        in flight here; the returned future's cancellation leaves the task running."""
+        task = asyncio.ensure_future(coro)
+        if pid >= 0:
+            self._inflight_pids[pid] = task
+            task.add_done_callback(functools.partial(self._left_line, pid))
+        return _detached(task)
 
-    async def _append_internal_checked(self, batch: bytes, header: records.BatchHeader, now_ms: int) -> AppendResult:
-        self.producers.check_epoch(header)
-        base, last = await self._append_committed(batch, header, now_ms)
-        return AppendResult(base, last, self.log.log_start_offset)
+    def _left_line(self, pid: int, task: "asyncio.Future[Any]") -> None:
+        if self._inflight_pids.get(pid) is task:
+            del self._inflight_pids[pid]
+
+    def _write(self, batch: bytes, header: records.BatchHeader, now_ms: int, *, then: Callable[[int, int], _T],
+               coordinator_epoch: int | None = None, drained: tuple[int, ...] = ()) -> "_Step[_T]":
+        """Submit the batch to the engine (the one append, storage/engine.py). Complete at once:
+        the producer state takes it in, ``then(base, last)`` derives the caller's result, and
+        the result is ready. Otherwise: the batch holds the high watermark below it
+        (``_unapplied``) and the returned coroutine does the same once the engine completes it
+        (``then`` runs in the same step as the producer state update, before any reader can see
+        the batch without what it derives, e.g. a marker's aborted-index entry)."""
+        active = self.log.active_base_offset
+        pending = self.log.submit(batch, header, now_ms, drained=drained)
+        if pending.done:
+            self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
+            return Ready((then(pending.base_offset, pending.last_offset),))
+        self._unapplied[pending.base_offset] = None
+        return self._complete(pending, header, now_ms, coordinator_epoch, active, then)
+
+    async def _complete(self, pending: PendingAppend, header: records.BatchHeader, now_ms: int,
+                        coordinator_epoch: int | None, active: int, then: Callable[[int, int], _T]) -> _T:
+        try:
+            await pending
+        except BaseException:
+            del self._unapplied[pending.base_offset]
+            self._wake()
+            raise
+        del self._unapplied[pending.base_offset]
+        self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
+        return then(pending.base_offset, pending.last_offset)
+
+    def _applied(self, base: int, header: records.BatchHeader, now_ms: int, coordinator_epoch: int | None,
+                 active: int) -> None:
+        """The producer state takes a complete append in; a segment roll snapshots it; waiting
+        fetches wake. The caller derives its result (``then``) before its next ``await``."""
+        self.producers.update(header, base, now_ms, coordinator_epoch=coordinator_epoch)
+        if self.log.active_base_offset != active:
+            self._snapshot()
+        self._wake()
 
     def delete_records(self, offset: int) -> None:
         """DeleteRecords: the log start moves up to ``offset`` (the caller checked it is at most
         the high watermark); segments wholly below it are deleted. A lower offset changes nothing."""
         if offset > self.log.log_start_offset:
             self.log.set_log_start_offset(offset)
-
-    def _append(self, batch: bytes, header: records.BatchHeader, now_ms: int, *,
-                coordinator_epoch: int | None = None) -> tuple[int, int]:
-        active = self.log.active_base_offset
-        base, last = self.log.append(batch, header, now_ms)
-        self.producers.update(header, base, now_ms, coordinator_epoch=coordinator_epoch)
-        if self.log.active_base_offset != active:
-            self._snapshot()
-        self._wake()
-        return base, last
 
     def has_open_transaction(self, producer_id: int, epoch: int | None = None) -> bool:
         """Whether ``producer_id`` has a transaction open here (of ``epoch``, when given: a
@@ -342,52 +336,35 @@ class Partition:
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
-    ) -> int | None:
+    ) -> Awaitable[int | None]:
         """Write a COMMIT or ABORT transaction marker for ``producer_id`` (R14).
 
         Idempotent: when the producer has no open transaction here (the marker was written
         already, or the transaction never wrote to this partition) nothing is written and None is
         returned; otherwise the marker's offset. An ABORT adds the transaction to the aborted
-        index; either way the producer's transaction closes and the LSO may advance.
+        index; either way the producer's transaction closes and the LSO may advance. Await the
+        result (as ``append_validated``: in its producer's line, taken at the call).
 
         Raises InvalidProducerEpoch for a marker older than the producer's current epoch, and
         TransactionCoordinatorFenced for one from an older coordinator epoch than the last
         marker of this producer here (a zombie coordinator: its late COMMIT must not close the
         producer's next transaction, which has the same producer epoch under TV1).
         """
+        return self._in_line(producer_id, functools.partial(self._begin_marker, producer_id, producer_epoch, commit,
+                                                            coordinator_epoch, now_ms))
+
+    def _begin_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      now_ms: int) -> "_Step[int | None]":
         plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         if plan is None:
-            return None
+            return Ready((None,))
         batch, header, first, lso_before = plan
-        base, _ = self._append(batch, header, now_ms, coordinator_epoch=coordinator_epoch)
-        self._marker_written(producer_id, commit, first, base, lso_before)
-        return base
 
-    async def append_marker_async(
-        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
-    ) -> int | None:
-        """``append_marker`` on any engine (awaits COMMIT on one that commits in the background)."""
-        if not self.commits_asynchronously:
-            return self.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
-        return await _shielded(self._append_marker_async(producer_id, producer_epoch, commit, coordinator_epoch,
-                                                         now_ms))
+        def then(base: int, _last: int) -> int:
+            self._marker_written(producer_id, commit, first, base, lso_before)
+            return base
 
-    async def _append_marker_async(
-        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
-    ) -> int | None:
-        return await self._in_turn(self._take_turn(producer_id), self._append_marker_checked(
-            producer_id, producer_epoch, commit, coordinator_epoch, now_ms))
-
-    async def _append_marker_checked(
-        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
-    ) -> int | None:
-        plan = self._marker_plan(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
-        if plan is None:
-            return None
-        batch, header, first, lso_before = plan
-        base, _ = await self._append_committed(batch, header, now_ms, coordinator_epoch=coordinator_epoch)
-        self._marker_written(producer_id, commit, first, base, lso_before)
-        return base
+        return self._write(batch, header, now_ms, coordinator_epoch=coordinator_epoch, then=then)
 
     def _marker_plan(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                      now_ms: int) -> tuple[bytes, records.BatchHeader, int, int] | None:
@@ -484,16 +461,54 @@ def _index_marker(plog: PartitionEngine, producers: ProducerStateManager, aborte
     return marker.coordinator_epoch
 
 
-async def _shielded(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` as its own task and wait for it; cancelling the caller leaves the task
-    running (a batch handed to a background engine may still commit, and the partition's
-    state must take it in). An outcome nobody waits for any more is retrieved and dropped."""
-    task = asyncio.ensure_future(coro)
+class Ready(tuple, Generic[_T]):  # type: ignore[type-arg]
+    """What an append method returns when the append completed at the call (on an engine that
+    completes within ``submit``, or a duplicate answered from the producer state): its result,
+    there already. Awaiting it returns the result without suspending; a caller on a hot path
+    may take ``value`` (or ``[0]``) without awaiting. The 1-tuple ``(value,)``, made without
+    running Python code."""
+
+    __slots__ = ()
+    value = property(itemgetter(0))
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self[0]  # type: ignore[no-any-return]
+        yield  # a generator: awaiting it never suspends
+
+
+#: what the start of an append gives: its result, or the coroutine that completes it
+_Step = Union[Ready[_T], Coroutine[Any, Any, _T]]
+
+
+async def _after(before: "asyncio.Future[Any]", begin: "Callable[[], _Step[_T]]") -> _T:
+    """``begin`` once ``before`` (the producer's previous append here) is over, however it ended."""
+    await asyncio.wait((before,))
+    step = begin()
+    if type(step) is Ready:
+        return step.value
+    return await step  # type: ignore[misc]
+
+
+async def await_appends(appends: list[Awaitable[_T]]) -> list["_T | KafkaError"]:
+    """Await started appends in order (all were started, so their engine works on them
+    together): each one's result, or its KafkaError. Anything else is raised (a bug). Cancelled
+    or failing part-way, the appends not awaited yet are cancelled (their tasks run on)."""
+    out: list[_T | KafkaError] = []
     try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.add_done_callback(_drop_outcome)
-        raise
+        for aw in appends:
+            if type(aw) is Ready:  # complete at the call: no await needed
+                out.append(aw[0])
+                continue
+            try:
+                out.append(await aw)
+            except KafkaError as exc:
+                out.append(exc)
+    finally:
+        if len(out) < len(appends):
+            for aw in appends[len(out):]:
+                if isinstance(aw, asyncio.Future):
+                    aw.cancel()
+    return out
 
 
 def _detached(task: "asyncio.Task[_T]") -> "asyncio.Future[_T]":

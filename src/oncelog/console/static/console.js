@@ -116,11 +116,13 @@ function renderTopics(d) {
 }
 
 function renderGroups(d) {
-  const groups = d.groups.filter((g) => matches(g.group_id, ...g.offsets.map((o) => o.topic)));
+  const groups = d.groups.filter((g) => matches(g.group_id, ...g.offsets.map((o) => o.topic),
+    ...(g.share_partitions || []).map((s) => s.topic)));
   fill("groups", groups.map((g) => ({key: g.group_id, cells: [
-    cell(g.group_id), cell(g.state), cell(g.protocol_type + (g.protocol ? " / " + g.protocol : "")),
+    cell(g.group_id), cell(g.state),
+    cell(g.type === "classic" ? "classic: " + g.protocol_type + (g.protocol ? " / " + g.protocol : "") : g.type),
     cell(g.members.length, g.members.length, "n"),
-    cell(num(g.lag), g.lag, "n" + (g.lag > 0 ? " lag-bad" : ""))]})), "no consumer groups");
+    cell(num(g.lag), g.lag, "n" + (g.lag > 0 ? " lag-bad" : ""))]})), "no groups");
   const box = el("div", {id: "group-details"});
   for (const g of groups) {
     const members = el("table", {class: "members"}, el("thead", {}, el("tr", {},
@@ -146,9 +148,32 @@ function renderGroups(d) {
     }
     if (!g.offsets.length) ob.append(el("tr", {class: "empty"}, el("td", {colSpan: 5}, "no committed offsets")));
     offsets.append(ob);
+    const parts = [];
+    if (g.share_partitions) {  // a share group (KIP-932): its records in flight, per share partition
+      const st = el("table", {class: "share-partitions"}, el("thead", {}, el("tr", {},
+        el("th", {}, "topic-partition"), el("th", {class: "n"}, "start offset"), el("th", {class: "n"}, "in flight"),
+        el("th", {class: "n"}, "acquired"), el("th", {class: "n"}, "acknowledged"), el("th", {class: "n"}, "archived"),
+        el("th", {class: "n"}, "log end"), el("th", {class: "n"}, "lag"))));
+      const sb = el("tbody");
+      for (const s of g.share_partitions) {
+        sb.append(el("tr", {"data-key": s.topic + "-" + s.partition},
+          el("td", {}, s.topic + "-" + s.partition), el("td", {class: "n"}, num(s.start_offset)),
+          el("td", {class: "n"}, num(s.in_flight)), el("td", {class: "n"}, num(s.acquired)),
+          el("td", {class: "n"}, num(s.acknowledged)), el("td", {class: "n"}, num(s.archived)),
+          el("td", {class: "n"}, num(s.log_end)),
+          el("td", {class: "n" + (s.lag > 0 ? " lag-bad" : ""), title: s.lag === null ? "led by another broker" : null},
+            num(s.lag))));
+      }
+      if (!g.share_partitions.length) sb.append(el("tr", {class: "empty"}, el("td", {colSpan: 8}, "nothing fetched yet")));
+      st.append(sb);
+      parts.push(st);
+    } else {
+      parts.push(offsets);
+    }
     box.append(el("div", {class: "group", "data-group": g.group_id},
-      el("h3", {}, g.group_id + " · " + g.state + " · generation " + g.generation + " · lag " + num(g.lag)),
-      members, offsets));
+      el("h3", {}, g.group_id + " · " + g.type + " · " + g.state + " · " + (g.type === "classic" ? "generation " : "epoch ") +
+        g.generation + " · lag " + num(g.lag)),
+      members, ...parts));
   }
   $("#group-details").replaceWith(box);
 }

@@ -23,114 +23,29 @@ from its event loop only. Time is injected (``now_ms``); nothing here reads the 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
+import threading
 from bisect import bisect_right
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
-from oncelog.protocol.errors import CorruptMessage, InvalidConfig, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
+from oncelog.protocol.errors import CorruptMessage, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BatchHeader, iter_records, offset_prefix, record_with_timestamp
 from oncelog.protocol.records import iter_batches as _iter_batches
-from oncelog.storage.segment import DELETED_SUFFIX, LogSegment
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engine import Appended, CompactionPass
+from oncelog.storage.engines.local.cleaner import Cleaner
+from oncelog.storage.engines.local.segment import DELETED_SUFFIX, LogSegment
+from oncelog.storage.parts import FileSlice
 
-__all__ = ["FileSlice", "LogConfig", "PartitionLog"]
+__all__ = ["PartitionLog"]
 
 log = logging.getLogger(__name__)
 
-_DAY_MS = 24 * 3600 * 1000
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries hold offsets relative to the segment base
 _LOG_START_FILE = "log-start-offset"
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """Per-topic log settings (Kafka topic config names in the comments)."""
-
-    segment_bytes: int = 1 << 30  # segment.bytes
-    segment_ms: int = 7 * _DAY_MS  # segment.ms
-    retention_ms: int = 7 * _DAY_MS  # retention.ms (-1: forever)
-    retention_bytes: int = -1  # retention.bytes (-1: unlimited)
-    index_interval_bytes: int = 4096  # index.interval.bytes
-    flush_messages: int | None = None  # flush.messages (None: never fsync per message)
-    flush_ms: int | None = None  # flush.ms (None: never fsync by time)
-    max_message_bytes: int = 1048588  # max.message.bytes
-    file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
-    cleanup_policy: str = "delete"  # cleanup.policy ("delete", "compact", "compact,delete")
-    delete_retention_ms: int = _DAY_MS  # delete.retention.ms (compaction: how long tombstones stay)
-    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
-    #: message.timestamp.type=LogAppendTime: producer batches are stamped at append (Partition)
-    log_append_time: bool = False
-    #: KIP-937: how far behind / ahead of the broker's clock a CreateTime record timestamp may be
-    #: (message.timestamp.before.max.ms / message.timestamp.after.max.ms; Kafka 4's defaults)
-    timestamp_before_max_ms: int = 2**63 - 1
-    timestamp_after_max_ms: int = 3_600_000
-    #: a produced batch may expand to at most this many bytes (broker: message.max.uncompressed.bytes)
-    max_uncompressed_bytes: int = 64 * 1024 * 1024
-
-    #: Kafka property name -> field name.
-    KAFKA_NAMES = {
-        "segment.bytes": "segment_bytes",
-        "segment.ms": "segment_ms",
-        "retention.ms": "retention_ms",
-        "retention.bytes": "retention_bytes",
-        "index.interval.bytes": "index_interval_bytes",
-        "flush.messages": "flush_messages",
-        "flush.ms": "flush_ms",
-        "max.message.bytes": "max_message_bytes",
-        "file.delete.delay.ms": "file_delete_delay_ms",
-        "cleanup.policy": "cleanup_policy",
-        "delete.retention.ms": "delete_retention_ms",
-        "min.compaction.lag.ms": "min_compaction_lag_ms",
-        "message.timestamp.before.max.ms": "timestamp_before_max_ms",
-        "message.timestamp.after.max.ms": "timestamp_after_max_ms",
-    }
-
-    def __post_init__(self) -> None:
-        if not 61 <= self.segment_bytes <= 0x7FFFFFFF:
-            raise InvalidConfig(f"segment.bytes {self.segment_bytes} outside [61, 2147483647]")
-        if self.segment_ms < 1 or self.index_interval_bytes < 0 or self.max_message_bytes < 0:
-            raise InvalidConfig("segment.ms must be >= 1, index.interval.bytes and max.message.bytes >= 0")
-        if (self.flush_messages is not None and self.flush_messages < 1) or (
-            self.flush_ms is not None and self.flush_ms < 0
-        ):
-            raise InvalidConfig("flush.messages must be >= 1 and flush.ms >= 0 when set")
-        if not set(self.cleanup_policy.split(",")) <= {"delete", "compact"}:
-            raise InvalidConfig(f"cleanup.policy {self.cleanup_policy!r} unknown")
-
-    @classmethod
-    def from_properties(cls, props: dict[str, str], base: LogConfig | None = None) -> LogConfig:
-        """``base`` (default: defaults) overridden by Kafka-named properties; unknown names are
-        ignored (they belong to other layers). Raises InvalidConfig on unparsable values."""
-        changes: dict[str, object] = {}
-        for name, value in props.items():
-            field = cls.KAFKA_NAMES.get(name)
-            if field is None:
-                continue
-            if field == "cleanup_policy":
-                changes[field] = value.replace(" ", "")
-                continue
-            try:
-                number = int(value)
-            except ValueError:
-                raise InvalidConfig(f"{name}={value!r} is not an integer") from None
-            if field in ("flush_messages", "flush_ms") and number >= 2**63 - 1:
-                changes[field] = None  # Kafka's "never"
-            else:
-                changes[field] = number
-        return dataclasses.replace(base or cls(), **changes)
-
-
-class FileSlice(NamedTuple):
-    """A byte range of a segment file: ``fd`` stays valid for at least file.delete.delay.ms after
-    the segment is deleted (not after ``PartitionLog.close``/``delete`` without delay)."""
-
-    fd: int
-    position: int
-    length: int
 
 
 class PartitionLog:
@@ -153,6 +68,7 @@ class PartitionLog:
         # (delete deadline, segment); deadline None: not yet known, set by the next cleanup
         self._graveyard: list[tuple[int | None, LogSegment]] = []
         self._undecodable: set[int] = set()  # base offsets of batches iter_records refused
+        self._cleaner: Cleaner | None = None  # compaction's memory of this log (plan_compaction)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -253,12 +169,29 @@ class PartitionLog:
 
     # -- writing -----------------------------------------------------------------------------
 
+    def disk_usage(self) -> tuple[int, int]:
+        return self.size_bytes, len(self._segments)
+
+    @property
+    def outbox_id(self) -> None:
+        return None  # no transactional outbox (a cluster-mode feature, issue 31)
+
+    def plan_compaction(self, upper: int, now_ms: int, stop: threading.Event) -> CompactionPass | None:
+        """The local cleaner's next pass over this log (storage/engines/local/cleaner.py), or None."""
+        if self._cleaner is None:
+            self._cleaner = Cleaner(stop)
+        return self._cleaner.pass_for(self, upper, now_ms)
+
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
-               leader_epoch: int = 0) -> tuple[int, int]:
+               drained: tuple[int, ...] = (), leader_epoch: int = 0) -> Appended:
         """Append a validated producer batch (``header`` is ``parse_header(batch)``), assigning
         offsets from ``log_end_offset``. Rolls first when the active segment is full or old.
         Returns ``(base_offset, last_offset)`` once the bytes are in the page cache; fsyncs when
-        the flush policy says so."""
+        the flush policy says so. It is also the engine contract's ``submit``
+        (storage/engine.py): the append is complete on return (an ``Appended``). There is no
+        outbox here (``drained`` must be empty: a cluster-mode feature, issue 31)."""
+        if drained:
+            raise ValueError(f"{self.path}: the local engine has no outbox to drain")
         size = header.size
         if len(batch) != size:
             raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
@@ -281,7 +214,9 @@ class PartitionLog:
         )
         self._unflushed_messages += header.records_count
         self._apply_flush_policy(now_ms)
-        return base, base + header.last_offset_delta
+        return Appended((base, base + header.last_offset_delta))
+
+    submit = append  # the engine contract's one append (storage/engine.py): complete on return
 
     def _apply_flush_policy(self, now_ms: int) -> None:
         c = self.config
@@ -551,7 +486,7 @@ class PartitionLog:
             self._write_log_start()
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment, now_ms: int) -> None:
-        """Compaction (storage/cleaner.py): put ``new`` in the place of ``old``, consecutive live
+        """Compaction (storage/engines/local/cleaner.py): put ``new`` in the place of ``old``, consecutive live
         segments other than the active one, whose files the cleaner has already moved away.
         ``new`` starts at ``old[0].base_offset`` and holds a subset of their batches. The old
         segments are retired like deleted ones (their open slices stay readable for

@@ -29,10 +29,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, MAGIC, BatchHeader, parse_header
-from oncelog.storage.damage import CheckedRuns, Damage, DamageMap, resume_point, unsound, unsound_prefix
+from oncelog.storage.engines.local.damage import CheckedRuns, Damage, DamageMap, resume_point, unsound, unsound_prefix
 
 if TYPE_CHECKING:
-    from oncelog.storage.segment import LogSegment
+    from oncelog.storage.engines.local.segment import LogSegment
 
 __all__ = ["HeaderChain"]
 

@@ -25,11 +25,11 @@ record its offset (records.filter_batch). Cleaning is per record in Python: neve
 or fetch path.
 
 The rules are storage/keep_rules.py's ``KeepRules`` (shared with the PostgreSQL engine's
-compaction, cluster/pg_log.py); this module is the local engine's side: segments, files, swaps.
+compaction, storage/engines/postgres/log.py); this module is the local engine's side: segments, files, swaps.
 
 Bad data (R22). A batch whose records do not decode (a client wrote it; its header is sound) is
 kept as it is and supersedes nothing (``Scan.undecodable``); a marker that does not decode
-decides nothing. A segment with a damaged region (storage/damage.py) is never rewritten — that
+decides nothing. A segment with a damaged region (storage/engines/local/damage.py) is never rewritten — that
 would drop every batch after the damage — and since compaction must start at the log start (a
 tombstone dropped after a skipped segment could let an older value of its key resurface), a pass
 stops before the first damaged segment. Damage found while building (not yet known to the segment) fails that pass
@@ -57,13 +57,15 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
-from oncelog.storage.keep_rules import KeepRules
-from oncelog.storage.log import PartitionLog
-from oncelog.storage.segment import LogSegment, segment_stem
+from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, KeepRules, is_compacted
+from oncelog.storage.engines.local.segment import LogSegment, segment_stem
+
+if TYPE_CHECKING:  # annotations only: the log imports the cleaner (PartitionLog.plan_compaction)
+    from oncelog.storage.engines.local.log import PartitionLog
 
 __all__ = ["Cleaner", "CleanResult", "recover"]
 
@@ -71,14 +73,9 @@ log = logging.getLogger(__name__)
 
 TMP_DIR = "cleaner.tmp"
 SWAP_SUFFIX = ".swap"
-MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's min.cleanable.dirty.ratio default
 _SEGMENT_EXTS = (".log", ".index", ".timeindex")
 _CHUNK = 1 << 20
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
-
-
-def is_compacted(cleanup_policy: str) -> bool:
-    return "compact" in cleanup_policy.split(",")
 
 
 # -- recovery -------------------------------------------------------------------------------------
@@ -186,9 +183,9 @@ class Cleaner:
     """Compacts partition logs; remembers per log how far it cleaned (in memory: after a restart
     the first pass cleans everything once more, which is harmless)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: threading.Event | None = None) -> None:
         self._state: dict[Path, _State] = {}
-        self.stop = threading.Event()
+        self.stop = stop if stop is not None else threading.Event()
 
     # -- on the event loop ----------------------------------------------------------------------
 
@@ -295,6 +292,11 @@ class Cleaner:
         self.build(plan)
         return self.commit(plan)
 
+    def pass_for(self, plog: PartitionLog, upper: int, now_ms: int) -> "LocalPass | None":
+        """``plan`` as the engine contract's ``CompactionPass`` (``PartitionLog.plan_compaction``)."""
+        plan = self.plan(plog, upper, now_ms)
+        return None if plan is None else LocalPass(self, plan)
+
     # -- may run in a thread ----------------------------------------------------------------------
 
     def build(self, plan: _Plan) -> None:
@@ -392,3 +394,25 @@ def _batches(fd: int, size: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
             yield h, os.pread(fd, h.size, pos)
             consumed = h.size
         pos += consumed
+
+
+class LocalPass:
+    """One planned pass of the local cleaner as the engine contract's ``CompactionPass``
+    (storage/engine.py): ``build`` in a thread, ``commit`` (the swap) on the event loop."""
+
+    def __init__(self, cleaner: Cleaner, plan: _Plan) -> None:
+        self._cleaner = cleaner
+        self._plan = plan
+
+    def build(self) -> None:
+        self._cleaner.build(self._plan)  # discards the plan if it fails
+
+    def commit(self) -> str | None:
+        res = self._cleaner.commit(self._plan)
+        if res.bytes_after == res.bytes_before:
+            return None
+        return (f"{res.segments_before} segment(s), {res.bytes_before} bytes -> "
+                f"{res.segments_after} segment(s), {res.bytes_after} bytes")
+
+    def abort(self) -> None:
+        self._cleaner.abort(self._plan)

@@ -35,7 +35,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, MAGIC, BatchHeader, parse_header
-from oncelog.storage.index import OffsetIndex
+from oncelog.storage.engines.local.index import OffsetIndex
 
 __all__ = ["CheckedRuns", "Damage", "DamageMap", "resume_point", "unsound", "unsound_prefix", "why_unreadable"]
 

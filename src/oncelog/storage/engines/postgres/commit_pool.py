@@ -24,7 +24,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from oncelog.cluster.group_commit import AppendRequest, CommitStats, GroupCommitter
+from oncelog.storage.engines.postgres.group_commit import AppendRequest, CommitStats, GroupCommitter
 
 __all__ = ["CommitterPool"]
 

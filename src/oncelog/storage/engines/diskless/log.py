@@ -2,36 +2,53 @@
 coordinates in PostgreSQL. The storage engine (storage/engine.py) of topics created with
 ``diskless.enable=true``.
 
-Theory of operation. The engine is the PostgreSQL engine (cluster/pg_log.py) with another
-committer and another table: ``submit`` — inherited unchanged — assigns the next offsets as the
-partition's leader, stamps them into the 16 bytes outside the CRC and hands the batch to the
-broker's ``ObjectWriter`` (diskless/writer.py), whose future completes after the COMMIT of the
-object's coordinates; the in-flight bookkeeping, ``resync`` after a failure and the leader
-epoch's fencing are the PostgreSQL engine's. So ``Partition`` (producer state, LSO, markers,
-aborted index, KIP-890 verification) is the same code for all three engines: transactions on
-diskless topics need no second implementation.
+Theory of operation. ``submit`` assigns the next offsets as the partition's leader, stamps them
+(and its leader epoch) into the 16 bytes outside the CRC and hands the batch, as an
+``ObjectAppend``, to the broker's object writer (oncelog/diskless/writer.py, behind the
+``ObjectCommitter`` protocol below), which gathers the batches of every diskless partition the
+broker leads into one object per interval, uploads it and commits the coordinates of all its
+batches in one PostgreSQL transaction (conditional, per batch, on the leader epoch and the log
+end). The returned ``PendingAppend`` (pending.py) completes after that COMMIT. So ``Partition``
+(producer state, LSO, markers, aborted index, KIP-890 verification) is the same code for every
+engine: transactions on diskless topics need no second implementation.
+
+Offsets and failures as in the PostgreSQL engine: ``_next`` is the end including batches
+submitted but not yet committed, ``log_end_offset`` the committed end; if an append fails,
+every later batch of the partition was given offsets after it and fails too (the store
+refuses it: log end moved), and the engine refuses new appends (``failed``) until its leader
+is rebuilt from the store (the leader tracker closes a partition whose engine failed and opens
+it again at the next view).
 
 Reads never touch PostgreSQL for the tail and never block the event loop on the object store:
 
 1. Coordinates: the tail of the partition (the last ``TAIL_BATCHES`` batches this engine
    committed) is in memory (the writer hands them over at COMMIT); older offsets are
    looked up in ``oncelog_dl_batch`` by primary key, one query per read.
-2. Bytes: whole batches from the broker's ``ByteCache`` (the writer seeds it; a control batch
-   is inline in its coordinates). On a miss the read returns the batches before the miss (none
-   if the first one misses) and starts a background load of the missing ones (one ranged GET
-   per object, coalesced); when it lands the partition's parked fetches are woken
-   (``on_ready``, set by the leader tracker to ``Partition.wake_waiters``), so a long-polling
-   fetch is answered as soon as the bytes are here. A load that failed makes the next read of
-   that object raise its KAFKA_STORAGE_ERROR (retriable).
+2. Bytes: whole batches from the broker's read cache (``ReadCache``; the writer seeds it; a
+   control batch is inline in its coordinates). On a miss the read returns the batches before
+   the miss (none if the first one misses) and starts a background load of the missing ones
+   (one ranged GET per object, coalesced); when it lands ``on_ready`` is called (the leader
+   tracker sets it to ``Partition.wake_waiters``), so a long-polling fetch is answered as soon
+   as the bytes are here. A load that failed makes the next read of that object raise its
+   KAFKA_STORAGE_ERROR (retriable).
 3. Each batch is served with the base offset and leader epoch of its coordinates (bytes 0-7
    and 12-15, outside the CRC); the rest are the producer's bytes.
 
 Timestamps (ListOffsets) are answered at batch granularity from the coordinates (the record
 bytes are not fetched): ``offset_for_timestamp`` gives the first batch whose max timestamp
 reaches the time, ``max_timestamp_offset`` the base offset of the batch holding the largest one.
-Retention and DeleteRecords delete coordinates as the PostgreSQL engine deletes rows; the
-objects they pointed into are deleted by the collector (diskless/collector.py). Compaction is
-refused at the topic level (diskless/topic_rules.py): ``compact`` does nothing.
+Retention and DeleteRecords delete coordinates in one transaction conditional on the epoch;
+the objects they pointed into are deleted by the collector (oncelog/diskless/collector.py).
+Compaction is refused at the topic level (oncelog/diskless/topic_rules.py): ``plan_compaction``
+answers None. There is no outbox (``outbox_id`` None; ``submit`` refuses ``drained``), no file
+on the broker's disk (``disk_usage`` (-1, -1)) and no segment (constant active base offset).
+
+This module is synchronous, like every engine core: the object store, the writer and the cache
+(which use asyncio) are oncelog/diskless/'s, seen here only through the two protocols.
+Thread-safety: the writer completes futures on the event loop and calls ``_committed`` there;
+the committed end, the in-flight count and the failure are guarded by a lock, the tail by
+another. Reads and retention run on the owner's thread (the opener's during recovery, then the
+event loop's: ``hand_over``).
 """
 
 from __future__ import annotations
@@ -39,20 +56,21 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import deque
-from typing import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, Sequence
 
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.errors import LeaderFenced
+from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.leadership import Leadership
-from oncelog.cluster.pg_log import PgPartitionLog
-from oncelog.diskless.cache import ByteCache
-from oncelog.diskless.writer import Committed, ObjectWriter
-from oncelog.protocol.errors import KafkaStorageError, OffsetOutOfRange
+from oncelog.protocol.errors import KafkaError, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BatchHeader, LOG_OVERHEAD, offset_prefix, parse_header
-from oncelog.storage.engine import ReadPart
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engine import CompactionPass
+from oncelog.storage.engines.diskless.pending import PendingAppend
+from oncelog.storage.parts import ReadPart
 
-__all__ = ["DisklessPartitionLog"]
+__all__ = ["Committed", "DisklessPartitionLog", "ObjectAppend", "ObjectCommitter", "PendingAppend", "ReadCache"]
 
 #: coordinates of the newest batches kept in memory per partition (~100 bytes each)
 TAIL_BATCHES = 1_000
@@ -69,19 +87,106 @@ _HEADERS = ("SELECT base_offset, last_offset, size, leader_epoch, attributes, fi
             "AND last_offset < %(u)s ORDER BY base_offset LIMIT " + str(_PAGE_ROWS))
 
 
-class DisklessPartitionLog(PgPartitionLog):
-    """One diskless partition's log, led under ``lead.leader_epoch``; see the module docstring."""
+@dataclass
+class ObjectAppend:
+    """One batch for the object writer, offsets already assigned. ``data`` is the whole v2 batch
+    with its base offset and partition leader epoch rewritten; the other fields are its
+    header's. ``future`` completes (None) after the COMMIT of its coordinates, or fails with a
+    KafkaError."""
 
-    def __init__(self, store: StoreConnection, writer: ObjectWriter, lead: Leadership, config: LogConfig,
-                 cache: ByteCache) -> None:
-        super().__init__(store, writer, lead, config)  # type: ignore[arg-type]
+    partition_id: int
+    what: str  # "topic-partition", for messages
+    leader_epoch: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+    data: bytes
+    future: Future = field(default_factory=Future)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The coordinates of one committed batch, as its engine keeps them for reads."""
+
+    base_offset: int
+    last_offset: int
+    size: int
+    object_key: str | None  # None: inline (a control batch)
+    byte_offset: int
+    leader_epoch: int
+    inline: bytes | None
+
+
+class ObjectCommitter(Protocol):
+    """What the engine needs of the broker's object writer (oncelog/diskless/writer.py)."""
+
+    def submit(self, req: ObjectAppend) -> Future:
+        """Queue ``req`` for the next object; its future completes after the COMMIT. Raises
+        StoreUnavailable when closed."""
+        ...
+
+    def register(self, partition_id: int, listener: Callable[[list[Committed]], None]) -> None:
+        """``listener`` gets the coordinates of the partition's committed batches, before their
+        futures complete."""
+        ...
+
+    def unregister(self, partition_id: int, listener: Callable[[list[Committed]], None]) -> None: ...
+
+
+class ReadCache(Protocol):
+    """What the engine needs of the broker's read cache (oncelog/diskless/cache.py)."""
+
+    max_bytes: int
+
+    def get(self, key: str, offset: int) -> bytes | None:
+        """The cached batch at ``offset`` of object ``key``, or None."""
+        ...
+
+    def error(self, key: str) -> KafkaError | None:
+        """The error of the last failed load of ``key`` (None: none pending)."""
+        ...
+
+    def load(self, key: str, ranges: Sequence[tuple[int, int]], on_done: Callable[[], None]) -> None:
+        """Start loading ``ranges`` (offset, size) of ``key`` in the background; ``on_done``
+        when they landed (or failed)."""
+        ...
+
+
+class DisklessPartitionLog:
+    """One diskless partition's log, led under ``lead.leader_epoch``; see the module docstring.
+    ``store`` is the reader connection of the thread that owns this object; ``writer`` and
+    ``cache`` are the broker's (one each for all its diskless partitions)."""
+
+    def __init__(self, store: StoreConnection, writer: ObjectCommitter, lead: Leadership, config: LogConfig,
+                 cache: ReadCache) -> None:
+        self._store = store
         self._writer = writer
         self._cache = cache
+        self.lead = lead
+        self.config = config
+        self.what = f"{lead.topic}-{lead.partition}"
+        self._lock = threading.Lock()
+        self._start = lead.log_start_offset
+        self._end = lead.log_end_offset  # committed
+        self._next = lead.log_end_offset  # committed + submitted
+        self._inflight = 0
+        self._failed: KafkaError | None = None
+        #: the control batches of the header page ``iter_headers`` is walking, by base offset
+        self._page_controls: dict[int, bytes] = {}
         self._tail: deque[Committed] = deque(maxlen=TAIL_BATCHES)
         self._tail_lock = threading.Lock()
         #: called (on the loop) when bytes a read missed have been loaded
         self.on_ready: Callable[[], None] = lambda: None
         writer.register(self.partition_id, self._committed)
+
+    def hand_over(self, store: StoreConnection) -> None:
+        """From now on reads go through ``store`` (the opener thread hands the log to the loop)."""
+        self._store = store
 
     def _committed(self, coords: list[Committed]) -> None:
         with self._tail_lock:
@@ -90,11 +195,114 @@ class DisklessPartitionLog(PgPartitionLog):
     # -- state ------------------------------------------------------------------------------
 
     @property
+    def partition_id(self) -> int:
+        return self.lead.partition_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.lead.leader_epoch
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The committed end: the offset the next committed record gets."""
+        with self._lock:
+            return self._end
+
+    @property
+    def active_base_offset(self) -> int:
+        return 0  # no segments: never "rolls"
+
+    @property
+    def pending_deletes(self) -> int:
+        return 0  # coordinates are gone at COMMIT; objects are the collector's
+
+    @property
     def size_bytes(self) -> int:
+        """The bytes of the readable batches (DescribeLogDirs); one query."""
         rows = self._query("SELECT coalesce(sum(size), 0) FROM oncelog_dl_batch WHERE partition_id = %(p)s "
                            "AND last_offset >= %(s)s AND base_offset < %(u)s",
                            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset})
         return int(rows[0][0]) if rows else 0
+
+    def disk_usage(self) -> tuple[int, int]:
+        return -1, -1  # no files on the broker's disk
+
+    @property
+    def outbox_id(self) -> None:
+        """None: a diskless partition keeps no outbox (its commit cannot delete outbox rows)."""
+        return None
+
+    @property
+    def failed(self) -> KafkaError | None:
+        """The error that stopped appends (None while healthy): the leader is rebuilt."""
+        with self._lock:
+            return self._failed
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int | None = None, *,
+               drained: tuple[int, ...] = ()) -> PendingAppend:
+        """The engine contract's append (storage/engine.py): assign the next offsets to a
+        validated batch and hand it to the object writer; the ``PendingAppend`` completes after
+        the COMMIT of the object's coordinates. Raises MessageTooLarge, ValueError (header does
+        not match, or ``drained`` given: no outbox), StoreUnavailable (writer closed), or the
+        error that stopped an earlier append of this partition."""
+        if drained:
+            raise ValueError(f"{self.what}: a diskless partition has no outbox to drain")
+        size = header.size
+        if len(batch) != size:
+            raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
+        if size > self.config.max_message_bytes:
+            raise MessageTooLarge(f"record batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
+        view = batch if isinstance(batch, memoryview) else memoryview(batch)
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            base = self._next
+            last = base + header.last_offset_delta
+            self._next = last + 1
+            self._inflight += 1
+        data = b"".join((offset_prefix(batch, base, self.leader_epoch), view[16:]))
+        req = ObjectAppend(self.partition_id, self.what, self.leader_epoch, base, last, header.max_timestamp,
+                           header.producer_id, header.producer_epoch, header.base_sequence,
+                           header.is_transactional, header.is_control, data)
+        try:
+            fut = self._writer.submit(req)
+        except KafkaError as exc:
+            self._stop(exc)
+            raise
+        fut.add_done_callback(lambda f: self._on_done(f, last))
+        return PendingAppend(base, last, fut)
+
+    def _on_done(self, fut: Future, last: int) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self._stop(exc if isinstance(exc, KafkaError) else StoreUnavailable(str(exc), outcome_unknown=True))
+            return
+        with self._lock:
+            self._inflight -= 1
+            self._end = max(self._end, last + 1)
+
+    def _stop(self, exc: KafkaError) -> None:
+        """An append finished with ``exc``: stop appends (the first error is kept)."""
+        with self._lock:
+            self._inflight -= 1
+            if self._failed is None:
+                self._failed = exc
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """Nothing to do: an append completes only after COMMIT."""
+
+    def _check_offset(self, offset: int, end: int) -> None:
+        if offset < self._start or offset > end:
+            raise OffsetOutOfRange(f"{self.what}: offset {offset} outside [{self._start}, {end}]")
+
+    def _query(self, sql: str, params: dict, *, binary: bool = False) -> list[tuple]:
+        return self._store.query(sql, params, binary=binary)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -331,14 +539,31 @@ class DisklessPartitionLog(PgPartitionLog):
             self._start = max(self._start, offset)
         return deleted
 
-    def compact(self, *args: object, **kwargs: object) -> None:  # type: ignore[override]
-        """Diskless topics are never compacted (refused at creation and alteration)."""
+    def set_log_start_offset(self, offset: int, now_ms: int | None = None) -> None:
+        """DeleteRecords: move the log start up to ``offset`` and delete the coordinates wholly
+        below it, in one transaction conditional on the epoch."""
+        self._advance_start(offset)
+
+    def plan_compaction(self, upper: int, now_ms: int, stop: threading.Event) -> CompactionPass | None:
+        """None: diskless topics are never compacted (``cleanup.policy=compact`` is refused at
+        creation and alteration, oncelog/diskless/topic_rules.py)."""
         return None
+
+    def cleanup_deleted(self, now_ms: int) -> int:
+        return 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Stop receiving coordinates; the writer, cache and connection belong to the broker."""
         self._writer.unregister(self.partition_id, self._committed)
+
+    def delete(self, now_ms: int | None = None) -> None:
+        """DeleteTopics: remove the partition's row and (cascading) its coordinates, if this
+        engine still leads it; the objects are the collector's."""
+        with self._store.transaction() as conn:
+            conn.execute("DELETE FROM oncelog_partition WHERE id = %s AND leader_epoch = %s",
+                         (self.partition_id, self.leader_epoch))
 
     def __repr__(self) -> str:
         return f"DisklessPartitionLog({self.what}, epoch={self.leader_epoch}, start={self._start}, end={self._end})"

@@ -46,15 +46,16 @@ from typing import Iterator
 
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
-from oncelog.cluster.group_commit import AppendRequest, GroupCommitter
 from oncelog.cluster.leadership import CURRENT_SQL, Leadership
 from oncelog.protocol.errors import CorruptMessage, KafkaError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import (BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header,
                                      record_with_timestamp)
-from oncelog.storage.cleaner import MIN_CLEANABLE_DIRTY_RATIO, is_compacted
-from oncelog.storage.engine import ReadPart
-from oncelog.storage.keep_rules import KeepRules
-from oncelog.storage.log import LogConfig
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engine import CompactionPass
+from oncelog.storage.engines.postgres.group_commit import AppendRequest, GroupCommitter
+from oncelog.storage.engines.postgres.pending import PendingAppend
+from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, KeepRules, is_compacted
+from oncelog.storage.parts import ReadPart
 
 __all__ = ["CompactResult", "PendingAppend", "PgPartitionLog"]
 
@@ -81,23 +82,17 @@ class CompactResult:
     pages: int = 0  # transactions that changed something
 
 
-@dataclass(frozen=True, slots=True)
-class PendingAppend:
-    """A submitted batch: its offsets, and the future completed after its COMMIT."""
-
-    base_offset: int
-    last_offset: int
-    future: Future
-
-
 class PgPartitionLog:
     """One partition's log in PostgreSQL, led under ``lead.leader_epoch``. See the module
     docstring. ``store`` is the reader connection of the thread that owns this object (it
     reconnects by itself); ``committer`` is the broker's one GroupCommitter."""
 
     def __init__(self, store: StoreConnection, committer: GroupCommitter, lead: Leadership, config: LogConfig, *,
-                 append_timeout_s: float = APPEND_TIMEOUT_S) -> None:
+                 append_timeout_s: float = APPEND_TIMEOUT_S, compactor: StoreConnection | None = None) -> None:
         self._store = store
+        #: the connection of the thread that runs compaction passes (``plan_compaction``); None:
+        #: this engine does not compact (tests and tools call ``compact`` themselves)
+        self._compactor = compactor
         self._committer = committer
         self.lead = lead
         self.config = config
@@ -159,9 +154,19 @@ class PgPartitionLog:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, *,
+    def disk_usage(self) -> tuple[int, int]:
+        return -1, -1  # no files on the broker's disk (DescribeLogDirs asks ``size_bytes``)
+
+    @property
+    def outbox_id(self) -> int:
+        """This partition's key in ``oncelog.outbox`` (issue 31): its partition id."""
+        return self.lead.partition_id
+
+    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int | None = None, *,
                drained: tuple[int, ...] = ()) -> PendingAppend:
-        """Assign the next offsets to a validated batch and queue it for the next group commit.
+        """The engine contract's append (storage/engine.py): assign the next offsets to a
+        validated batch and queue it for the next group commit; the returned ``PendingAppend``
+        completes at its COMMIT (awaited on the event loop, or ``future.result`` on a thread).
         ``drained``: the ``oncelog.outbox`` rows the batch holds (issue 31), deleted in the
         transaction that writes it (all of them, or the batch is refused).
         Raises MessageTooLarge, ValueError (header does not match), or the error that stopped
@@ -491,6 +496,15 @@ class PgPartitionLog:
 
     # -- compaction (cleanup.policy=compact; storage/keep_rules.py) ----------------------------
 
+    def plan_compaction(self, upper: int, now_ms: int, stop: threading.Event) -> CompactionPass | None:
+        """The engine contract's compaction (storage/engine.py): a pass whose ``build`` runs
+        ``compact`` with the compactor connection this engine was given (None without one, or
+        when the topic is not compacted). Whether the range is dirty enough is decided by
+        ``compact`` itself, in the pass's thread (it reads the store)."""
+        if self._compactor is None or not is_compacted(self.config.cleanup_policy):
+            return None
+        return _StorePass(self, self._compactor, upper, now_ms, stop)
+
     def compact(self, store: StoreConnection, upper: int, now_ms: int, *, force: bool = False,
                 page_rows: int = COMPACT_PAGE_ROWS, stop: threading.Event | None = None) -> "CompactResult | None":
         """One compaction pass, with the keep rules of the local cleaner (``KeepRules``), over the
@@ -637,3 +651,35 @@ class PgPartitionLog:
 
     def __repr__(self) -> str:
         return f"PgPartitionLog({self.what}, epoch={self.leader_epoch}, start={self._start}, end={self._end})"
+
+
+class _StorePass:
+    """One compaction pass of the PostgreSQL engine as the contract's ``CompactionPass``: all the
+    work (reading, rewriting rows, each page committed conditional on the leader epoch) happens
+    in ``build``, on the caller's worker thread with the compactor connection; ``commit`` only
+    reports. A deposed leader's pass stops (LeaderFenced) and is reported, not raised: the
+    leader tracker closes the partition."""
+
+    def __init__(self, plog: PgPartitionLog, store: StoreConnection, upper: int, now_ms: int,
+                 stop: threading.Event) -> None:
+        self._plog, self._store, self._upper, self._now_ms, self._stop = plog, store, upper, now_ms, stop
+        self._result: CompactResult | None = None
+        self._fenced: LeaderFenced | None = None
+
+    def build(self) -> None:
+        try:
+            self._result = self._plog.compact(self._store, self._upper, self._now_ms, stop=self._stop)
+        except LeaderFenced as exc:
+            self._fenced = exc
+
+    def commit(self) -> str | None:
+        if self._fenced is not None:
+            return f"stopped, this broker no longer leads it: {self._fenced}"
+        res = self._result
+        if res is None or res.bytes_after == res.bytes_before:
+            return None
+        return (f"{res.batches_before} batches, {res.bytes_before} bytes -> {res.batches_after} batches, "
+                f"{res.bytes_after} bytes ({res.pages} transaction(s))")
+
+    def abort(self) -> None:
+        """Nothing to discard: every page the pass wrote is committed."""

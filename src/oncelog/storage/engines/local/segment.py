@@ -38,9 +38,9 @@ import crc32c as _crc32c
 
 from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError
 from oncelog.protocol.records import BATCH_HEADER_SIZE, CRC_START, BatchHeader, iter_batches, parse_header
-from oncelog.storage.chain import HeaderChain
-from oncelog.storage.damage import Damage, why_unreadable
-from oncelog.storage.index import IndexDamaged, OffsetIndex, TimeIndex
+from oncelog.storage.engines.local.chain import HeaderChain
+from oncelog.storage.engines.local.damage import Damage, why_unreadable
+from oncelog.storage.engines.local.index import IndexDamaged, OffsetIndex, TimeIndex
 
 __all__ = ["LogSegment", "segment_stem"]
 

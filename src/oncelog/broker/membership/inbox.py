@@ -1,0 +1,410 @@
+"""The group coordinator's side of the database inbox (issue 31, docs/DATABASE.md): offsets that
+applications commit in their own transactions (``oncelog.commit_offsets``, inbox_schema.py).
+
+Theory of operation. Three jobs, all for the groups of the ``__consumer_offsets`` partitions
+this broker coordinates:
+
+1. **Mirror** (fencing). ``oncelog.commit_offsets`` checks the caller's member id and
+   generation (classic) or member epoch (KIP-848) against ``oncelog.inbox_group``. After every
+   operation that may change a group (``GroupCoordinator._execute``: after the append and
+   replay, before any answer goes out), ``mirror`` writes the groups whose snapshot (kind,
+   generation, state, members and their epochs) differs from the one last written; after a
+   partition is loaded, ``mirror_partition`` rewrites every row of it. So a member learns of a
+   new generation (JoinGroup/SyncGroup answers, heartbeat answers) only after the store's
+   fencing does. Rows are UPDATEd, never deleted (a group that went away becomes kind 'none');
+   applications' transactions read them without locking them, so no write here waits for one.
+2. **Read-through** (OffsetFetch at once). ``overlay`` answers OffsetFetch with the newest
+   pending (committed, not yet drained) row of each partition in place of the coordinator's
+   offset: every offset write of a group known to use the inbox drains the group's pending rows
+   first (``has_pending``, then ``drain_locked`` under the shard's lock), so a pending row is
+   newer than the log. A group becomes known by its first commit's NOTIFY (or the poll), and
+   stays known across coordinators (``uses_inbox`` in its mirror row, set at its first drain):
+   only a group's very first database commit and a Kafka commit of the same group arriving
+   before that NOTIFY (milliseconds) may be ordered either way. With
+   ``require_stable`` a partition whose inbox lock an open transaction holds (it called
+   commit_offsets and has not ended) answers UNSTABLE_OFFSET_COMMIT, as a pending
+   TxnOffsetCommit does (KIP-447): a new owner of the partition waits for the zombie's
+   transaction to end instead of reading a position the zombie may still move.
+3. **Drain**. ``drain_locked`` appends the group's pending rows (the newest per partition) to
+   ``__consumer_offsets`` as ordinary offset commit records through the coordinator's one
+   write path, then deletes exactly those rows. A crash between the two leaves rows that the
+   next drain appends again: the same values, and nothing newer can be in the log in between
+   (every write drains first), so the group's offsets end the same. Drains are woken by
+   ``NOTIFY oncelog_inbox '<group>'`` (delivered at the application's COMMIT; the drain starts
+   ``linger_s`` later, so a busy group's commits go in one append), by every offset operation
+   of the group, after a load, and by a poll every ``poll_s``.
+
+The mirror and drain writes run on a worker thread (``asyncio.to_thread``) with their own
+connection; ``has_pending`` (once per offset write) is one indexed read on an asynchronous
+connection; ``overlay`` (OffsetFetch is synchronous) is one read on the event loop's connection,
+bounded by the group's pending rows (at most one per partition per open application
+transaction plus those not yet drained).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable, Iterable
+
+from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.errors import StoreUnavailable
+from oncelog.cluster.inbox_schema import INBOX_CHANNEL
+from oncelog.cluster.notify import ChannelListener
+from oncelog.coordinator.group import records as rec
+from oncelog.coordinator.group.offsets import CommittedOffset
+from oncelog.coordinator.group.state import GroupState
+from oncelog.coordinator.group.types import Result
+from oncelog.protocol.errors import KafkaError, UnstableOffsetCommit
+from oncelog.types import TopicPartition
+
+__all__ = ["Inbox", "snapshot"]
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+#: a woken drain waits this long first, so that the commits of a busy group go in one append
+#: (OffsetFetch reads pending commits through: this delays no reader)
+DRAIN_LINGER_S = 0.05
+WARN_EVERY_S = 10.0
+
+#: kind, generation, state, {member id: generation or member epoch}
+Snapshot = tuple[str, int, str, dict[str, int]]
+ABSENT: Snapshot = ("none", -1, "Dead", {})
+
+_PENDING = ("SELECT id, topic, partition, next_offset, leader_epoch, metadata, ts FROM oncelog.inbox "
+            "WHERE group_id = %s ORDER BY id")
+_KNOWN = ("SELECT group_id FROM oncelog.inbox_group WHERE offsets_partition = %s AND uses_inbox "
+          "UNION SELECT DISTINCT group_id FROM oncelog.inbox")
+_PENDING_GROUPS = "SELECT DISTINCT group_id FROM oncelog.inbox WHERE group_id = ANY(%s)"
+_UPDATE = ("UPDATE oncelog.inbox_group SET offsets_partition = %s, kind = %s, generation = %s, state = %s, "
+           "members = %s WHERE group_id = %s")
+_INSERT = ("INSERT INTO oncelog.inbox_group (offsets_partition, kind, generation, state, members, group_id) "
+           "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (group_id) DO NOTHING")
+
+
+def snapshot(shard: Any, group_id: str) -> Snapshot:
+    """What the store's fencing needs of ``group_id`` in ``shard`` (a GroupShard), as the shard
+    decides an OffsetCommit: a classic group wins over a consumer group of the same id."""
+    group = shard.groups.get(group_id)
+    if group is not None:
+        return ("classic", group.generation, group.state.value, {m: group.generation for m in group.members})
+    consumer = shard.consumers.groups.get(group_id)
+    if consumer is not None:
+        return ("consumer", consumer.group_epoch, "consumer",
+                {m.member_id: m.member_epoch for m in consumer.members.values()})
+    return ABSENT
+
+
+def _groups(shard: Any) -> set[str]:
+    return set(shard.groups) | set(shard.consumers.groups)
+
+
+class Inbox:
+    def __init__(self, connect: Callable[[], Any], aconnect: Callable[[], Awaitable[Any]], node_id: int, *,
+                 poll_s: float = POLL_S, linger_s: float = DRAIN_LINGER_S) -> None:
+        """``connect``: a new autocommit psycopg connection (three are opened: the writer, the
+        event loop's reader, the listener); ``aconnect``: a new autocommit psycopg
+        AsyncConnection (``has_pending``'s)."""
+        self._writer = StoreConnection(connect, f"inbox writer {node_id}")
+        self._reader = StoreConnection(connect, f"inbox reader {node_id}")
+        self._write_lock = asyncio.Lock()
+        self._aconnect = aconnect
+        self._async: Any = None
+        self._checks: dict[str, list[asyncio.Future[bool]]] = {}
+        self._checker: asyncio.Task[None] | None = None
+        #: groups known to use the inbox (has_pending reads the store for these only)
+        self._known: set[str] = set()
+        #: groups whose mirror row carries uses_inbox (as far as this broker wrote it)
+        self._flagged: set[str] = set()
+        self._node = node_id
+        self._poll_s = poll_s
+        self._linger_s = linger_s
+        #: offsets partition -> group -> the snapshot last written to the store
+        self._written: dict[int, dict[str, Snapshot]] = {}
+        self._coordinator: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener = ChannelListener(connect, INBOX_CHANNEL, self._notified, f"oncelog-inbox-listen-{node_id}",
+                                         "inbox notifications")
+        self._poller: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waking: set[str] = set()
+        self._warned = -WARN_EVERY_S
+        self.drained = 0  # commits moved into __consumer_offsets since start (tests, logs)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def available(self) -> bool:
+        """Whether the store has the inbox (schema oncelog with oncelog.inbox)."""
+        return bool(self._reader.query("SELECT to_regclass('oncelog.inbox') IS NOT NULL")[0][0])
+
+    def start(self, coordinator: Any) -> None:
+        """Serve ``coordinator`` (a GroupCoordinator): listen and poll for pending commits."""
+        self._coordinator = coordinator
+        self._loop = asyncio.get_running_loop()
+        self._listener.start()
+        self._poller = self._loop.create_task(self._poll_forever(), name="inbox poll")
+        task = self._loop.create_task(self._mirror_loaded(), name="inbox mirror")  # loaded before start
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _mirror_loaded(self) -> None:
+        coordinator = self._coordinator
+        for p, shard in list(coordinator.shards.items()):
+            async with coordinator.runtime.lock(p):
+                if coordinator.shards.get(p) is shard:
+                    await self.mirror_partition(shard)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._listener.close)
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=30)
+        if self._checker is not None:
+            await asyncio.gather(self._checker, return_exceptions=True)
+        self._writer.close()
+        self._reader.close()
+        await self._drop_async()
+
+    # -- 1. mirror --------------------------------------------------------------------------------
+
+    async def mirror(self, shard: Any, group_ids: Iterable[str] | None) -> None:
+        """Write the groups of ``shard`` (all of them when ``group_ids`` is None) whose snapshot
+        changed since it was last written. A store failure is logged; the groups stay unwritten
+        and are tried again at the next operation."""
+        written = self._written.setdefault(shard.partition, {})
+        current = _groups(shard)
+        changed: dict[str, Snapshot] = {}
+        for g in (current | set(written)) if group_ids is None else set(group_ids):
+            last = written.get(g)
+            if last is None and g not in current:
+                continue  # neither held nor ever written: nothing to say
+            s = snapshot(shard, g)
+            if s != last:
+                changed[g] = s
+        if changed:
+            await self._write(shard.partition, changed, replace=False)
+
+    async def mirror_partition(self, shard: Any) -> None:
+        """After ``shard`` was loaded: make every row of its partition describe it (groups it
+        does not hold become kind 'none')."""
+        self._written.pop(shard.partition, None)
+        await self._write(shard.partition, {g: snapshot(shard, g) for g in _groups(shard)}, replace=True)
+        try:
+            rows = await self._on_writer(self._query, _KNOWN, (shard.partition,))
+        except KafkaError as exc:
+            self._warn("reading which groups use the inbox failed: %s", exc)
+            return
+        self._known.update(g for (g,) in rows)
+
+    def forget(self, partition: int) -> None:
+        """This broker no longer coordinates ``partition``."""
+        self._written.pop(partition, None)
+
+    async def _write(self, partition: int, snaps: dict[str, Snapshot], *, replace: bool) -> None:
+        rows = [(partition, k, gen, state, json.dumps(members), g) for g, (k, gen, state, members) in snaps.items()]
+
+        def write() -> None:
+            with self._writer.transaction() as conn:
+                with conn.cursor() as cur:
+                    if replace:
+                        cur.execute("UPDATE oncelog.inbox_group SET kind = 'none', generation = -1, state = 'Dead', "
+                                    "members = '{}' WHERE offsets_partition = %s AND kind <> 'none' "
+                                    "AND NOT group_id = ANY(%s)", (partition, list(snaps)))
+                    for row in rows:
+                        cur.execute(_UPDATE, row)
+                        if cur.rowcount == 0:
+                            cur.execute(_INSERT, row)
+                            if cur.rowcount == 0:  # inserted by another broker meanwhile
+                                cur.execute(_UPDATE, row)
+
+        try:
+            await self._on_writer(write)
+        except KafkaError as exc:
+            self._warn("writing the inbox's group mirror failed (retried at the next change): %s", exc)
+            return
+        self._written.setdefault(partition, {}).update(snaps)
+
+    # -- 2. read-through ----------------------------------------------------------------------------
+
+    def overlay(self, group_id: str, rows: list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]],
+                asked: list[TopicPartition] | None, require_stable: bool,
+                ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
+        """OffsetFetch's ``rows`` (the coordinator's answer) with the group's pending commits
+        in place of older offsets (and added, when every partition was asked for), and
+        UNSTABLE_OFFSET_COMMIT for the partitions an open transaction is committing (with
+        ``require_stable``). Raises StoreUnavailable (retriable)."""
+        check = [tp for tp, _o, e in rows if e is None] if require_stable else []
+        found = self._reader.query("SELECT * FROM oncelog.inbox_fetch(%s, %s, %s, %s)",
+                                   (group_id, [tp.topic for tp in check], [tp.partition for tp in check],
+                                    bool(check)))
+        if not found:
+            return rows
+        pending: dict[TopicPartition, tuple[CommittedOffset | None, bool]] = {}
+        for topic, partition, offset, epoch, metadata, ts, unstable in found:
+            o = None if offset is None else CommittedOffset(offset, epoch, metadata, ts, -1, -1)
+            pending[TopicPartition(topic, partition)] = (o, bool(unstable))
+        out = []
+        for tp, o, e in rows:
+            got = pending.pop(tp, None)
+            if e is not None or got is None:
+                out.append((tp, o, e))
+            elif got[1]:
+                out.append((tp, None, UnstableOffsetCommit(f"group {group_id} {tp}: an open database transaction "
+                                                           "is committing its offset (oncelog.commit_offsets)")))
+            else:
+                out.append((tp, got[0], None))
+        if asked is None:
+            out.extend((tp, o, None) for tp, (o, unstable) in sorted(pending.items()) if o is not None and not unstable)
+        return out
+
+    # -- 3. drain -------------------------------------------------------------------------------------
+
+    async def has_pending(self, group_id: str) -> bool:
+        """Whether ``group_id`` has commits not drained yet. False without a read for a group
+        not known to use the inbox (its first commit's NOTIFY, a poll, or the flag its first
+        drain set in the mirror makes it known). Otherwise the checks of concurrent callers go
+        in one indexed read on an asynchronous connection (nothing blocks the event loop),
+        started after each of them asked. Raises StoreUnavailable."""
+        if group_id not in self._known:
+            return False
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._checks.setdefault(group_id, []).append(fut)
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.get_running_loop().create_task(self._check_batches(), name="inbox checks")
+        return await fut
+
+    async def _check_batches(self) -> None:
+        while self._checks:
+            batch, self._checks = self._checks, {}
+            try:
+                found = await self._pending_groups(list(batch))
+            except KafkaError as exc:
+                for futs in batch.values():
+                    for f in futs:
+                        if not f.done():
+                            f.set_exception(exc)
+                continue
+            for group_id, futs in batch.items():
+                for f in futs:
+                    if not f.done():
+                        f.set_result(group_id in found)
+
+    async def _pending_groups(self, group_ids: list[str]) -> set[str]:
+        """Which of ``group_ids`` have pending rows; retried once on a new connection when the
+        old one broke. Raises StoreUnavailable."""
+        for attempt in (1, 2):
+            try:
+                if self._async is None or self._async.closed or self._async.broken:
+                    await self._drop_async()
+                    self._async = await self._aconnect()
+                cur = await self._async.execute(_PENDING_GROUPS, (group_ids,))
+                return {row[0] for row in await cur.fetchall()}
+            except Exception as exc:
+                await self._drop_async()
+                if attempt == 2:
+                    raise StoreUnavailable(f"inbox: read failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    async def _drop_async(self) -> None:
+        conn, self._async = self._async, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection
+                pass
+
+    async def drain_locked(self, shard: Any, group_id: str, execute: Callable[[Any, Result, int], Any],
+                           now: int) -> int:
+        """Move ``group_id``'s pending commits into the log: ``execute(shard, result, now)``
+        appends and replays (the coordinator's write path; the caller holds the shard's lock),
+        then the rows are deleted. Returns how many rows. Raises the append's or the store's
+        KafkaError (the rows stay, for the next drain)."""
+        rows = await self._on_writer(self._query, _PENDING, (group_id,))
+        if not rows:
+            return 0
+        newest: dict[tuple[str, int], tuple] = {}
+        for row in rows:  # in id order: the newest of a partition wins
+            newest[(row[1], row[2])] = row
+        records = [(rec.OffsetKey(group_id, topic, partition), rec.OffsetValue(offset, metadata, ts, epoch, -1))
+                   for (_id, topic, partition, offset, epoch, metadata, ts) in newest.values()]
+        await execute(shard, Result(records, {}), now)
+        ids = [r[0] for r in rows]
+
+        def delete() -> None:
+            with self._writer.transaction() as conn:
+                conn.execute("DELETE FROM oncelog.inbox WHERE id = ANY(%s)", (ids,))
+
+        await self._on_writer(delete)
+        self.drained += len(rows)
+        if group_id not in self._flagged:  # known as an inbox user by the next coordinators too
+            await self._on_writer(self._flag, group_id)
+            self._flagged.add(group_id)
+        return len(rows)
+
+    async def _on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on a worker thread, one at a time (the writer's connection)."""
+        async with self._write_lock:
+            return await asyncio.to_thread(fn, *args)
+
+    def _flag(self, group_id: str) -> None:
+        with self._writer.transaction() as conn:
+            conn.execute("UPDATE oncelog.inbox_group SET uses_inbox = true WHERE group_id = %s AND NOT uses_inbox",
+                         (group_id,))
+
+    def _query(self, sql: str, params: Any) -> list[tuple]:
+        return self._writer.query(sql, params)
+
+    # -- waking -------------------------------------------------------------------------------------
+
+    def _notified(self, payload: str) -> None:
+        """On the listener thread: payload = the group id."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.wake, payload)
+
+    def wake(self, group_id: str) -> None:
+        """Drain ``group_id`` soon if this broker coordinates it (once for many wakes)."""
+        self._known.add(group_id)
+        coordinator = self._coordinator
+        if coordinator is None or group_id in self._waking:
+            return
+        if coordinator.partition_for(group_id) not in coordinator.shards:
+            return
+        self._waking.add(group_id)
+        task = asyncio.get_running_loop().create_task(self._drain(group_id), name=f"inbox drain {group_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self, group_id: str) -> None:
+        try:
+            await asyncio.sleep(self._linger_s)
+            self._waking.discard(group_id)  # a NOTIFY from now on wakes another drain
+            await self._coordinator.drain_inbox(group_id)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as exc:
+            self._warn("draining the inbox of group %s failed (retried at the next poll): %s", group_id, exc)
+        except Exception:
+            log.exception("bug: draining the inbox of group %s failed", group_id)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_s)
+            try:
+                rows = await self._on_writer(self._query, "SELECT DISTINCT group_id FROM oncelog.inbox", None)
+            except KafkaError as exc:
+                self._warn("inbox poll failed: %s", exc)
+                continue
+            for (group_id,) in rows:
+                self.wake(group_id)
+
+    def _warn(self, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._warned >= WARN_EVERY_S:
+            self._warned = now
+            log.warning("node %d: " + msg, self._node, *args)
