@@ -1,6 +1,7 @@
 """The documented way to try cluster mode (issue 15, docs/CLUSTER.md):
-``python -m oncelog_tools.cluster`` starts PostgreSQL and brokers on loopback, prints the
-bootstrap string, serves a real client, and stops everything on SIGTERM."""
+``python -m oncelog_tools.cluster`` starts PostgreSQL, SeaweedFS (issue 29) and brokers on
+loopback, prints the bootstrap string and the object-store properties, serves a real client on a
+PostgreSQL-engine topic and on a diskless topic, and stops everything on SIGTERM."""
 
 from __future__ import annotations
 
@@ -41,6 +42,18 @@ def test_the_cluster_tool_starts_a_cluster_a_client_can_use(tmp_path) -> None:
                 time.sleep(0.2)
         assert len(acked) == 20
         read = kc.consume("confluent", bootstrap, "try", [0, 1], expected=20, timeout=30)
+        assert sorted(v for *_x, v in read) == sorted(v for *_x, v in items)
+        # issue 29: the tool starts SeaweedFS and gives the brokers the object store
+        assert any(line.startswith("broker property: diskless.storage.url=s3://") for line in lines), "".join(lines)
+        kc.create_topic("confluent", bootstrap, "try-dl", 2, {"diskless.enable": "true"})
+        for _ in range(50):
+            try:
+                acked = kc.produce("confluent", bootstrap, "try-dl", items, timeout=20)
+                break
+            except AssertionError:
+                time.sleep(0.2)
+        assert len(acked) == 20
+        read = kc.consume("confluent", bootstrap, "try-dl", [0, 1], expected=20, timeout=30)
         assert sorted(v for *_x, v in read) == sorted(v for *_x, v in items)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -38,7 +38,8 @@ def test_schema_is_created_idempotently(store) -> None:
     names = {r[0] for r in store.conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'oncelog_%'")}
     assert names == {"oncelog_partition", "oncelog_batch", "oncelog_topic", "oncelog_broker", "oncelog_cluster",
                      "oncelog_broker_config", "oncelog_scram_credential", "oncelog_acl", "oncelog_acl_version",
-                     "oncelog_share_state", "oncelog_share_config"}  # issue 30: share groups in cluster mode
+                     "oncelog_share_state", "oncelog_share_config",  # issue 30: share groups in cluster mode
+                     "oncelog_dl_object", "oncelog_dl_batch"}  # issue 29: cluster/diskless_schema.py
 
 
 def test_append_read_round_trip_is_byte_exact_with_offsets_rewritten(store) -> None:

@@ -14,9 +14,10 @@ import oncelog
 SRC = Path(oncelog.__file__).parent
 PURE = ("protocol", "storage", "coordinator", "acl")
 #: issue 27: the awaitable edges of storage engines that complete appends elsewhere (the
-#: PostgreSQL engine's COMMIT on its committer's thread): the one module of such an engine that
-#: meets the event loop. The contract, the shared rules and the engines' cores stay asyncio-free.
-ENGINE_ASYNC_EDGES = {"oncelog.storage.engines.postgres.pending"}
+#: PostgreSQL engine's COMMIT on its committer's thread, the diskless engine's object commit, issue
+#: 29): the one module of such an engine that meets the event loop. The contract, the shared rules
+#: and the engines' cores stay asyncio-free.
+ENGINE_ASYNC_EDGES = {"oncelog.storage.engines.postgres.pending", "oncelog.storage.engines.diskless.pending"}
 
 
 def _module_name(path: Path) -> str:
@@ -71,7 +72,9 @@ def test_the_pure_layers_import_neither_asyncio_nor_the_broker(layer: str) -> No
     bad = {
         name: sorted(m for m in _imports(MODULES[name])
                      if ((m == "asyncio" or m.startswith("asyncio.")) and name not in ENGINE_ASYNC_EDGES)
-                     or m.startswith("oncelog.broker") or m.startswith("oncelog.spark") or m == "oncelog.cli")
+                     or m.startswith("oncelog.broker") or m.startswith("oncelog.spark") or m == "oncelog.cli"
+                     # issue 29: the object-store services (asyncio) are above the diskless engine
+                     or m.startswith("oncelog.diskless"))
         for name in MODULES if name.startswith(f"oncelog.{layer}")
     }
     assert not {k: v for k, v in bad.items() if v}
@@ -81,7 +84,7 @@ def test_the_engine_contract_depends_on_no_engine() -> None:
     """storage/engine.py (issue 27) imports no engine: the contract, the read parts and the
     configuration are neutral; each engine imports them, never another engine."""
     assert not {m for m in GRAPH["oncelog.storage.engine"] if m.startswith("oncelog.storage.engines")}
-    for engine in ("local", "postgres"):
+    for engine in ("local", "postgres", "diskless"):
         prefix = f"oncelog.storage.engines.{engine}"
         crossing = {name: sorted(m for m in deps if m.startswith("oncelog.storage.engines.")
                                  and not m.startswith(prefix))
@@ -92,7 +95,7 @@ def test_the_engine_contract_depends_on_no_engine() -> None:
 def test_nothing_above_storage_asks_which_engine_it_has() -> None:
     """Issue 27: no ``isinstance`` on an engine class and no ``hasattr`` on a log outside
     storage/ (the partition, the produce handler and compaction use the engine contract)."""
-    engines = ("PartitionLog", "PgPartitionLog")
+    engines = ("PartitionLog", "PgPartitionLog", "DisklessPartitionLog")
     bad = []
     for name, path in MODULES.items():
         if name.startswith("oncelog.storage"):

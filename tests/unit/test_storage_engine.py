@@ -15,9 +15,10 @@ def _members(cls: type) -> set[str]:
 
 
 def _engines() -> list[type]:
+    from oncelog.storage.engines.diskless.log import DisklessPartitionLog
     from oncelog.storage.engines.postgres.log import PgPartitionLog
 
-    return [PartitionLog, PgPartitionLog]
+    return [PartitionLog, PgPartitionLog, DisklessPartitionLog]
 
 
 def test_partition_log_implements_the_engine_protocol() -> None:

@@ -60,6 +60,10 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     every batch of the round, in one statement (one round trip; see group_commit.py); a batch
     drained from the outbox deletes its pending rows in the same statement.
 
+``oncelog_dl_object``, ``oncelog_dl_batch``, ``oncelog_dl_commit(...)``, ``oncelog_partition.engine``
+    Diskless topics (issue 29): the coordinates of batches kept in an object store
+    (cluster/diskless_schema.py, docs/DISKLESS.md).
+
 schema ``oncelog`` (issue 31, outbox_schema.py, docs/DATABASE.md)
     The database outbox: ``oncelog.send(...)`` for applications, the pending table
     ``oncelog.outbox`` and the role-to-principal map ``oncelog.role_principal``.
@@ -77,6 +81,7 @@ from typing import Any
 
 from oncelog.cluster.inbox_schema import INBOX_DDL
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
+from oncelog.cluster.diskless_schema import DISKLESS_DDL
 from oncelog.cluster.share_state import DDL as SHARE_DDL
 
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
@@ -260,6 +265,7 @@ def ensure_schema(conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
         conn.execute(SHARE_DDL)  # share groups' state (issue 30, cluster/share_state.py)
+        conn.execute(DISKLESS_DDL)  # issue 29: diskless topics' coordinates (cluster/diskless_schema.py)
         try:
             with conn.transaction():  # a savepoint: the cluster works without the outbox
                 conn.execute(OUTBOX_DDL)

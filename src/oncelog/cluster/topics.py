@@ -43,8 +43,11 @@ def create(conn: Any, name: str, partitions: int, configs: Mapping[str, str] | N
                            (name, topic.topic_id, partitions, json.dumps(topic.configs))).fetchone()
         if row is None:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
-        conn.execute("INSERT INTO oncelog_partition (topic, partition) SELECT %s, p FROM generate_series(0, %s - 1) "
-                     "AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING", (name, partitions))
+        # issue 29: the storage engine is fixed at creation (cluster/diskless_schema.py)
+        engine = "diskless" if topic.configs.get("diskless.enable") == "true" else "postgres"
+        conn.execute("INSERT INTO oncelog_partition (topic, partition, engine) SELECT %s, p, %s "
+                     "FROM generate_series(0, %s - 1) AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING",
+                     (name, engine, partitions))
     return topic
 
 
@@ -84,15 +87,18 @@ def grow(conn: Any, name: str, partitions: int) -> TopicInfo:
     transaction. Commits. Raises UnknownTopicOrPartition, or InvalidPartitions when the stored
     count is not smaller (another broker grew it first; nothing written)."""
     with conn.transaction():
-        row = conn.execute("SELECT partitions FROM oncelog_topic WHERE name = %s FOR UPDATE", (name,)).fetchone()
+        row = conn.execute("SELECT partitions, configs->>'diskless.enable' FROM oncelog_topic WHERE name = %s "
+                           "FOR UPDATE", (name,)).fetchone()
         if row is None:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
         if row[0] >= partitions:
             raise InvalidPartitions(f"The topic {name} currently has {row[0]} partition(s); "
                                     f"{partitions} would not be an increase.")
         conn.execute("UPDATE oncelog_topic SET partitions = %s WHERE name = %s", (partitions, name))
-        conn.execute("INSERT INTO oncelog_partition (topic, partition) SELECT %s, p FROM generate_series(%s, %s - 1) "
-                     "AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING", (name, row[0], partitions))
+        engine = "diskless" if row[1] == "true" else "postgres"  # issue 29: the topic's engine
+        conn.execute("INSERT INTO oncelog_partition (topic, partition, engine) SELECT %s, p, %s "
+                     "FROM generate_series(%s, %s - 1) AS p ORDER BY p ON CONFLICT (topic, partition) DO NOTHING",
+                     (name, engine, row[0], partitions))
     found = get(conn, name)
     assert found is not None
     return found

@@ -334,10 +334,11 @@ class ObjectStore:
         except AlreadyExists as exc:  # not an answer a DELETE can have
             raise ObjectStoreFailed(f"DELETE: {exc}") from None
 
-    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
-        """Every object under ``prefix`` (relative to the store's), in key order, page by page."""
+    async def list(self, prefix: str = "", start_after: str | None = None) -> AsyncIterator[ObjectInfo]:
+        """Every object under ``prefix`` (relative to the store's), in key order, page by page;
+        only the keys after ``start_after`` (relative too) when given."""
         base = self._prefix + prefix
-        after: str | None = None
+        after: str | None = None if start_after is None else self._prefix + start_after
         while True:
             try:
                 page, more = await self._call(f"LIST {base}", lambda _left: self.backend.list_page(base, after))

@@ -3,13 +3,12 @@ and the rest of the broker need from one partition's log, and nothing more. This
 on no engine (the read parts are ``storage/parts.py``'s, the configuration
 ``storage/config.py``'s).
 
-The engines live under ``storage/engines/`` (its package docstring lists them: local segment
-files for the embedded broker, PostgreSQL rows for cluster mode). Everything above this contract — producer state
-checks, the LSO, markers, the aborted-transaction index, fetch, ListOffsets, coordinator
-loading — is shared and never asks which engine it has. Engine-specific work stays with its
-engine: segment rolling exists only for local files; each engine compacts its own way
-(``plan_compaction``: the local cleaner swaps new segments in, the PostgreSQL engine rewrites
-or deletes rows) with the same keep rules (``storage/keep_rules.py``).
+The engines live under ``storage/engines/`` (its package docstring lists them). Everything
+above this contract — producer state checks, the LSO, markers, the aborted-transaction index,
+fetch, ListOffsets, coordinator loading — is shared and never asks which engine it has.
+Engine-specific work stays with its engine: segment rolling exists only for local files; each
+engine compacts its own way (``plan_compaction``: the local cleaner swaps new segments in, the
+PostgreSQL engine rewrites or deletes rows) with the same keep rules (``storage/keep_rules.py``).
 
 One append path. ``submit`` is the one append every engine implements: it gives the batch its
 offsets at once and returns a ``PendingAppend``, which the caller awaits; awaiting it completes

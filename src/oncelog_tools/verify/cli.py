@@ -78,23 +78,48 @@ def copy_cmd(
                                      "long run's faults over more transactions)"),
     cluster: int = typer.Option(0, "--cluster", help="run on this many brokers sharing a PostgreSQL started here "
                                 "(faults: broker SIGKILL/SIGSTOP, PostgreSQL restarts); 0: one embedded broker"),
+    diskless: bool = typer.Option(False, "--diskless", help="with --cluster: diskless input and output topics on a "
+                                  "SeaweedFS started here (issue 29; one more fault: SeaweedFS SIGKILL + restart)"),
 ) -> None:
     """Scenario 1: transactional copy while the broker and the copiers are SIGKILLed (Kafka's
     transactions_test.py), with a concurrent read_committed reader."""
     from oncelog_tools.verify import copy
 
+    if diskless and not cluster:
+        console.print("--diskless needs --cluster N (diskless topics need cluster mode)")
+        raise typer.Exit(2)
+
     s = _seed(seed)
     work = work_dir or Path(tempfile.mkdtemp(prefix="oncelog-verify-copy-"))
     work.mkdir(parents=True, exist_ok=True)
     console.print(f"transactional copy: {records} records, {partitions} copiers, seed {s}, files in {work}")
-    with console.status("copying") as status:
-        def progress(done: int, total: int, r: "copy.CopyResult") -> None:
-            status.update(f"copiers done {done}/{total}; broker kills {r.broker_kills}, copier kills {r.copier_kills}, "
-                          f"restarts {r.copier_restarts}, watchdog {r.watchdog_kills}")
+    s3 = None
+    store: dict = {}
+    if diskless:
+        from oncelog.testing.seaweedfs import SeaweedServer
 
-        r = copy.run(work, records=records, partitions=partitions, broker_kills=broker_kills,
-                     copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress, cluster=cluster,
-                     txn_records=txn_records, txn_pause_ms=txn_pause_ms)
+        s3 = SeaweedServer(work / "seaweedfs").start()
+
+        def store_fault() -> str:
+            s3.kill()
+            s3.start()
+            return "object store SIGKILL + restart"
+
+        store = {"diskless": {"diskless.storage.url": f"s3://{s3.bucket}/copy",
+                              "diskless.storage.endpoint": s3.endpoint},
+                 "diskless_env": s3.env(), "store_fault": store_fault}
+    try:
+        with console.status("copying") as status:
+            def progress(done: int, total: int, r: "copy.CopyResult") -> None:
+                status.update(f"copiers done {done}/{total}; broker kills {r.broker_kills}, copier kills "
+                              f"{r.copier_kills}, restarts {r.copier_restarts}, watchdog {r.watchdog_kills}")
+
+            r = copy.run(work, records=records, partitions=partitions, broker_kills=broker_kills,
+                         copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress, cluster=cluster,
+                         txn_records=txn_records, txn_pause_ms=txn_pause_ms, **store)
+    finally:
+        if s3 is not None:
+            s3.close()
     rows = [
         ("input records", str(r.records)), ("output records (read_committed)", str(r.copied)),
         ("records seen by the concurrent reader", str(r.reader_records)),

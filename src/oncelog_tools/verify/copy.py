@@ -76,12 +76,14 @@ class _Reader(threading.Thread):
             c.close()
 
 
-def _seed_input(bootstrap: str, records: int, partitions: int) -> dict[int, list[bytes]]:
+def _seed_input(bootstrap: str, records: int, partitions: int,
+                configs: dict[str, str] | None = None) -> dict[int, list[bytes]]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(INPUT, partitions, 1), NewTopic(OUTPUT, partitions, 1)]).values():
+    topics = [NewTopic(INPUT, partitions, 1, config=configs or {}), NewTopic(OUTPUT, partitions, 1, config=configs or {})]
+    for f in admin.create_topics(topics).values():
         f.result(30)
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     by_part: dict[int, list[bytes]] = {q: [] for q in range(partitions)}
@@ -122,22 +124,30 @@ def _final_read(bootstrap: str, partitions: int, expected: int) -> dict[int, lis
 
 def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_kills: int, seed: int,
         time_limit: float = 900.0, progress=None, txn_records: int = 500,
-        txn_pause_ms: int = 0, cluster: int = 0) -> CopyResult:  # type: ignore[no-untyped-def]
+        txn_pause_ms: int = 0, cluster: int = 0, diskless: dict[str, str] | None = None,
+        diskless_env: dict[str, str] | None = None, store_fault=None) -> CopyResult:  # type: ignore[no-untyped-def]
     """``txn_records`` caps the records per transaction and ``txn_pause_ms`` pauses each copier
     after every transaction: small runs use them so that the faults land while copying.
     ``cluster``: that many brokers on a PostgreSQL (issue 15; ``broker_kills`` then counts the
     cluster's faults: broker SIGKILL, SIGSTOP, PostgreSQL restarts, targets.Cluster); 0: the
-    embedded single broker."""
+    embedded single broker. ``diskless`` (issue 29, cluster only): the brokers' ``diskless.storage.*``
+    properties; the input and output topics are then diskless, ``diskless_env`` gives the brokers
+    the store's credentials and ``store_fault`` (if given) is one more kind of cluster fault."""
     rng = random.Random(seed)
     result = CopyResult(records=records)
     start = time.monotonic()
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
-    broker: Target = Cluster(work, overrides, brokers=cluster) if cluster else SingleBroker(work, overrides)
+    if diskless:
+        if not cluster:
+            raise ValueError("diskless topics need cluster mode")
+        overrides.update(diskless)
+    broker: Target = (Cluster(work, overrides, brokers=cluster, env=diskless_env, store_fault=store_fault) if cluster
+                      else SingleBroker(work, overrides))
     copiers: dict[int, subprocess.Popen[bytes]] = {}
     done: set[int] = set()
     reader = _Reader(broker.bootstrap, partitions)
     try:
-        inputs = _seed_input(broker.bootstrap, records, partitions)
+        inputs = _seed_input(broker.bootstrap, records, partitions, {"diskless.enable": "true"} if diskless else None)
         reader.start()
 
         def launch(p: int) -> None:

@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from oncelog.process import BrokerProcess
 
@@ -65,7 +65,12 @@ class SingleBroker:
 
 
 class Cluster:
-    def __init__(self, work: Path, overrides: dict[str, str], *, brokers: int = 3) -> None:
+    def __init__(self, work: Path, overrides: dict[str, str], *, brokers: int = 3, env: dict[str, str] | None = None,
+                 store_fault: "Callable[[], str] | None" = None) -> None:
+        """``env``: added to the brokers' environment (issue 29: the object store's AWS_*
+        credentials); ``store_fault``: one more kind of fault, the object store's (it returns its
+        description), drawn as often as a PostgreSQL restart."""
+        self.store_fault = store_fault
         from oncelog.testing.pgserver import PgServer
 
         self.pg = PgServer()
@@ -75,7 +80,7 @@ class Cluster:
                           "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6",
                           **overrides}
         self.brokers = [BrokerProcess(work / f"data{n}", log_path=work / f"broker{n}.log", node_id=n, store=dsn,
-                                      overrides=self.overrides) for n in range(1, brokers + 1)]
+                                      overrides=self.overrides, env=env) for n in range(1, brokers + 1)]
         try:
             for b in self.brokers:
                 b.start(timeout=60)
@@ -85,7 +90,10 @@ class Cluster:
         self.bootstrap = ",".join(b.bootstrap for b in self.brokers)
 
     def fault(self, rng: random.Random) -> str:
-        kind = rng.choice(["kill", "kill", "pause", "pg"])
+        kind = rng.choice(["kill", "kill", "pause", "pg"] + (["store"] if self.store_fault else []))
+        if kind == "store":
+            assert self.store_fault is not None
+            return self.store_fault()
         if kind == "pg":
             mode = rng.choice(["fast", "immediate"])
             self.pg.restart(mode)

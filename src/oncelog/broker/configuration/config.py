@@ -61,6 +61,13 @@ def _listen(v: str) -> str | None:
     return v.strip()
 
 
+def _positive(v: str) -> int:
+    n = int(v)
+    if n <= 0:
+        raise ValueError("must be > 0")
+    return n
+
+
 def _opt_str(v: str) -> str | None:
     return None if v.strip() in ("", "none", "null") else v.strip()
 
@@ -254,6 +261,38 @@ class BrokerConfig:
     #: rounds in flight at once (a partition always on the same one, so its order is kept); 1:
     #: on 2 cores more measured slower (smaller rounds), meant for many-core machines
     store_commit_connections: int = field(default=1, metadata={"kafka": "store.commit.connections", "parse": _commit_connections})
+    # issue 29, docs/DISKLESS.md: diskless topics (``diskless.enable=true``) keep their batches in
+    # an S3-compatible object store; cluster mode only. Credentials: AWS_ACCESS_KEY_ID /
+    # AWS_SECRET_ACCESS_KEY in the environment (diskless/object_store.py ObjectStoreConfig).
+    #: ``s3://BUCKET/PREFIX``; None: diskless topics are refused (INVALID_CONFIG)
+    diskless_storage_url: str | None = field(default=None, metadata={"kafka": "diskless.storage.url", "parse": _opt_str})
+    #: ``http(s)://HOST:PORT`` of an S3-compatible server; None: the provider's (AWS) default
+    diskless_storage_endpoint: str | None = field(
+        default=None, metadata={"kafka": "diskless.storage.endpoint", "parse": _opt_str})
+    #: the signing region; None: AWS_REGION, else us-east-1
+    diskless_storage_region: str | None = field(
+        default=None, metadata={"kafka": "diskless.storage.region", "parse": _opt_str})
+    diskless_storage_request_timeout_ms: int = field(
+        default=10_000, metadata={"kafka": "diskless.storage.request.timeout.ms", "parse": _positive})
+    diskless_storage_call_deadline_ms: int = field(
+        default=30_000, metadata={"kafka": "diskless.storage.call.deadline.ms", "parse": _positive})
+    diskless_storage_retry_backoff_ms: int = field(
+        default=50, metadata={"kafka": "diskless.storage.retry.backoff.ms", "parse": _positive})
+    diskless_storage_retry_backoff_max_ms: int = field(
+        default=2_000, metadata={"kafka": "diskless.storage.retry.backoff.max.ms", "parse": _positive})
+    #: an object is closed and uploaded this long after its first batch (or at the size bound)
+    diskless_commit_interval_ms: int = field(
+        default=250, metadata={"kafka": "diskless.commit.interval.ms", "parse": _positive})
+    diskless_object_max_bytes: int = field(
+        default=8 << 20, metadata={"kafka": "diskless.object.max.bytes", "parse": _positive})
+    #: the broker's byte cache shared by the fetches of diskless partitions
+    diskless_read_cache_bytes: int = field(
+        default=256 << 20, metadata={"kafka": "diskless.read.cache.bytes", "parse": _positive})
+    #: how often the collector deletes unreferenced objects and orphans, and how old they must be
+    diskless_gc_interval_ms: int = field(
+        default=60_000, metadata={"kafka": "diskless.gc.interval.ms", "parse": _positive})
+    diskless_gc_grace_ms: int = field(
+        default=300_000, metadata={"kafka": "diskless.gc.grace.ms", "parse": _positive})
     # ACLs (issue 18, docs/ACLS.md): Kafka's switch and settings; empty authorizer = ACLs off
     authorizer_class_name: str = field(default="", metadata={"kafka": "authorizer.class.name", "parse": _authorizer})
     super_users: str = field(default="", metadata={"kafka": "super.users", "parse": str})

@@ -42,9 +42,15 @@ BROKER_SYNONYMS: dict[str, topic_config.TopicConfigDef] = {
 _OWN = {  # oncelog's own broker configs (no Kafka counterpart)
     "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms", "metrics.listen",
     "console.listen", "console.client.config",
+    # issue 29 (docs/DISKLESS.md)
+    "diskless.storage.url", "diskless.storage.endpoint", "diskless.storage.region",
+    "diskless.storage.request.timeout.ms", "diskless.storage.call.deadline.ms", "diskless.storage.retry.backoff.ms",
+    "diskless.storage.retry.backoff.max.ms", "diskless.commit.interval.ms", "diskless.object.max.bytes",
+    "diskless.read.cache.bytes", "diskless.gc.interval.ms", "diskless.gc.grace.ms",
 }
 #: string configs whose default is None (unset), which the type rules below would call INT
-_STRING = {"metrics.listen", "console.listen", "console.client.config"}
+_STRING = {"metrics.listen", "console.listen", "console.client.config", "diskless.storage.url",
+           "diskless.storage.endpoint", "diskless.storage.region"}
 _LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes"}
 _NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port", "listener.name.*",
               "listeners", "advertised.listeners"}

@@ -91,6 +91,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _D("cleanup.policy", _T.LIST, "delete", "log.cleanup.policy", True,
            "The retention policy of log segments: delete, compact, or both.", "retention and compaction",
            choices=("delete", "compact"), log_field="cleanup_policy"),
+        _D("diskless.enable", _T.BOOLEAN, "false", None, True,
+           "Keep the topic's record batches in the brokers' object store (KIP-1150); set at creation only.",
+           "oncelog's own (issue 29, docs/DISKLESS.md): cluster mode with diskless.storage.url only; refused "
+           "with cleanup.policy=compact, on internal topics and as a change after creation"),
         _D("compression.gzip.level", _T.INT, "-1", "compression.gzip.level", False,
            "The compression level used with gzip.", _ACCEPTED + " (batches are stored as produced)", low=-1, high=9),
         _D("compression.lz4.level", _T.INT, "9", "compression.lz4.level", False,

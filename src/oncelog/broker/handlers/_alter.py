@@ -22,6 +22,7 @@ from typing import Callable
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
+from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import InvalidRequest
 
 TOPIC, BROKER, GROUP = 2, 4, 32
@@ -43,6 +44,7 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
             return topic_config.effective(broker.config, meta.configs, key, layers)
 
         new = rm.validate_topic_configs(name, change(dict(meta.configs), effective))
+        new = topic_rules.check_alter(name, meta.configs, new)  # issue 29: the engine is fixed at creation
         if validate_only:
             return
         await broker.configs.set_topic_configs(name, new)

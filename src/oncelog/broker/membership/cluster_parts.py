@@ -17,6 +17,7 @@ from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.membership.leader_tracker import LeaderTracker
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
+from oncelog.diskless.parts import DisklessParts
 from oncelog.storage.engines.postgres.commit_pool import CommitterPool
 
 __all__ = ["ClusterParts"]
@@ -29,6 +30,7 @@ class ClusterParts:
     compactor: StoreConnection
     committer: CommitterPool
     tracker: LeaderTracker
+    diskless: "DisklessParts | None" = None
 
     @classmethod
     def open(cls, dsn: str, config: BrokerConfig, replicas: ReplicaManager) -> "ClusterParts":
@@ -39,11 +41,20 @@ class ClusterParts:
         committer = CommitterPool(connect, config.store_commit_connections,
                                   name=f"oncelog-group-commit-{config.node_id}").start()
         replicas.awaiting_metadata = True  # until the tracker applies the first view
-        return cls(reader, opener, compactor, committer, LeaderTracker(config, replicas, reader, committer, opener,
-                                                                                compactor))
+        tracker = LeaderTracker(config, replicas, reader, committer, opener, compactor)
+        parts = cls(reader, opener, compactor, committer, tracker)
+        try:
+            # issue 29: diskless topics' writer, read cache and collector (diskless/parts.py)
+            parts.diskless = tracker.diskless = DisklessParts.open(config, connect)
+        except BaseException:
+            parts.close()
+            raise
+        return parts
 
     def close(self) -> None:
         self.tracker.close_all()
+        if self.diskless is not None:
+            self.diskless.close()
         self.committer.close()
         self.opener.close()
         self.compactor.close()

@@ -30,6 +30,7 @@ from oncelog.broker.membership.interface import Election, Node
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage.engines.local import cleaner
 from oncelog.storage.atomic import write_atomically
@@ -58,7 +59,19 @@ class EmbeddedTopics:
         self._replicas = replicas
 
     async def create(self, new: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicMeta | KafkaError]:
-        return self._replicas.create_topics(new, validate_only=validate_only)
+        """One result per request, in order; a diskless topic (issue 29) is refused here: it
+        needs cluster mode."""
+        refused: dict[int, KafkaError] = {}
+        for i, t in enumerate(new):
+            try:
+                topic_rules.check_new_topic(t.name, t.configs, cluster_mode=False, storage_url=None, internal=t.internal)
+            except KafkaError as exc:
+                refused[i] = exc
+        if not refused:
+            return self._replicas.create_topics(new, validate_only=validate_only)
+        made = iter(self._replicas.create_topics([t for i, t in enumerate(new) if i not in refused],
+                                                 validate_only=validate_only))
+        return [refused[i] if i in refused else next(made) for i in range(len(new))]
 
     async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         self._replicas.add_partitions(name, count, validate_only=validate_only)

@@ -10,7 +10,7 @@ have). Then, in this order:
    whose configs changed in the store (AlterConfigs through any broker) gets them, applied live
    to its open partitions;
 2. every open partition that is not to be led any more, or whose leader epoch is not the
-   store's, or whose engine stopped after a failed append (``PgPartitionLog.failed``: the store
+   store's, or whose engine stopped after a failed append (``failed`` of the PostgreSQL or diskless engine: the store
    may hold batches the leader never applied) is closed and removed: from then on requests for
    it get NOT_LEADER_OR_FOLLOWER, and parked fetches wake up;
 3. every partition to lead that is neither open nor opening is opened on the opener thread
@@ -40,7 +40,7 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, cast
+from typing import TYPE_CHECKING, Callable, Protocol, cast
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
@@ -52,12 +52,35 @@ from oncelog.cluster.connection import StoreConnection
 from oncelog.storage.engines.postgres.group_commit import GroupCommitter
 from oncelog.storage.engines.postgres.log import PgPartitionLog
 from oncelog.cluster.view import ClusterView
-from oncelog.protocol.errors import KafkaError
+if TYPE_CHECKING:
+    from oncelog.diskless.parts import DisklessParts
+    from oncelog.storage.engines.diskless.log import DisklessPartitionLog
+from oncelog.diskless import topic_rules
+from oncelog.protocol.errors import KafkaError, KafkaStorageError
 from oncelog.types import TopicPartition
 
 __all__ = ["LeaderTracker"]
 
 log = logging.getLogger(__name__)
+
+
+class _LedEngine(Protocol):
+    """What the tracker needs of the engines it builds (PostgreSQL, diskless) beyond the engine
+    contract: the epoch it leads under, the error that stopped its appends, the reader hand-over."""
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def failed(self) -> KafkaError | None: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def hand_over(self, store: StoreConnection) -> None: ...
 
 
 class LeaderTracker:
@@ -81,6 +104,8 @@ class LeaderTracker:
         self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
         self.on_resign: Callable[[TopicPartition], None] = lambda tp: None
         self.opener = opener or reader
+        #: issue 29: the broker's diskless parts (diskless/parts.py); None: no object store
+        self.diskless: "DisklessParts | None" = None
         self._opener_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-open-{self.node_id}")
         self._opening: dict[TopicPartition, asyncio.Future[Partition | None]] = {}
         self._wanted: dict[TopicPartition, Leadership] = {}  # the latest view's, for installing opened ones
@@ -96,7 +121,7 @@ class LeaderTracker:
         parts = self.replicas.partitions
         for tp, part in list(parts.items()):
             row = wanted.get(tp)
-            plog = cast(PgPartitionLog, part.log)  # every partition here was built by _build
+            plog = cast(_LedEngine, part.log)  # every partition here was built by _build
             if row is None or row.leader_epoch != plog.leader_epoch or plog.failed is not None:
                 why = ("not led here any more" if row is None else
                        f"epoch {plog.leader_epoch} -> {row.leader_epoch}" if row.leader_epoch != plog.leader_epoch else
@@ -171,12 +196,23 @@ class LeaderTracker:
             row = leadership.current(self.opener.raw(), partition_id)
             if row is None or row.leader_broker != self.node_id:
                 return None  # moved since the view was read
-            plog = PgPartitionLog(self.opener, self.committer, row, cfg,  # type: ignore[arg-type]
-                                  compactor=self.compactor)
+            plog: _LedEngine
+            diskless: "DisklessPartitionLog | None" = None  # the engine built, when it is one
+            meta = self.replicas.topics.get(tp.topic)
+            if meta is not None and topic_rules.is_diskless(meta.configs):  # issue 29: storage/engines/diskless/
+                if self.diskless is None:
+                    raise KafkaStorageError(f"{tp.topic} is diskless and this broker has no diskless.storage.url")
+                plog = diskless = self.diskless.engine(self.opener, row, cfg)  # type: ignore[arg-type]
+            else:
+                plog = PgPartitionLog(self.opener, self.committer, row, cfg,  # type: ignore[arg-type]
+                                      compactor=self.compactor)
             path = self.cache_dir / f"{tp.topic}-{tp.partition}"
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
-            return Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
+            part = Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
+            if diskless is not None:
+                diskless.on_ready = part.wake_waiters  # a read's missed bytes have landed: wake its fetches
+            return part
         except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
             self.opener.drop()  # a failed query may leave the connection unusable
             log.warning("node %d could not take the lead of %s (retried at the next view): %s", self.node_id, tp, exc)
@@ -186,7 +222,7 @@ class LeaderTracker:
         """On the event loop: serve ``part`` if the latest view still wants it under its epoch."""
         if part is None:
             return
-        plog = cast(PgPartitionLog, part.log)  # built by _build
+        plog = cast(_LedEngine, part.log)  # built by _build
         row = self._wanted.get(tp)
         if row is None or row.leader_epoch != plog.leader_epoch or tp in self.replicas.partitions:
             part.close()

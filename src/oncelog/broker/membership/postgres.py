@@ -47,6 +47,7 @@ from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.clock import Clock
 from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
+from oncelog.diskless import topic_rules
 from oncelog.cluster.acls import StoreAcls
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.producer_ids import StoreProducerIds
@@ -83,7 +84,10 @@ class StoreTopics:
         checked: list[TopicMeta | KafkaError] = []
         for t in new:
             try:
-                checked.append(rm.validate_new_topic(t, max_rf))
+                meta = rm.validate_new_topic(t, max_rf)
+                topic_rules.check_new_topic(t.name, meta.configs, cluster_mode=True,  # issue 29
+                                            storage_url=self._owner.config.diskless_storage_url, internal=t.internal)
+                checked.append(meta)
             except KafkaError as exc:
                 checked.append(exc)
         wanted = [m for m in checked if isinstance(m, TopicMeta)]

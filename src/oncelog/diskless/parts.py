@@ -1,0 +1,78 @@
+"""What a cluster-mode broker owns for diskless topics (issue 29), opened with its other
+cluster parts (broker/membership/cluster_parts.py) when ``diskless.storage.url`` is set: the object store
+client, the byte cache shared by its fetches, the object writer (one object per interval for
+every diskless partition it leads) and the collector's periodic task.
+
+``engine(...)`` builds the log of a diskless partition this broker is to lead (the leader
+tracker calls it on its opener thread). Every broker of a cluster needs the same
+``diskless.storage.*`` properties: a broker without them cannot lead a diskless partition (it
+logs why and leaves the partition for the next view).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.leadership import Leadership
+from oncelog.diskless import collector
+from oncelog.diskless.cache import ByteCache
+from oncelog.diskless.object_store import ObjectStore, ObjectStoreConfig
+from oncelog.diskless.writer import ObjectWriter
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines.diskless.log import DisklessPartitionLog
+
+__all__ = ["DisklessParts", "store_config"]
+
+_PROPS = ("diskless.storage.url", "diskless.storage.endpoint", "diskless.storage.region",
+          "diskless.storage.request.timeout.ms", "diskless.storage.call.deadline.ms",
+          "diskless.storage.retry.backoff.ms", "diskless.storage.retry.backoff.max.ms")
+
+
+def store_config(config: Any) -> ObjectStoreConfig:
+    """The ObjectStoreConfig of a BrokerConfig's ``diskless.storage.*`` properties (and the
+    AWS_* environment). Raises InvalidConfig."""
+    props = {}
+    for name in _PROPS:
+        value = config.kafka_value(name)
+        if value is not None:
+            props[name] = value
+    return ObjectStoreConfig.from_properties(props)
+
+
+@dataclass
+class DisklessParts:
+    store: ObjectStore
+    cache: ByteCache
+    writer: ObjectWriter
+    gc_db: StoreConnection
+    gc_task: "asyncio.Task | None" = None
+
+    @classmethod
+    def open(cls, config: Any, connect: Callable[[], Any]) -> "DisklessParts | None":
+        """The parts, started on the running loop; None when ``diskless.storage.url`` is unset."""
+        if not config.diskless_storage_url:
+            return None
+        store = ObjectStore(store_config(config))
+        cache = ByteCache(store, config.diskless_read_cache_bytes)
+        writer = ObjectWriter(store, connect, cache, broker_id=config.node_id,
+                              interval_s=config.diskless_commit_interval_ms / 1000,
+                              max_bytes=config.diskless_object_max_bytes)
+        loop = asyncio.get_running_loop()
+        writer.start(loop)
+        gc_db = StoreConnection(connect, f"node {config.node_id} diskless collector")
+        task = loop.create_task(collector.every(config.diskless_gc_interval_ms / 1000, store, gc_db,
+                                                config.diskless_gc_grace_ms, lambda: int(time.time() * 1000)))
+        return cls(store, cache, writer, gc_db, task)
+
+    def engine(self, reader: StoreConnection, lead: Leadership, config: LogConfig) -> DisklessPartitionLog:
+        return DisklessPartitionLog(reader, self.writer, lead, config, self.cache)
+
+    def close(self) -> None:
+        if self.gc_task is not None:
+            self.gc_task.cancel()
+        self.writer.close_now()
+        self.gc_db.close()
