@@ -21,6 +21,11 @@ Commit-to-visible latency: a probe thread commits one single-record transaction 
 during the load (and in an idle run: ``idle``); a read_committed confluent-kafka consumer
 assigned to every partition notes when each probe arrives; latency = arrival − return of COMMIT,
 p50/p99 over the probes. All clocks are this process's monotonic clock.
+
+``--diskless``: the topic is a diskless topic (issue 29, docs/DISKLESS.md) on a SeaweedFS server
+on loopback (``oncelog.testing.seaweedfs``), the brokers' other diskless settings at their
+defaults: the drained batches go through the object writer (one object per
+``diskless.commit.interval.ms``), whose commit deletes the rows.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ def _consumer(bootstrap: str, topic: str, partitions: int, seen: dict[bytes, flo
 
 
 def run(pg, brokers: int, mode: str, seconds: float, writers: int, per_txn: int, size: int, work: Path,  # type: ignore[no-untyped-def]
-        rep: int) -> dict:
+        rep: int, weed=None) -> dict:
+    """One measurement; ``weed``: a started SeaweedServer, for a diskless topic on it (None: the
+    PostgreSQL engine)."""
     import psycopg
     from confluent_kafka import Producer
 
@@ -61,7 +68,10 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, per_txn: int,
 
     name = f"outbox_{mode}_{rep}_{time.time_ns()}"
     dsn = pg.create_database(name)
-    procs = [BrokerProcess(work / f"{name}-b{n}", node_id=n, store=dsn, log_path=work / f"{name}-b{n}.log")
+    overrides = {} if weed is None else {"diskless.storage.url": f"s3://{weed.bucket}/{name}",
+                                         "diskless.storage.endpoint": weed.endpoint}
+    procs = [BrokerProcess(work / f"{name}-b{n}", node_id=n, store=dsn, log_path=work / f"{name}-b{n}.log",
+                           overrides=overrides, env=None if weed is None else weed.env())
              for n in range(1, brokers + 1)]
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -70,7 +80,7 @@ def run(pg, brokers: int, mode: str, seconds: float, writers: int, per_txn: int,
             b.start(timeout=60)
         bootstrap = ",".join(b.bootstrap for b in procs)
         topic = "bench"
-        create_topic_admin(bootstrap, topic, 6)
+        create_topic_admin(bootstrap, topic, 6, None if weed is None else {"diskless.enable": "true"})
         wait_leaders(bootstrap, topic, 6)
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute("CREATE TABLE ledger (id bigserial PRIMARY KEY, note text)")
@@ -171,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=["idle", "oncelog", "oncelog-many", "relay"])
+    ap.add_argument("--diskless", action="store_true", help="a diskless topic on a loopback SeaweedFS")
     args = ap.parse_args(argv)
     import psutil
 
@@ -178,13 +189,24 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results: list[dict] = []
     with pg_and_workdir("oncelog-outbox-") as (pg, work):
-        for rep in range(args.repeat):
-            for mode in args.modes:
-                r = run(pg, args.brokers, mode, args.seconds, args.writers, args.per_txn, args.size, work, rep)
-                results.append(r)
-                print(f"rep {rep} {mode}: {r}", file=sys.stderr, flush=True)
+        weed = None
+        if args.diskless:
+            from oncelog.testing.seaweedfs import SeaweedServer
+
+            weed = SeaweedServer(work / "weed").start()
+        try:
+            for rep in range(args.repeat):
+                for mode in args.modes:
+                    r = run(pg, args.brokers, mode, args.seconds, args.writers, args.per_txn, args.size, work, rep,
+                            weed)
+                    results.append(r)
+                    print(f"rep {rep} {mode}: {r}", file=sys.stderr, flush=True)
+        finally:
+            if weed is not None:
+                weed.close()
     print(f"Measured {started} by `python -m bench.outbox --brokers {args.brokers} --seconds {args.seconds:g} "
-          f"--writers {args.writers} --per-txn {args.per_txn} --size {args.size} --repeat {args.repeat}`: "
+          f"--writers {args.writers} --per-txn {args.per_txn} --size {args.size} --repeat {args.repeat}"
+          f"{' --diskless' if args.diskless else ''} --modes {' '.join(args.modes)}`: "
           f"PostgreSQL 15, the broker(s) and the application on one shared 2-core machine (load average "
           f"{load0:.1f} before, {psutil.getloadavg()[0]:.1f} after); median of {args.repeat} (min–max).\n")
     print("| application | records/s through the outbox | records/s committed by the application | "

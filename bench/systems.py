@@ -39,12 +39,13 @@ from pathlib import Path
 from oncelog.process import BrokerProcess, free_port
 
 
-def create_topic_admin(bootstrap: str, topic: str, partitions: int) -> None:
-    """CreateTopics through confluent-kafka's AdminClient, bounded to 60 s."""
+def create_topic_admin(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    """CreateTopics (with topic ``config``) through confluent-kafka's AdminClient, bounded to 60 s."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)[topic].result(timeout=60)
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
+                        operation_timeout=30)[topic].result(timeout=60)
 
 
 def delete_topics_admin(bootstrap: str, topics: list[str]) -> None:

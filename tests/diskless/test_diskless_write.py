@@ -156,7 +156,7 @@ def test_idempotence_on_a_diskless_partition(pg_dsn: str, tmp_path: Path, seawee
 
 _COMMIT = ("SELECT idx, status FROM oncelog_dl_commit(%s, 1, 100, %s::int8[], %s::int4[], %s::int8[], %s::int8[], "
            "%s::int4[], %s::int2[], %s::int8[], %s::int8[], %s::int8[], %s::int2[], %s::int4[], %s::bool[], "
-           "%s::bool[], %s::int8[], %s::int4[], %s::bytea[])")
+           "%s::bool[], %s::int8[], %s::int4[], %s::bytea[], %s::int4[], %s::int8[])")
 
 
 def test_the_commit_is_conditional_on_the_leader_epoch_and_the_log_end(pg_dsn: str) -> None:
@@ -169,12 +169,14 @@ def test_the_commit_is_conditional_on_the_leader_epoch_and_the_log_end(pg_dsn: s
         conn.execute("UPDATE oncelog_partition SET leader_broker = 1, leader_epoch = 3 WHERE topic = 'dl'")
         ids = [r[0] for r in conn.execute("SELECT id FROM oncelog_partition WHERE topic = 'dl' ORDER BY partition")]
 
-        def commit(key, batches):  # (pid, epoch, base, last)
+        def commit(key, batches, drains=None):  # (pid, epoch, base, last); drains: outbox ids per batch
+            drains = drains or [()] * len(batches)
             cols = [[b[0] for b in batches], [b[1] for b in batches], [b[2] for b in batches],
                     [b[3] for b in batches], [b[3] - b[2] + 1 for b in batches], [0] * len(batches),
                     [1] * len(batches), [2] * len(batches), [-1] * len(batches), [-1] * len(batches),
                     [-1] * len(batches), [False] * len(batches), [False] * len(batches),
-                    [32 + 10 * i for i in range(len(batches))], [10] * len(batches), [None] * len(batches)]
+                    [32 + 10 * i for i in range(len(batches))], [10] * len(batches), [None] * len(batches),
+                    [len(d) for d in drains], [i for d in drains for i in d]]
             return [r[1] for r in conn.execute(_COMMIT, [key, *cols]).fetchall()]
 
         assert commit("v1/a", [(ids[0], 3, 0, 4), (ids[1], 3, 0, 0)]) == [0, 0]
@@ -192,3 +194,17 @@ def test_the_commit_is_conditional_on_the_leader_epoch_and_the_log_end(pg_dsn: s
                             "WHERE o.object_key = 'v1/c'").fetchone()[0] == 0
         with pytest.raises(psycopg.errors.UniqueViolation):  # a key is committed once
             commit("v1/a", [(ids[1], 3, 1, 1)])
+        # issue 31: outbox rows carried by a batch are deleted with its coordinates, all or none
+        def pending(pid: int) -> int:
+            conn.execute("INSERT INTO oncelog.outbox (partition_id, ts, key, value, headers, size) "
+                         "VALUES (%s, 0, NULL, 'v', '[]', 1)", (pid,))
+            return conn.execute("SELECT max(id) FROM oncelog.outbox").fetchone()[0]
+
+        r1, r2, r3 = pending(ids[1]), pending(ids[1]), pending(ids[0])
+        assert commit("v1/d", [(ids[1], 3, 1, 2), (ids[0], 3, 10, 10)], [(r1, r2), (r3, r3 + 1000)]) == [0, 4]
+        assert [r[0] for r in conn.execute("SELECT id FROM oncelog.outbox ORDER BY id")] == [r3]  # r3's batch refused
+        assert [r[0] for r in conn.execute("SELECT log_end_offset FROM oncelog_partition WHERE topic = 'dl' "
+                                           "ORDER BY partition")] == [10, 3]
+        assert commit("v1/e", [(ids[1], 3, 3, 3)], [(r1,)]) == [4]  # drained twice: refused, nothing written
+        assert commit("v1/f", [(ids[0], 3, 10, 10)], [(r3,)]) == [0]
+        assert conn.execute("SELECT count(*) FROM oncelog.outbox").fetchone()[0] == 0

@@ -2,7 +2,7 @@
 an object store: ``submit`` assigns offsets at once and returns a ``PendingAppend`` that completes
 when the object writer's future does (its object's COMMIT), awaited on the event loop; a failed
 append stops the partition's later appends; the capabilities say what the broker asks instead of
-the engine's type (no compaction, no outbox, no local files). The writer here is a recording
+the engine's type (no compaction, an outbox, no local files). The writer here is a recording
 stand-in for ``ObjectCommitter``; the real writer, object store and PostgreSQL are tested in
 tests/diskless/."""
 
@@ -105,13 +105,21 @@ def test_a_failed_append_stops_the_partitions_later_appends() -> None:
 def test_capabilities_instead_of_the_engines_type() -> None:
     writer = _Writer()
     plog = _engine(writer)
-    assert plog.outbox_id is None  # the outbox drainer skips it
+    assert plog.outbox_id == 42  # issue 31: the outbox drainer drains it like any partition
     assert plog.disk_usage() == (-1, -1)
     assert plog.plan_compaction(10, 0, threading.Event()) is None  # compact is refused at the topic
-    with pytest.raises(ValueError):
-        plog.submit(*_batch(1), 0, drained=(1,))
     assert writer.reqs == []
     assert 42 in writer.listeners
     writer.listeners[42]([Committed(5, 5, 80, "k", 0, 3, None)])  # type: ignore[operator]
     plog.close()
     assert 42 not in writer.listeners
+
+
+def test_drained_outbox_rows_ride_to_the_writer_with_their_batch() -> None:
+    """Issue 31: the ids of the outbox rows a batch holds go to the object writer, whose commit
+    deletes them with the batch's coordinates (tests/diskless/test_diskless_outbox.py)."""
+    writer = _Writer()
+    plog = _engine(writer)
+    plog.submit(*_batch(2), 0, drained=(7, 9))
+    plog.submit(*_batch(1), 0)
+    assert [r.drained for r in writer.reqs] == [(7, 9), ()]

@@ -26,7 +26,13 @@ the cluster schema (schema.py ``ensure_schema`` runs it after ``DDL``).
     store's and its base offset the store's log end (the offsets were assigned by the leader,
     as the PostgreSQL engine does; the epoch condition fences a deposed leader), inserting its
     coordinates and moving the log end. Answers one row per batch with the status codes of
-    ``oncelog_append`` (0 appended, 1 no such partition, 2 fenced, 3 log end moved).
+    ``oncelog_append`` (0 appended, 1 no such partition, 2 fenced, 3 log end moved, 4 outbox
+    rows not all there).
+    Issue 31 (docs/DATABASE.md): batch i drains ``p_drain_counts[i]`` rows of ``oncelog.outbox``,
+    whose ids follow in ``p_drain_ids`` (the batches' lists concatenated); they are deleted in
+    the same transaction as the batch's coordinates are inserted, all or none (status 4 when one
+    is missing: nothing of batch i is written, and the log end does not move). So a drained row
+    is gone iff its batch's coordinates are committed.
 """
 
 from __future__ import annotations
@@ -71,16 +77,23 @@ CREATE TABLE IF NOT EXISTS oncelog_dl_batch (
 CREATE INDEX IF NOT EXISTS oncelog_dl_batch_object ON oncelog_dl_batch (object_id);
 CREATE INDEX IF NOT EXISTS oncelog_dl_batch_epoch ON oncelog_dl_batch (partition_id, leader_epoch, base_offset);
 
+DROP FUNCTION IF EXISTS oncelog_dl_commit(text, int4, int8, int8[], int4[], int8[], int8[], int4[], int2[],
+                                          int8[], int8[], int8[], int2[], int4[], bool[], bool[], int8[],
+                                          int4[], bytea[]);
 CREATE OR REPLACE FUNCTION oncelog_dl_commit(
     p_key text, p_broker int4, p_size int8,
     p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], p_counts int4[], p_attrs int2[],
     p_first_ts int8[], p_max_ts int8[], p_pids int8[], p_pepochs int2[], p_seqs int4[], p_txn bool[],
-    p_ctl bool[], p_byte_offs int8[], p_sizes int4[], p_inline bytea[])
+    p_ctl bool[], p_byte_offs int8[], p_sizes int4[], p_inline bytea[], p_drain_counts int4[],
+    p_drain_ids int8[])
 RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8)
 LANGUAGE plpgsql AS $$
 DECLARE
     st record;
     obj int8 := NULL;
+    pos int := 0;
+    n int;
+    c int;
 BEGIN
     IF p_key IS NOT NULL THEN
         INSERT INTO oncelog_dl_object (object_key, broker, size) VALUES (p_key, p_broker, p_size)
@@ -100,6 +113,21 @@ BEGIN
                 status := 3;
             ELSE
                 status := 0;
+                c := coalesce(p_drain_counts[i], 0);
+                IF c > 0 THEN
+                    BEGIN  -- a subtransaction: a partial delete is undone
+                        DELETE FROM oncelog.outbox WHERE partition_id = p_ids[i]
+                            AND id = ANY(p_drain_ids[pos + 1 : pos + c]);
+                        GET DIAGNOSTICS n = ROW_COUNT;
+                        IF n <> c THEN
+                            RAISE EXCEPTION USING ERRCODE = 'OL001';
+                        END IF;
+                    EXCEPTION WHEN SQLSTATE 'OL001' THEN
+                        status := 4;
+                    END;
+                END IF;
+            END IF;
+            IF status = 0 THEN
                 INSERT INTO oncelog_dl_batch (partition_id, base_offset, last_offset, record_count, object_id,
                     byte_offset, size, attributes, first_timestamp, max_timestamp, producer_id, producer_epoch,
                     base_sequence, is_transactional, is_control, leader_epoch, inline_data)
@@ -110,6 +138,7 @@ BEGIN
                 UPDATE oncelog_partition SET log_end_offset = p_lasts[i] + 1 WHERE id = p_ids[i];
             END IF;
         END IF;
+        pos := pos + coalesce(p_drain_counts[i], 0);
         RETURN NEXT;
     END LOOP;
 END

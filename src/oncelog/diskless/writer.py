@@ -17,7 +17,10 @@ completes after the COMMIT that holds the batch's coordinates, or fails with a K
    own PostgreSQL connection: ONE statement, ``oncelog_dl_commit`` (cluster/diskless_schema.py), which
    inserts the object row and every batch's coordinates (conditional, per batch, on the leader
    epoch and the log end), so a producer's batches keep their order across objects and a
-   deposed leader writes nothing.
+   deposed leader writes nothing. A batch the outbox drainer built (issue 31,
+   docs/DATABASE.md) carries the ids of its ``oncelog.outbox`` rows (``ObjectAppend.drained``):
+   the same statement deletes them with the batch's coordinates, all or none, so a row is gone
+   iff its record is committed; a failed or lost commit leaves them pending for the next drain.
 4. After COMMIT: the committed batches are put in the byte cache (a tail consumer reads them
    without a GET), their coordinates handed to their partition's engine (``register``), then
    the futures complete: the Produce responses go out only now.
@@ -62,13 +65,13 @@ log = logging.getLogger(__name__)
 _COMMIT = ("SELECT idx, status, store_epoch, store_leader, store_end FROM oncelog_dl_commit("
            "%s, %s, %s, %b::int8[], %b::int4[], %b::int8[], %b::int8[], %b::int4[], %b::int2[], %b::int8[], "
            "%b::int8[], %b::int8[], %b::int2[], %b::int4[], %b::bool[], %b::bool[], %b::int8[], %b::int4[], "
-           "%b::bytea[])")
+           "%b::bytea[], %b::int4[], %b::int8[])")
 _LANDED = (
     "SELECT b.partition_id, b.base_offset FROM oncelog_dl_batch b "
     "JOIN unnest(%s::int8[], %s::int8[], %s::int4[], %s::int8[]) AS r(pid, base, epoch, last) "
     "ON b.partition_id = r.pid AND b.base_offset = r.base AND b.leader_epoch = r.epoch AND b.last_offset = r.last"
 )
-_APPENDED, _NO_PARTITION, _FENCED, _END_MOVED = 0, 1, 2, 3
+_APPENDED, _NO_PARTITION, _FENCED, _END_MOVED, _NOT_DRAINED = 0, 1, 2, 3, 4
 RESOLVE_S = 5.0
 RESOLVE_PAUSE_S = 0.2
 
@@ -263,14 +266,15 @@ class ObjectWriter:
     def _commit(self, key: str | None, size: int, reqs: list[ObjectAppend],
                 places: list[tuple[int, int]]) -> list[KafkaError | None]:
         """ONE statement committing the object's batches; one error (None: committed) per batch."""
-        cols: list[list] = [[] for _ in range(16)]
+        cols: list[list] = [[] for _ in range(17)]
         for r, (off, sz) in zip(reqs, places):
             h = parse_header(r.data)
             for col, v in zip(cols, (r.partition_id, r.leader_epoch, r.base_offset, r.last_offset, h.records_count,
                                      h.attributes, h.base_timestamp, h.max_timestamp, r.producer_id,
                                      r.producer_epoch, r.base_sequence, r.is_transactional, r.is_control, off, sz,
-                                     r.data if r.is_control else None)):
+                                     r.data if r.is_control else None, len(r.drained))):
                 col.append(v)
+        cols.append([i for r in reqs for i in r.drained])
         try:
             conn = self._db.raw()
         except StoreUnavailable as exc:
@@ -299,6 +303,8 @@ class ObjectWriter:
                 out[idx] = LeaderFenced(r.what, r.leader_epoch, store_epoch, store_leader)
             elif status == _END_MOVED:
                 out[idx] = LogEndMoved(r.what, r.base_offset, store_end)
+            elif status == _NOT_DRAINED:
+                out[idx] = StoreUnavailable(f"{r.what}: outbox rows of the batch are gone (drained twice?)")
             else:
                 out[idx] = UnknownTopicOrPartition(f"{r.what}: the partition is not in the store")
         return out

@@ -18,9 +18,11 @@ One drain per partition at a time, each round:
    on this partition (from the partition's producer state, so a duplicate is impossible and
    would be answered, not written), each record's timestamp the time of its ``send``;
 3. append it through the produce path (``Partition.append_outbox``: producer state
-   check, group commit, producer state update after COMMIT), the rows' ids riding along: the
-   group commit's ``oncelog_append`` deletes exactly those rows in the transaction that inserts
-   the batch, or writes nothing.
+   check, the engine's commit, producer state update after COMMIT), the rows' ids riding along:
+   the engine deletes exactly those rows in the transaction that commits the batch, or writes
+   nothing — the PostgreSQL engine's group commit (``oncelog_append``) and, for a diskless
+   topic, the object writer's commit of the batch's coordinates (``oncelog_dl_commit``): every
+   engine with an ``outbox_id`` is drained alike.
 
 So a pending row becomes a record iff it is deleted, in one store transaction: a broker killed
 at any point leaves either both or neither, and the next leader drains what is left. Only the

@@ -40,7 +40,9 @@ reaches the time, ``max_timestamp_offset`` the base offset of the batch holding 
 Retention and DeleteRecords delete coordinates in one transaction conditional on the epoch;
 the objects they pointed into are deleted by the collector (oncelog/diskless/collector.py).
 Compaction is refused at the topic level (oncelog/diskless/topic_rules.py): ``plan_compaction``
-answers None. There is no outbox (``outbox_id`` None; ``submit`` refuses ``drained``), no file
+answers None. The database outbox (issue 31) drains into it like into any partition:
+``outbox_id`` is the partition id, and ``submit(..., drained=ids)`` hands the rows' ids to the
+writer, whose commit deletes them in the transaction that commits the batch's coordinates. No file
 on the broker's disk (``disk_usage`` (-1, -1)) and no segment (constant active base offset).
 
 This module is synchronous, like every engine core: the object store, the writer and the cache
@@ -107,6 +109,8 @@ class ObjectAppend:
     is_control: bool
     data: bytes
     future: Future = field(default_factory=Future)
+    #: issue 31: ids of the ``oncelog.outbox`` rows this batch holds, deleted in the commit of its coordinates
+    drained: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,9 +236,9 @@ class DisklessPartitionLog:
         return -1, -1  # no files on the broker's disk
 
     @property
-    def outbox_id(self) -> None:
-        """None: a diskless partition keeps no outbox (its commit cannot delete outbox rows)."""
-        return None
+    def outbox_id(self) -> int:
+        """This partition's key in ``oncelog.outbox`` (issue 31): its partition id."""
+        return self.partition_id
 
     @property
     def failed(self) -> KafkaError | None:
@@ -248,11 +252,11 @@ class DisklessPartitionLog:
                drained: tuple[int, ...] = ()) -> PendingAppend:
         """The engine contract's append (storage/engine.py): assign the next offsets to a
         validated batch and hand it to the object writer; the ``PendingAppend`` completes after
-        the COMMIT of the object's coordinates. Raises MessageTooLarge, ValueError (header does
-        not match, or ``drained`` given: no outbox), StoreUnavailable (writer closed), or the
-        error that stopped an earlier append of this partition."""
-        if drained:
-            raise ValueError(f"{self.what}: a diskless partition has no outbox to drain")
+        the COMMIT of the object's coordinates. ``drained``: the ``oncelog.outbox`` rows the
+        batch holds (issue 31), deleted in that same COMMIT (all of them, or the batch is refused
+        and nothing of it written). Raises MessageTooLarge, ValueError (header does not match),
+        StoreUnavailable (writer closed), or the error that stopped an earlier append of this
+        partition."""
         size = header.size
         if len(batch) != size:
             raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
@@ -269,7 +273,7 @@ class DisklessPartitionLog:
         data = b"".join((offset_prefix(batch, base, self.leader_epoch), view[16:]))
         req = ObjectAppend(self.partition_id, self.what, self.leader_epoch, base, last, header.max_timestamp,
                            header.producer_id, header.producer_epoch, header.base_sequence,
-                           header.is_transactional, header.is_control, data)
+                           header.is_transactional, header.is_control, data, drained=tuple(drained))
         try:
             fut = self._writer.submit(req)
         except KafkaError as exc:
