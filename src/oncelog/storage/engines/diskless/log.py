@@ -59,7 +59,7 @@ import bisect
 import threading
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
 from oncelog.cluster.connection import StoreConnection
@@ -67,6 +67,7 @@ from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.leadership import Leadership
 from oncelog.protocol.errors import KafkaError, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BatchHeader, LOG_OVERHEAD, offset_prefix, parse_header
+from oncelog.storage.batch_append import BatchAppend
 from oncelog.storage.config import LogConfig
 from oncelog.storage.engine import CompactionPass
 from oncelog.storage.engines.diskless.pending import PendingAppend
@@ -89,28 +90,8 @@ _HEADERS = ("SELECT base_offset, last_offset, size, leader_epoch, attributes, fi
             "AND last_offset < %(u)s ORDER BY base_offset LIMIT " + str(_PAGE_ROWS))
 
 
-@dataclass
-class ObjectAppend:
-    """One batch for the object writer, offsets already assigned. ``data`` is the whole v2 batch
-    with its base offset and partition leader epoch rewritten; the other fields are its
-    header's. ``future`` completes (None) after the COMMIT of its coordinates, or fails with a
-    KafkaError."""
-
-    partition_id: int
-    what: str  # "topic-partition", for messages
-    leader_epoch: int
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    is_transactional: bool
-    is_control: bool
-    data: bytes
-    future: Future = field(default_factory=Future)
-    #: issue 31: ids of the ``oncelog.outbox`` rows this batch holds, deleted in the commit of its coordinates
-    drained: tuple[int, ...] = ()
+#: one batch for the object writer (the engine-neutral request of storage/batch_append.py)
+ObjectAppend = BatchAppend
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import psycopg
@@ -50,6 +50,7 @@ import psycopg
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
 from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
+from oncelog.storage.batch_append import BatchAppend
 
 __all__ = ["AppendRequest", "CommitStats", "GroupCommitter"]
 
@@ -73,25 +74,8 @@ RECONNECT_PAUSE_S = 0.2
 
 
 @dataclass(slots=True)
-class AppendRequest:
-    """One batch to append, offsets already assigned. ``data`` is the whole v2 batch with its
-    base offset and partition leader epoch rewritten; the other fields are its header's."""
-
-    partition_id: int
-    what: str  # "topic-partition", for messages
-    leader_epoch: int
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    is_transactional: bool
-    is_control: bool
-    data: bytes
-    future: Future = field(default_factory=Future)
-    #: issue 31: ids of the ``oncelog.outbox`` rows this batch holds, deleted in its transaction
-    drained: tuple[int, ...] = ()
+class AppendRequest(BatchAppend):
+    """One batch for the group commit (``BatchAppend``), with its row for ``oncelog_append``."""
 
     def params(self) -> tuple:
         """This request's elements of the arrays ``oncelog_append`` takes, in its order (the
