@@ -92,18 +92,20 @@ def test_an_engine_that_completes_later_needs_no_change_to_the_partition(tmp_pat
     async def go() -> None:
         first, second = _batch(0, transactional=True), _batch(2, transactional=True)
         a = part.append_validated(first, records.parse_header(first), 1)
-        b = part.append_validated(second, records.parse_header(second), 1)  # in line after the first
+        # issue 29: the second continues the first (next sequence): pipelined, at once
+        b = part.append_validated(second, records.parse_header(second), 1)
         await asyncio.sleep(0)
-        assert inner.log_end_offset == 2 and len(engine.gates) == 1, "the second waits for the first"
+        assert inner.log_end_offset == 4 and len(engine.gates) == 2, "the second does not wait for the first"
         assert part.high_watermark == 0, "not visible before its producer state is applied"
         assert part.read(0, 1 << 20, read_committed=True).slices == []
         engine.release()
         for _ in range(100):
-            if engine.gates:
+            if part.high_watermark == 2:
                 break
             await asyncio.sleep(0)
-        # the second was checked against a state holding the first: no OutOfOrderSequence
+        # the first's producer state is applied; the second's waits for its completion
         assert part.high_watermark == 2 and part.last_stable_offset == 0
+        assert part.producers.entries[PID].last_seq == 1
         engine.release()
         results = await await_appends([a, b])
         assert [(r.base_offset, r.last_offset) for r in results] == [(0, 1), (2, 3)]

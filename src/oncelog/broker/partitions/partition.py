@@ -16,7 +16,11 @@ within ``submit`` (the local one) has it checked, written and applied at the cal
 result never suspends, and no future or task is made. One that completes later (PostgreSQL, at
 its group COMMIT) has the producer state applied when it completes; meanwhile the batch holds
 the high watermark below it and owns its producer's line (``_in_line``): the producer's next
-append on this partition is checked and written after it, in the order the calls were made.
+append on this partition is checked and written after it, in the order the calls were made —
+except a data batch that continues the producer's run of data batches in flight (same epoch,
+next sequence, at most 5): that one is checked against the producer state as it will be once
+they commit and goes to the engine at once, its producer state applied after theirs (issue 29,
+the pending layer: pending_producers.py, which states the invariants).
 
 Producer state survives restarts (R7): a snapshot is written whenever the log rolls a segment and
 on clean close; on open the newest snapshot at or below the log end is loaded and the batch
@@ -49,6 +53,7 @@ from oncelog.storage.config import LogConfig
 from oncelog.storage.engines.local.log import PartitionLog
 from oncelog.protocol.errors import InvalidProducerEpoch, KafkaError, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
+from oncelog.broker.partitions.pending_producers import PendingProducers
 from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
 from oncelog.types import TopicPartition
 
@@ -91,9 +96,11 @@ class Partition:
         self.producers = producers
         self.aborted = aborted
         self._waiters: set[asyncio.Future[None]] = set()
-        #: per producer id, its latest append that has not completed (``_in_line``); empty on an
-        #: engine whose appends complete within ``submit``
-        self._inflight_pids: dict[int, asyncio.Future[Any]] = {}
+        #: per producer id, its appends that have not completed (pending_producers.py): the tail of
+        #: its line (``_in_line``) and its run of pipelined data batches; empty on an engine whose
+        #: appends complete within ``submit``
+        self._pending = PendingProducers()
+        self._inflight_pids = self._pending.lines  # producer id -> the tail of its line
         #: base offsets of batches handed to an engine, not complete yet, whose producer state is not
         #: applied yet, oldest first (an insertion-ordered dict used as an ordered set). The high
         #: watermark never passes the oldest: the engine's committed end moves on the committer's
@@ -195,9 +202,38 @@ class Partition:
         may commit, and the producer state must then take it in)."""
         pid = header.producer_id
         if pid >= 0 and pid in self._inflight_pids:
-            return self._in_line(pid, functools.partial(self._begin_validated, batch, header, now_ms, ()))
+            before = self._pending.ahead_of(header)
+            if before is not None:  # continues the producer's run in flight: at once
+                return self._pipelined(batch, header, now_ms, before)
+            return self._in_line(pid, functools.partial(self._begin_validated_in_line, batch, header, now_ms))
         step = self._begin_validated(batch, header, now_ms, ())  # the hot path: inline, no partial
-        return step if type(step) is Ready else self._in_flight(pid, step)
+        return step if type(step) is Ready else self._in_flight(pid, step, header)
+
+    def _begin_validated_in_line(self, batch: bytes, header: records.BatchHeader,
+                                 now_ms: int) -> "_Step[AppendResult]":
+        """``_begin_validated`` for a batch that waited in its producer's line (run by the
+        line's task): a batch it submits may start a run (pending_producers.py)."""
+        step = self._begin_validated(batch, header, now_ms, ())
+        if type(step) is not Ready:
+            task = asyncio.current_task()
+            if task is not None:
+                self._pending.started(header.producer_id, task, header)
+        return step
+
+    def _pipelined(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                   before: "asyncio.Future[Any]") -> Awaitable[AppendResult]:
+        """Submit a batch that continues its producer's run in flight (``PendingProducers.ahead_of``:
+        the producer state, once the run has committed, accepts it as the next batch, so it is
+        not checked again); its producer state is applied after ``before``'s (the run's tail)
+        completed. Raises the engine's KafkaError at the call (e.g. the one that stopped it)."""
+        batch, stamped_header, stamped = self._stamp(batch, header, now_ms)
+        active = self.log.active_base_offset
+        pending = self.log.submit(batch, stamped_header, now_ms)
+        self._unapplied[pending.base_offset] = None
+        coro = self._complete(pending, stamped_header, now_ms, None, active,
+                              lambda base, last: AppendResult(base, last, self.log.log_start_offset,
+                                                              log_append_time=stamped), before)
+        return self._in_flight(header.producer_id, coro, header, pipelined=True)
 
     def append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                       drained: tuple[int, ...]) -> Awaitable[AppendResult]:
@@ -269,18 +305,20 @@ class Partition:
             return step if type(step) is Ready else self._in_flight(pid, step)  # type: ignore[return-value]
         return self._in_flight(pid, _after(before, begin))
 
-    def _in_flight(self, pid: int, coro: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
+    def _in_flight(self, pid: int, coro: Coroutine[Any, Any, _T], header: records.BatchHeader | None = None,
+                   pipelined: bool = False) -> Awaitable[_T]:
         """Run ``coro`` (an append that completes later) as its own task, the producer's latest
-        in flight here; the returned future's cancellation leaves the task running."""
+        in flight here; the returned future's cancellation leaves the task running. ``header``:
+        the data batch it completes, submitted already, which starts the producer's run or
+        (``pipelined``) continues it (pending_producers.py)."""
         task = asyncio.ensure_future(coro)
         if pid >= 0:
-            self._inflight_pids[pid] = task
-            task.add_done_callback(functools.partial(self._left_line, pid))
+            self._pending.queued(pid, task)
+            if pipelined:
+                self._pending.continued(pid, task, header)  # type: ignore[arg-type]
+            elif header is not None:
+                self._pending.started(pid, task, header)
         return _detached(task)
-
-    def _left_line(self, pid: int, task: "asyncio.Future[Any]") -> None:
-        if self._inflight_pids.get(pid) is task:
-            del self._inflight_pids[pid]
 
     def _write(self, batch: bytes, header: records.BatchHeader, now_ms: int, *, then: Callable[[int, int], _T],
                coordinator_epoch: int | None = None, drained: tuple[int, ...] = ()) -> "_Step[_T]":
@@ -299,13 +337,22 @@ class Partition:
         return self._complete(pending, header, now_ms, coordinator_epoch, active, then)
 
     async def _complete(self, pending: PendingAppend, header: records.BatchHeader, now_ms: int,
-                        coordinator_epoch: int | None, active: int, then: Callable[[int, int], _T]) -> _T:
+                        coordinator_epoch: int | None, active: int, then: Callable[[int, int], _T],
+                        before: "asyncio.Future[Any] | None" = None) -> _T:
+        """Wait for the engine to complete ``pending``, then (after ``before``, the append ahead
+        of a pipelined one, however it ended: producer state in offset order) apply it."""
         try:
             await pending
         except BaseException:
+            if before is not None:
+                await asyncio.wait((before,))
             del self._unapplied[pending.base_offset]
             self._wake()
             raise
+        if before is not None:
+            # The engine committed it, so (log end condition) everything ahead of it too; the
+            # producer state takes them in in offset order.
+            await asyncio.wait((before,))
         del self._unapplied[pending.base_offset]
         self._applied(pending.base_offset, header, now_ms, coordinator_epoch, active)
         return then(pending.base_offset, pending.last_offset)
