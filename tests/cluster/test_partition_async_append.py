@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 
+import psycopg
 import pytest
 
 from appends import completed, run
 from cluster_store import CONFIG, Store
 from oncelog.broker.partitions.partition import Partition
 from oncelog.protocol import records as R
-from oncelog.protocol.errors import NotLeaderOrFollower
+from oncelog.protocol.errors import KafkaStorageError, NotLeaderOrFollower
 from oncelog.types import TopicPartition
 
 TP = TopicPartition("orders", 0)
@@ -227,3 +228,39 @@ def test_a_waiter_cancelled_before_its_append_started_gives_the_producers_turn_b
         asyncio.run(go())
     finally:
         store.close()
+
+
+def test_batches_pipelined_behind_a_refused_one_are_refused_too_and_nothing_is_written(pg_dsn, tmp_path) -> None:
+    """Issue 29, the pending layer on the real PostgreSQL engine: three batches of one producer
+    go to the store at once (each continues the one before it), and the first is refused at its
+    COMMIT (a new leader claimed the partition meanwhile). Every batch pipelined behind it is
+    refused too, retriably, none of them is in the store, and the old leader's producer state has
+    not moved; the new leader then takes the same batches as new ones."""
+    a, b = Store(pg_dsn, broker_id=1), Store(pg_dsn, broker_id=2)
+    try:
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        old = Partition.recover(TP, a.lead("orders"), tmp_path / "a", CONFIG)
+        first = _batch(0)
+        assert run(lambda: old.append_validated(first, R.parse_header(first), 1_000)).base_offset == 0
+        batches = [_batch(3 * i) for i in range(1, 4)]
+
+        async def go() -> list:
+            new_leader = await asyncio.get_running_loop().run_in_executor(None, b.lead, "orders")
+            appends = [old.append_validated(x, R.parse_header(x), 1_001) for x in batches]
+            assert len(old._unapplied) == 3, "all three were handed to the store at once"
+            return [new_leader, *await asyncio.gather(*appends, return_exceptions=True)]
+
+        new_log, *outcomes = asyncio.run(go())
+        assert all(isinstance(o, (NotLeaderOrFollower, KafkaStorageError)) for o in outcomes), outcomes
+        assert old.producers.entries[PID].last_seq == 2 and old.high_watermark == 3
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute("SELECT b.base_offset FROM oncelog_batch b JOIN oncelog_partition p "
+                                "ON p.id = b.partition_id WHERE p.topic = 'orders'").fetchall()
+        assert rows == [(0,)], "nothing of the refused run is in the store"
+        new = Partition.recover(TP, new_log, tmp_path / "b", CONFIG)
+        got = [run(lambda x=x: new.append_validated(x, R.parse_header(x), 1_002)) for x in batches]
+        assert [(r.base_offset, r.duplicate) for r in got] == [(3, False), (6, False), (9, False)]
+    finally:
+        a.close()
+        b.close()

@@ -208,3 +208,55 @@ def test_the_commit_is_conditional_on_the_leader_epoch_and_the_log_end(pg_dsn: s
         assert commit("v1/e", [(ids[1], 3, 3, 3)], [(r1,)]) == [4]  # drained twice: refused, nothing written
         assert commit("v1/f", [(ids[0], 3, 10, 10)], [(r3,)]) == [0]
         assert conn.execute("SELECT count(*) FROM oncelog.outbox").fetchone()[0] == 0
+
+
+def test_one_idempotent_producer_gets_several_batches_of_a_partition_into_one_commit(
+        pg_dsn: str, tmp_path: Path, seaweed) -> None:
+    """Issue 29, the pending layer (broker/partitions/pending_producers.py): an idempotent
+    producer keeps five batches of one partition in flight (Java's and kafka-python's
+    max.in.flight.requests.per.connection=5), here five Produce requests written at once on one
+    connection. Each continues the one before it, so all five go into the open object at once
+    and are committed together: ONE object and ONE commit, where before the pending layer each
+    waited for the previous one's commit (five objects, one per 400 ms interval). Then a
+    retry of the third is answered with its original offsets; nothing is lost or doubled."""
+    from oncelog.protocol import framing
+
+    with diskless_brokers(pg_dsn, tmp_path, seaweed, prefix="w4",
+                          extra={"diskless.commit.interval.ms": "400"}) as (b,):
+        kc.create_topic("confluent", b.bootstrap, "dlpipe", 1, {"diskless.enable": "true"})
+        kc.produce("confluent", b.bootstrap, "dlpipe", [(0, None, b"first")])  # the partition is led and open
+        with ProtocolClient(b.bootstrap, timeout=60) as c:
+            m = c.classes(apis.INIT_PRODUCER_ID, 4)
+            init = c.request(apis.INIT_PRODUCER_ID, make(m["InitProducerIdRequest"], transactional_id=None,
+                                                         transaction_timeout=datetime.timedelta(seconds=60),
+                                                         producer_id=-1, producer_epoch=-1), version=4)
+            assert init.error_code == 0
+            now = int(time.time() * 1000)
+            batches = [records.build_batch([(None, f"s{4 * i + j}".encode(), ()) for j in range(4)],
+                                           timestamp_ms=now, producer_id=init.producer_id,
+                                           producer_epoch=init.producer_epoch, base_sequence=4 * i)
+                       for i in range(5)]
+            pm = c.classes(apis.PRODUCE, 9)
+
+            def frame(corr: int, batch: bytes) -> bytes:
+                req = pm["ProduceRequest"](transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                                           topic_data=(pm["TopicProduceData"](name="dlpipe", partition_data=(
+                                               pm["PartitionProduceData"](index=0, records=batch),)),))
+                return framing.encode_request(apis.PRODUCE, 9, corr, c.client_id, req)
+
+            c.send_raw(b"".join(frame(100 + i, x) for i, x in enumerate(batches)))
+            answers = []
+            for _ in batches:
+                corr, resp = framing.decode_response(apis.PRODUCE, 9, c.recv_frame())
+                p = resp.responses[0].partition_responses[0]
+                answers.append((corr, p.error_code, p.base_offset))
+            assert answers == [(100 + i, 0, 1 + 4 * i) for i in range(5)], answers
+            assert _produce(c, "dlpipe", 0, batches[2]) == (0, 9)  # a retry: its original offsets
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute("SELECT base_offset, base_sequence, object_id FROM oncelog_dl_batch b "
+                                "JOIN oncelog_partition p ON p.id = b.partition_id WHERE p.topic = 'dlpipe' "
+                                "AND base_offset > 0 ORDER BY base_offset").fetchall()
+        assert [(r[0], r[1]) for r in rows] == [(1 + 4 * i, 4 * i) for i in range(5)]
+        assert len({r[2] for r in rows}) == 1, f"the five batches took {len({r[2] for r in rows})} objects"
+        got = kc.consume("confluent", b.bootstrap, "dlpipe", [0], expected=21, timeout=30)
+        assert [(r[1], r[3]) for r in got] == [(0, b"first")] + [(i + 1, f"s{i}".encode()) for i in range(20)]
