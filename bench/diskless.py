@@ -16,6 +16,14 @@ Per configuration:
   (``oncelog_dl_object`` rows written in the window: one PUT each);
 * produce latency: a second producer at a fixed ``--rate`` records/s (not saturated) for
   ``--seconds``; the time from ``produce()`` to its delivery report, p50 / p99 (ms).
+* produce latency by client (a second table; ``--no-clients`` leaves it out): the same rate with
+  a confluent-kafka producer without idempotence (acks=all, max.in.flight.requests.per.connection=5:
+  with librdkafka's default of 1,000,000 it sends a request per partition every linger.ms, more
+  than the broker's 8 pipelined Produce requests per connection answer in a commit interval, and
+  its queue grows without end) and an idempotent kafka-python producer (five in flight, as Java's). librdkafka's idempotent
+  producer keeps one request in flight per partition once five of its messages are in flight
+  there (docs/PERFORMANCE.md), so it shows less of what the broker's pending layer (issue 29,
+  broker/partitions/pending_producers.py) does for a producer that pipelines its batches.
 
 Run by hand; the numbers go to docs/DISKLESS.md (with the machine and its load).
 """
@@ -44,10 +52,14 @@ def _snapshot(conn, db: str) -> dict:  # type: ignore[no-untyped-def]
     return {"commits": commits, "wal": wal, "objects": objects}
 
 
-def _latency(bootstrap: str, topic: str, seconds: float, rate: int, size: int) -> tuple[float, float]:
+def _latency(bootstrap: str, topic: str, seconds: float, rate: int, size: int,
+             idempotent: bool = True) -> tuple[float, float]:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": idempotent, "acks": "all", "linger.ms": 5}
+    if not idempotent:  # Java's window (librdkafka's default, 1,000,000, sends a request per linger.ms)
+        conf["max.in.flight.requests.per.connection"] = 5
+    p = Producer(conf)
     lat: list[float] = []
     errors: list[str] = []
     value = b"x" * size
@@ -77,8 +89,41 @@ def _latency(bootstrap: str, topic: str, seconds: float, rate: int, size: int) -
     return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000
 
 
+def _latency_kafka_python(bootstrap: str, topic: str, seconds: float, rate: int, size: int) -> tuple[float, float]:
+    """``_latency`` with an idempotent kafka-python producer (five requests in flight per
+    connection, batches of one partition pipelined as the Java client does)."""
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
+                      max_in_flight_requests_per_connection=5)
+    lat: list[float] = []
+    errors: list[str] = []
+    value = b"x" * size
+    start = time.monotonic()
+    n = 0
+    try:
+        while time.monotonic() < start + seconds:
+            due = start + n / rate
+            now = time.monotonic()
+            if now < due:
+                time.sleep(min(due - now, 0.01))
+                continue
+            t = time.monotonic()
+            fut = p.send(topic, value, partition=n % PARTITIONS)
+            fut.add_callback(lambda _md, t=t: lat.append(time.monotonic() - t))
+            fut.add_errback(lambda e: errors.append(str(e)))
+            n += 1
+        p.flush(60)
+    finally:
+        p.close(10)
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    lat.sort()
+    return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000
+
+
 def measure(pg, seaweed, work: Path, engine: str, interval_ms: int, seconds: float, size: int,  # type: ignore[no-untyped-def]
-            rate: int) -> dict:
+            rate: int, by_client: bool = False) -> dict:
     import psycopg
 
     from bench import clients
@@ -109,7 +154,12 @@ def measure(pg, seaweed, work: Path, engine: str, interval_ms: int, seconds: flo
         payload = rate_acked * seconds * size
         p50, p99 = _latency(b.bootstrap, "load", seconds, rate, size)
         puts = s1["objects"] - s0["objects"]
-        return {"engine": engine, "interval_ms": interval_ms if engine == "diskless" else None, "size": size,
+        more = {}
+        if by_client:
+            more["plain_p50_ms"], more["plain_p99_ms"] = _latency(b.bootstrap, "load", seconds, rate, size,
+                                                                  idempotent=False)
+            more["kpy_p50_ms"], more["kpy_p99_ms"] = _latency_kafka_python(b.bootstrap, "load", seconds, rate, size)
+        return {**more, "engine": engine, "interval_ms": interval_ms if engine == "diskless" else None, "size": size,
                 "records_per_s": rate_acked, "payload_mb_per_s": rate_acked * size / 1e6,
                 "wal_bytes_per_payload_byte": (s1["wal"] - s0["wal"]) / payload if payload else 0.0,
                 "commits_per_s": (s1["commits"] - s0["commits"]) / el,
@@ -127,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rate", type=int, default=500, help="records/s of the latency producer")
     ap.add_argument("--intervals", type=int, nargs="+", default=[100, 250])
+    ap.add_argument("--no-clients", dest="clients", action="store_false",
+                    help="leave out the produce latency by client")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     import seaweedfs
@@ -136,9 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         with pg_and_workdir("oncelog-bench-diskless-") as (pg, work):
-            rows.append(measure(pg, server, work, "postgres", 250, args.seconds, args.size, args.rate))
+            rows.append(measure(pg, server, work, "postgres", 250, args.seconds, args.size, args.rate, args.clients))
             for iv in args.intervals:
-                rows.append(measure(pg, server, work, "diskless", iv, args.seconds, args.size, args.rate))
+                rows.append(measure(pg, server, work, "diskless", iv, args.seconds, args.size, args.rate,
+                                    args.clients))
     finally:
         server.close()
     print("| engine | records/s | payload MB/s | WAL bytes / payload byte | COMMITs/s | PUTs/s | PUTs / payload MB "
@@ -149,6 +202,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {r['records_per_s']:,.0f} | {r['payload_mb_per_s']:.1f} | "
               f"{r['wal_bytes_per_payload_byte']:.3f} | {r['commits_per_s']:,.0f} | {r['puts_per_s']:.1f} | "
               f"{r['puts_per_payload_mb']:.2f} | {r['produce_p50_ms']:.0f} / {r['produce_p99_ms']:.0f} |")
+    if args.clients:
+        print()
+        print("| engine | produce p50 / p99 (ms) at %d rec/s: confluent-kafka idempotent | confluent-kafka "
+              "acks=all, not idempotent, 5 in flight | kafka-python idempotent, 5 in flight |" % args.rate)
+        print("|---|---|---|---|")
+        for r in rows:
+            name = "PostgreSQL" if r["engine"] == "postgres" else f"diskless, {r['interval_ms']} ms"
+            print(f"| {name} | {r['produce_p50_ms']:.0f} / {r['produce_p99_ms']:.0f} | "
+                  f"{r['plain_p50_ms']:.0f} / {r['plain_p99_ms']:.0f} | {r['kpy_p50_ms']:.0f} / {r['kpy_p99_ms']:.0f} |")
     print(json.dumps(rows), file=sys.stderr)
     return 0
 

@@ -210,19 +210,23 @@ def test_the_commit_is_conditional_on_the_leader_epoch_and_the_log_end(pg_dsn: s
         assert conn.execute("SELECT count(*) FROM oncelog.outbox").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("spaced", [False, True], ids=["back-to-back", "spaced"])
 def test_one_idempotent_producer_gets_several_batches_of_a_partition_into_one_commit(
-        pg_dsn: str, tmp_path: Path, seaweed) -> None:
+        pg_dsn: str, tmp_path: Path, seaweed, spaced: bool) -> None:
     """Issue 29, the pending layer (broker/partitions/pending_producers.py): an idempotent
     producer keeps five batches of one partition in flight (Java's and kafka-python's
-    max.in.flight.requests.per.connection=5), here five Produce requests written at once on one
-    connection. Each continues the one before it, so all five go into the open object at once
-    and are committed together: ONE object and ONE commit, where before the pending layer each
-    waited for the previous one's commit (five objects, one per 400 ms interval). Then a
-    retry of the third is answered with its original offsets; nothing is lost or doubled."""
+    max.in.flight.requests.per.connection=5), here five Produce requests on one connection,
+    written at once or (``spaced``) 30 ms apart, as a producer sends each batch when it is ready.
+    Each continues the one before it, so all five go into the open object at once and are
+    committed together: ONE object and ONE commit, where before the pending layer each waited
+    for the previous one's commit (five objects, one per interval), and, spaced, before the
+    server read a Produce that arrived while an earlier one waited (broker/network/server.py)
+    each was read only after the previous one was answered. Then a retry of the third is
+    answered with its original offsets; nothing is lost or doubled."""
     from oncelog.protocol import framing
 
-    with diskless_brokers(pg_dsn, tmp_path, seaweed, prefix="w4",
-                          extra={"diskless.commit.interval.ms": "400"}) as (b,):
+    with diskless_brokers(pg_dsn, tmp_path, seaweed, prefix="w4s" if spaced else "w4",
+                          extra={"diskless.commit.interval.ms": "1000"}) as (b,):
         kc.create_topic("confluent", b.bootstrap, "dlpipe", 1, {"diskless.enable": "true"})
         kc.produce("confluent", b.bootstrap, "dlpipe", [(0, None, b"first")])  # the partition is led and open
         with ProtocolClient(b.bootstrap, timeout=60) as c:
@@ -244,7 +248,12 @@ def test_one_idempotent_producer_gets_several_batches_of_a_partition_into_one_co
                                                pm["PartitionProduceData"](index=0, records=batch),)),))
                 return framing.encode_request(apis.PRODUCE, 9, corr, c.client_id, req)
 
-            c.send_raw(b"".join(frame(100 + i, x) for i, x in enumerate(batches)))
+            if spaced:
+                for i, x in enumerate(batches):
+                    c.send_raw(frame(100 + i, x))
+                    time.sleep(0.03)
+            else:
+                c.send_raw(b"".join(frame(100 + i, x) for i, x in enumerate(batches)))
             answers = []
             for _ in batches:
                 corr, resp = framing.decode_response(apis.PRODUCE, 9, c.recv_frame())

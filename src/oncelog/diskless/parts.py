@@ -60,7 +60,8 @@ class DisklessParts:
         cache = ByteCache(store, config.diskless_read_cache_bytes)
         writer = ObjectWriter(store, connect, cache, broker_id=config.node_id,
                               interval_s=config.diskless_commit_interval_ms / 1000,
-                              max_bytes=config.diskless_object_max_bytes)
+                              max_bytes=config.diskless_object_max_bytes,
+                              buffer_max_bytes=config.diskless_buffer_max_bytes)
         loop = asyncio.get_running_loop()
         writer.start(loop)
         gc_db = StoreConnection(connect, f"node {config.node_id} diskless collector")

@@ -25,6 +25,17 @@ completes after the COMMIT that holds the batch's coordinates, or fails with a K
    without a GET), their coordinates handed to their partition's engine (``register``), then
    the futures complete: the Produce responses go out only now.
 
+Backpressure (``buffer_max_bytes``, the broker's ``diskless.buffer.max.bytes``). The bytes the
+writer holds — the open object and the objects being uploaded or committed — are bounded: a
+batch that would take them past the bound (unless nothing is held: one batch larger than the bound
+still goes) waits in a FIFO (``_waiting``) until objects have committed (or failed) and made room,
+and so does every batch after it, of any partition: the writer's order is the order of the
+offsets the engines assigned, and each partition's batches must reach the store in that order.
+Nothing blocks: the batch's future (its Produce answer) simply completes later, so the client's
+in-flight window fills and it stops sending, as with a slow Kafka leader; the request bytes
+waiting here are the ones the server already bounds per connection (``MAX_PIPELINED`` Produce
+requests, broker/network/server.py).
+
 Failures. An upload that fails past the store's deadline fails every batch of the object with
 the store's error (KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT, retriable; nothing committed); the
 engines of their partitions then refuse appends until their leader is rebuilt from the store,
@@ -40,6 +51,7 @@ on the event loop given to ``start``, except the commit statement (the commit th
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -84,6 +96,7 @@ class WriterStats:
     batches: int = 0  # batches committed
     refused: int = 0
     failed_objects: int = 0
+    waited: int = 0  # batches that waited for room (``buffer_max_bytes``)
     resolved: int = 0  # commits whose answer was lost, resolved by asking the store
 
 
@@ -99,6 +112,7 @@ class ObjectWriter:
 
     def __init__(self, store: ObjectStore, connect: Callable[[], Any], cache: ByteCache, *, broker_id: int,
                  interval_s: float = 0.25, max_bytes: int = 8 << 20, max_uploads: int = 2,
+                 buffer_max_bytes: int = 64 << 20,
                  incarnation: str | None = None, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.store = store
         self.cache = cache
@@ -106,6 +120,10 @@ class ObjectWriter:
         self.incarnation = incarnation or uuid.uuid4().hex
         self.interval_s = interval_s
         self.max_bytes = max_bytes
+        self.buffer_max_bytes = buffer_max_bytes
+        #: bytes of the open object and of the objects not committed yet (bounded: backpressure)
+        self.buffered = 0
+        self._waiting: collections.deque[ObjectAppend] = collections.deque()
         self._wall_ms = wall_ms
         self._db = StoreConnection(connect, f"node {broker_id} diskless commits")
         self._db_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-diskless-commit-{broker_id}")
@@ -154,6 +172,14 @@ class ObjectWriter:
         if self._closing:
             _fail(req, StoreUnavailable(f"{req.what}: the diskless writer is closed"))
             return
+        if self._waiting or (self.buffered and self.buffered + len(req.data) > self.buffer_max_bytes):
+            self._waiting.append(req)  # no room: wait (in order) for objects to commit
+            self.stats.waited += 1
+            return
+        self._admit(req)
+
+    def _admit(self, req: ObjectAppend) -> None:
+        self.buffered += len(req.data)
         o = self._open
         o.reqs.append(req)
         o.size += len(req.data)
@@ -173,13 +199,13 @@ class ObjectWriter:
         before = self._last_done
         done: asyncio.Future[None] = self._loop.create_future()
         self._last_done = done
-        task = self._loop.create_task(self._ship(o.reqs, before, done))
+        task = self._loop.create_task(self._ship(o.reqs, o.size, before, done))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # -- one object -------------------------------------------------------------------------
 
-    async def _ship(self, reqs: list[ObjectAppend], before: "asyncio.Future[None] | None",
+    async def _ship(self, reqs: list[ObjectAppend], size: int, before: "asyncio.Future[None] | None",
                     done: "asyncio.Future[None]") -> None:
         try:
             await self._ship_in_order(reqs, before)
@@ -190,6 +216,18 @@ class ObjectWriter:
                                           outcome_unknown=True))
         finally:
             done.set_result(None)
+            self._released(size)
+
+    def _released(self, size: int) -> None:
+        """An object committed (or failed): its bytes leave the buffer; batches that waited for
+        room join the open object, oldest first, while they fit."""
+        self.buffered -= size
+        while self._waiting and not self._closing:
+            req = self._waiting[0]
+            if self.buffered and self.buffered + len(req.data) > self.buffer_max_bytes:
+                return
+            self._waiting.popleft()
+            self._admit(req)
 
     async def _ship_in_order(self, reqs: list[ObjectAppend], before: "asyncio.Future[None] | None") -> None:
         data = [(r.partition_id, r.data) for r in reqs if not r.is_control]
@@ -328,10 +366,12 @@ class ObjectWriter:
     # -- closing ----------------------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Close the open object now and wait until every object shipped (tests, close)."""
+        """Close the open object now and wait until every object shipped, and those of the
+        batches that waited for room (tests, close)."""
         self._close_open()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            self._close_open()
 
     async def close(self) -> None:
         """Ship what is open, wait for it, then stop the commit thread."""
@@ -347,7 +387,8 @@ class ObjectWriter:
         o, self._open = self._open, _Open()
         if o.timer is not None:
             o.timer.cancel()
-        for r in o.reqs:
+        waiting, self._waiting = list(self._waiting), collections.deque()
+        for r in [*o.reqs, *waiting]:
             _fail(r, StoreUnavailable(f"{r.what}: the broker is stopping"))
         self._db_thread.shutdown(wait=True)
         self._db.drop()

@@ -285,6 +285,10 @@ class BrokerConfig:
         default=250, metadata={"kafka": "diskless.commit.interval.ms", "parse": _positive})
     diskless_object_max_bytes: int = field(
         default=8 << 20, metadata={"kafka": "diskless.object.max.bytes", "parse": _positive})
+    #: bytes the object writer holds (open object, objects not committed yet); past it new
+    #: diskless appends wait for room (their answers come later: the writer's backpressure)
+    diskless_buffer_max_bytes: int = field(
+        default=64 << 20, metadata={"kafka": "diskless.buffer.max.bytes", "parse": _positive})
     #: the broker's byte cache shared by the fetches of diskless partitions
     diskless_read_cache_bytes: int = field(
         default=256 << 20, metadata={"kafka": "diskless.read.cache.bytes", "parse": _positive})

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Callable
+from typing import Any, Callable
 
 from oncelog.protocol import apis, framing
 
@@ -170,6 +170,18 @@ class Connection(asyncio.Protocol):
                 self.partial_since = self._loop.time()
             self.transport.resume_reading()  # type: ignore[union-attr]
         return frame
+
+    def may_get_frame(self) -> bool:
+        """No request frame is here yet, and one may come (the connection is open and sound)."""
+        return not (self.frames or self.eof or self.is_closed or self.error is not None)
+
+    async def frame_or(self, other: "asyncio.Future[Any]") -> None:
+        """Wait until a request frame is here (or the connection is gone) or ``other`` is done,
+        whichever comes first; takes nothing (the serving task's ``next_frame`` does)."""
+        if not self.may_get_frame() or other.done():
+            return
+        self._waiter = self._loop.create_future()
+        await asyncio.wait((self._waiter, other), return_when=asyncio.FIRST_COMPLETED)
 
     def next_is_produce(self) -> bool:
         """Whether the next request is here already and is a Produce."""

@@ -12,8 +12,9 @@ Requests on a connection are handled one at a time, in arrival order, so respons
 request order; this is what Kafka does too (it mutes a connection while one of its requests is
 in flight). One exception, in cluster mode (``pipeline_produce``): a Produce waits for a
 PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
-started too (up to ``MAX_PIPELINED``; broker/pipelining.py), and their answers still go out in
-request order; any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
+started too (up to ``MAX_PIPELINED``; broker/pipelining.py) — at once when it is there already,
+else as soon as it arrives if that is before the oldest answer is ready (issue 29) — and their
+answers still go out in request order; any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
 a closed connection's queued requests are dropped at once (connection.py). A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
@@ -367,6 +368,18 @@ class Server:
         pending: collections.deque[asyncio.Task[Any]] = collections.deque()  # pipelined Produce, oldest first
         try:
             while True:
+                if (pending and len(pending) < MAX_PIPELINED and not pending[0].done()
+                        and conn.may_get_frame()):
+                    # issue 29: the next request is not here yet. Wait for it or for the oldest
+                    # answer, whichever comes first: a client that sends its next Produce while
+                    # the earlier ones wait for their commit (a Java producer's five in flight,
+                    # each sent when its batch is ready) has it started at once, not one commit
+                    # later. What is held goes out first.
+                    if held:
+                        await self._send(conn, held)
+                        held, held_bytes = [], 0
+                    await conn.frame_or(pending[0])
+                    continue
                 if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_produce()):
                     # answer the oldest pipelined Produce before reading further (in order);
                     # what is held goes out first if that answer is not ready yet
