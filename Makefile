@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long test-fast bench bench-cluster clean venv cluster
+.PHONY: demo test test-long test-fast bench bench-cluster bench-diskless clean venv cluster
 
 venv: $(STAMP)
 
@@ -57,6 +57,13 @@ bench-cluster: $(STAMP)
 	$(PY) -m bench --cluster-failover --kills 10 --session-ms 2000 --heartbeat-ms 400
 	$(PY) -m bench --cluster-load
 	$(PY) -m bench --cluster-scale
+
+# issue 29: diskless topics next to the PostgreSQL engine and the embedded broker, one run
+# (docs/PERFORMANCE.md "Diskless topics"); BENCH_DISKLESS_ARGS="--brokers 1 3 6" adds 6 brokers
+bench-diskless: $(STAMP)
+	@scripts/system-deps.sh postgresql
+	$(PY) -m pip install --quiet -e '.[test,bench,cluster]'
+	$(PY) -m bench --cluster-scale --diskless $(BENCH_DISKLESS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist src/*.egg-info
