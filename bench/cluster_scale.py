@@ -181,7 +181,8 @@ def _lat_produce(clients: Any, bootstrap: str, topic: str, partitions: int, t_st
     import struct
 
     rate = int(os.environ.get("ONCELOG_BENCH_LAT_RATE", LAT_RATE))
-    p = clients.producer(bootstrap, "idempotent", **{"delivery.report.only.error": False})
+    p = clients.producer(bootstrap, "idempotent", **{"delivery.report.only.error": False,
+                         "max.in.flight.requests.per.connection": int(os.environ.get("ONCELOG_BENCH_LAT_IN_FLIGHT", 5))})
     lat: list[float] = []
     errors: list[str] = []
     pad = b"x" * (RECORD - 8)
@@ -666,11 +667,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-intervals", type=int, nargs="+", default=[100, 250], metavar="MS",
                     help="commit intervals of the diskless latency rows (with --diskless)")
     ap.add_argument("--latency-rate", type=int, default=LAT_RATE, help="records/s of the latency producer")
+    ap.add_argument("--latency-in-flight", type=int, default=5, metavar="N",
+                    help="max.in.flight.requests.per.connection of the latency producer (librdkafka's 5 by default)")
     ap.add_argument("--no-latency", action="store_true", help="leave out the latency rows")
     ap.add_argument("--no-cold-read", action="store_true", help="leave out the cold read")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    os.environ["ONCELOG_BENCH_LAT_RATE"] = str(args.latency_rate)  # the spawned latency producer reads it
+    os.environ["ONCELOG_BENCH_LAT_RATE"] = str(args.latency_rate)  # the spawned latency producer reads them
+    os.environ["ONCELOG_BENCH_LAT_IN_FLIGHT"] = str(args.latency_in_flight)
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     configs = ([] if args.no_embedded else [0]) + args.brokers
@@ -712,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
             seaweed.close()
     load1 = os.getloadavg()
     dl_args = (f" --diskless --interval {args.interval} --latency-intervals "
-               f"{' '.join(map(str, args.latency_intervals))} --latency-rate {args.latency_rate}") if args.diskless else ""
+               f"{' '.join(map(str, args.latency_intervals))} --latency-rate {args.latency_rate}"
+               + (f" --latency-in-flight {args.latency_in_flight}" if args.latency_in_flight != 5 else "")) if args.diskless else ""
     print(f"Measured {started} by `python -m bench --cluster-scale --brokers {' '.join(map(str, args.brokers))} "
           f"--producers {args.producers} --txn-producers {args.txn_producers} --consumers {args.consumers} "
           f"--partitions {args.partitions} --seconds {args.seconds:g}{dl_args}`: {os.cpu_count()} cores, load average "
@@ -723,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + diskless_table(results))
     if lat_results:
         print(f"\nLatency: one idempotent producer at {args.latency_rate} records/s over 6 partitions (acks=all, "
-              f"linger 5 ms) and one read_committed consumer, alone on the brokers; produce = produce() to "
+              f"linger 5 ms, {args.latency_in_flight} requests in flight) and one read_committed consumer, alone on the brokers; produce = produce() to "
               f"its delivery report, end-to-end = send time (in the value) to arrival at the consumer.\n")
         print(latency_table(lat_results))
     if args.json:
