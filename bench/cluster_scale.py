@@ -271,7 +271,9 @@ def _pg_snapshot(conn: Any, db: str) -> dict:
 
 def _scrape_diskless(addresses: list[str]) -> dict[str, float]:
     """The brokers' ``oncelog_diskless_*`` samples from /metrics, summed over the brokers:
-    ``requests_PUT``, ``requests_GET``, ..., ``bytes_put``, ``bytes_get``, ``cache_hit``, ``cache_miss``."""
+    ``requests_PUT``, ``requests_GET``, ..., ``bytes_put``, ``bytes_get``, ``cache_hit``, ``cache_miss``,
+    ``batches`` (committed); and their Produce requests' count and time (``produce_count``,
+    ``produce_seconds``: arrival to encoded answer)."""
     import urllib.request
 
     out: dict[str, float] = {}
@@ -279,7 +281,7 @@ def _scrape_diskless(addresses: list[str]) -> dict[str, float]:
         with urllib.request.urlopen(f"http://{addr}/metrics", timeout=30) as resp:
             text = resp.read().decode()
         for line in text.splitlines():
-            if not line.startswith("oncelog_diskless_"):
+            if not line.startswith(("oncelog_diskless_", "kafka_network_requestmetrics_totaltime_seconds_")):
                 continue
             name, _, val = line.rpartition(" ")
             if "{" in name:
@@ -290,7 +292,10 @@ def _scrape_diskless(addresses: list[str]) -> dict[str, float]:
             key = {"oncelog_diskless_object_requests_total": f"requests_{label}",
                    "oncelog_diskless_object_bytes_total": f"bytes_{label}",
                    "oncelog_diskless_cache_lookups_total": f"cache_{label}",
-                   "oncelog_diskless_object_retries_total": "retries"}.get(base)
+                   "oncelog_diskless_object_retries_total": "retries",
+                   "oncelog_diskless_writer_batches_total": "batches"}.get(base)
+            if base.startswith("kafka_network_requestmetrics_totaltime_seconds_") and 'request="Produce"' in name:
+                key = {"count": "produce_count", "sum": "produce_seconds"}.get(base.rsplit("_", 1)[1])
             if key is not None:
                 out[key] = out.get(key, 0.0) + float(val)
     return out
@@ -386,16 +391,17 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
     dsn = pg.create_database(db) if brokers else None
     n = max(brokers, 1)
     metrics: list[str] = []
+    if diskless or latency:  # the latency rows read the brokers' Produce times
+        metrics = [f"127.0.0.1:{free_port()}" for _ in range(n)]
     if diskless:
         env.update(seaweed.env())
         overrides.update({"diskless.storage.url": f"s3://{seaweed.bucket}/{db}",
                           "diskless.storage.endpoint": seaweed.endpoint,
                           "diskless.commit.interval.ms": str(interval_ms)})
-        metrics = [f"127.0.0.1:{free_port()}" for _ in range(n)]
     topic_config = {"diskless.enable": "true"} if diskless else None
     procs = [BrokerProcess(work / f"{db}-b{i}", node_id=i, store=dsn, log_path=work / f"{db}-b{i}.log",
                            env=env or None,
-                           overrides={**overrides, **({"metrics.listen": metrics[i - 1]} if diskless else {})})
+                           overrides={**overrides, **({"metrics.listen": metrics[i - 1]} if metrics else {})})
              for i in range(1, n + 1)]
     stats = psycopg.connect(pg.dsn(db), autocommit=True, connect_timeout=10) if brokers else None
     ctx = mp.get_context("spawn")
@@ -428,7 +434,7 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         b0, w0, p0 = [cpu_seconds([p]) for p in bp], cpu_seconds(wp), cpu_seconds(pgp)
         o0 = cpu_seconds(swp) if swp else 0.0
         s0 = _pg_snapshot(stats, db) if stats else None
-        d0 = _scrape_diskless(metrics) if diskless else {}
+        d0 = _scrape_diskless(metrics) if metrics else {}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         el = time.monotonic() - t0
@@ -436,7 +442,7 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         b1, w1, p1 = [cpu_seconds([p]) for p in bp], cpu_seconds(wp), cpu_seconds(pg_processes(pg))
         o1 = cpu_seconds(swp) if swp else 0.0
         s1 = _pg_snapshot(stats, db) if stats else None
-        d1 = _scrape_diskless(metrics) if diskless else {}
+        d1 = _scrape_diskless(metrics) if metrics else {}
         reports: dict[str, list[dict]] = {"produce": [], "txn": [], "consume": [], "lat-produce": [],
                                           "lat-consume": []}
         for _ in workers:
@@ -447,6 +453,9 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         for w in workers:
             w.join(30)
         if latency:
+            time.sleep(1.1)  # a scrape's answer is reused for a second (metrics.MIN_INTERVAL_S)
+            d2 = _scrape_diskless(metrics)
+            nprod = d2.get("produce_count", 0.0) - d0.get("produce_count", 0.0)
             sent = reports["lat-produce"][0]
             got = reports["lat-consume"][0]["latencies"]
             return {"config": label, "brokers": brokers, "interval_ms": interval_ms,
@@ -455,7 +464,12 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
                     "received": len(got),
                     "produce_p50_ms": _pct(sent["latencies"], 0.5) * 1e3,
                     "produce_p99_ms": _pct(sent["latencies"], 0.99) * 1e3,
-                    "e2e_p50_ms": _pct(got, 0.5) * 1e3, "e2e_p99_ms": _pct(got, 0.99) * 1e3}
+                    "e2e_p50_ms": _pct(got, 0.5) * 1e3, "e2e_p99_ms": _pct(got, 0.99) * 1e3,
+                    "produce_requests": nprod,
+                    "broker_produce_ms": (d2.get("produce_seconds", 0.0) - d0.get("produce_seconds", 0.0))
+                    / nprod * 1e3 if nprod else 0.0,
+                    "batches_per_produce": (d2.get("batches", 0.0) - d0.get("batches", 0.0)) / nprod
+                    if nprod and diskless else 0.0}
         busiest = []
         for a, b in zip(th0, th1):
             deltas = {k: v - a.get(k, 0.0) for k, v in b.items()}
@@ -634,12 +648,14 @@ def diskless_table(results: list[dict]) -> str:
 
 def latency_table(results: list[dict]) -> str:
     rows = [r for r in results if "e2e_p50_ms" in r]
-    lines = ["| config | records sent (rate/s) | received | produce p50 / p99 ms | end-to-end p50 / p99 ms |",
-             "|---|---:|---:|---:|---:|"]
+    lines = ["| config | records sent (rate/s) | received | produce p50 / p99 ms | end-to-end p50 / p99 ms "
+             "| Produce requests in the window | broker ms per Produce (mean) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['config']} | {r['sent']:,} ({r['rate']}) | {r['received']:,} | "
                      f"{r['produce_p50_ms']:.0f} / {r['produce_p99_ms']:.0f} | "
-                     f"{r['e2e_p50_ms']:.0f} / {r['e2e_p99_ms']:.0f} |")
+                     f"{r['e2e_p50_ms']:.0f} / {r['e2e_p99_ms']:.0f} | {r['produce_requests']:,.0f} | "
+                     f"{r['broker_produce_ms']:.0f} |")
     return "\n".join(lines)
 
 
