@@ -268,7 +268,7 @@ def _run(args, work, cluster, s3, job, gen, gen_thread, watcher, event, events, 
             f.fired_at = time.monotonic()
             pids = job.kill()
             where = f"inside micro-batch {in_flight}" if in_flight is not None else "between micro-batches"
-            f.detail = f"Spark SIGKILL {where}"
+            f.detail = f"Spark SIGKILL {'in batch ' + str(in_flight) if in_flight is not None else 'between batches'}"
             event(f"[red]SIGKILL Spark[/red] {where} (planned, not committed): driver, JVM and Python workers "
                   f"({len(pids)} processes); {seen}")
             job.start()
@@ -281,7 +281,7 @@ def _run(args, work, cluster, s3, job, gen, gen_thread, watcher, event, events, 
             old = b.pid
             f.fired_at = time.monotonic()
             b.kill()
-            f.detail = f"broker {node} SIGKILL ({len(leaders[node])} leaders)"
+            f.detail = f"broker {node} SIGKILL"
             event(f"[red]SIGKILL broker {node}[/red] (pid {old}), leader of {', '.join(leaders[node])}; {seen}")
             time.sleep(1.0)
             cluster.restart_broker(i)  # retried until its old session has expired (bounded)
@@ -291,7 +291,7 @@ def _run(args, work, cluster, s3, job, gen, gen_thread, watcher, event, events, 
             old = s3.proc.pid if s3.proc else None
             f.fired_at = time.monotonic()
             s3.kill()
-            f.detail = f"SeaweedFS SIGKILL, {args.outage:g}s down"
+            f.detail = f"SeaweedFS SIGKILL, {args.outage:g}s"
             event(f"[red]SIGKILL SeaweedFS[/red] (pid {old}): no object store for {args.outage:g}s; {seen}")
             time.sleep(args.outage)
             out, committed = _output(watcher) - f.output_at_fire, len(gen.committed) - f.committed_at_fire
@@ -376,8 +376,8 @@ def _run(args, work, cluster, s3, job, gen, gen_thread, watcher, event, events, 
 def _fault_table(faults: list[Fault], job: SparkJob, work: Path, t0: float) -> Table:
     """One row per fault: when, the pipeline's state then, and what it saw until the next one."""
     table = Table(title="faults, each while the generator wrote and Spark ran (3 brokers, diskless topics)")
-    for col in ("fault", "at", "output / committed", "over after", "output again after", "orders committed while hurt",
-                "retried txns", "longest micro-batch after (median before)", "client errors in Spark's log"):
+    for col in ("fault", "at", "output / committed", "over after", "output again after", "committed until over",
+                "retried txns", "longest batch after (median before)", "client errors in Spark log"):
         table.add_column(col, justify="left" if col == "fault" else "right")
     end_logs = _spark_logs(work)
     for i, f in enumerate(faults):
