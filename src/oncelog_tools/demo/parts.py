@@ -75,8 +75,8 @@ def expected_output(order: dict, reservation: dict) -> tuple[str, dict]:
 @dataclass
 class Generator:
     """Writes ``orders`` orders (ORDERS), ORDERS_PER_TXN per transaction, paced at ``rate``
-    orders/s (ORDERS_PER_S); records which orders were committed and which were aborted on
-    purpose. Runs in a thread."""
+    orders/s (ORDERS_PER_S; another thread may change it while it runs); records which orders
+    were committed and which were aborted on purpose. Runs in a thread."""
 
     bootstrap: str
     orders: int = ORDERS
@@ -103,7 +103,7 @@ class Generator:
             "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000, "logger": client_log,
         })
         p.init_transactions(60)
-        t0 = time.monotonic()
+        due = time.monotonic()  # when the next transaction is due; ``rate`` may change meanwhile
         next_id, txn = 0, 0
         while len(self.committed) < self.orders:
             txn += 1
@@ -135,8 +135,10 @@ class Generator:
                     # same orders again in a new one.
                     self.retries += 1
                     p.abort_transaction(60)
-            # Pace: order n is due at n / rate seconds.
-            delay = t0 + len(self.committed) / self.rate - time.monotonic()
+            # Pace: each committed order moves the next transaction 1 / rate seconds on.
+            if not abort:
+                due += len(ids) / self.rate
+            delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
 
@@ -263,10 +265,13 @@ def _cmdline(pid: int) -> bytes:
 
 class OutputWatcher:
     """Counts the records read_committed consumers can see in ``shipments`` and ``rejects``
-    (with duplicates: a duplicate would show as a count above the expected one)."""
+    (with duplicates: a duplicate would show as a count above the expected one).
+    ``isolation="read_uncommitted"`` counts what the sink has written, its open transactions
+    included (``make demo-cluster`` kills Spark while they hold records)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, isolation: str = "read_committed") -> None:
         self.bootstrap = bootstrap
+        self.isolation = isolation
         self.counts: Counter = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -277,8 +282,9 @@ class OutputWatcher:
     def _run(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "demo-watch", "enable.auto.commit": False,
-                      "isolation.level": "read_committed", "logger": client_log})
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"demo-watch-{self.isolation}",
+                      "enable.auto.commit": False, "isolation.level": self.isolation, "fetch.wait.max.ms": 100,
+                      "logger": client_log})
         c.assign([TopicPartition(t, p, 0) for t in ("shipments", "rejects") for p in range(PARTITIONS)])
         try:
             while not self._stop.is_set():
