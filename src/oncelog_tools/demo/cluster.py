@@ -427,4 +427,8 @@ def _fault_table(faults: list[Fault], job: SparkJob, work: Path, t0: float) -> T
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C / SIGTERM: every process was stopped on the way out
+        print("interrupted; every process the demo started is stopped", file=sys.stderr)
+        sys.exit(130)
