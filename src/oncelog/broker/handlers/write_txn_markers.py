@@ -14,6 +14,9 @@ producer's line on its partition first (``markers.begin_local``, in request orde
 connection is released for its next WriteTxnMarkers (broker/pipelining.py: a coordinator's
 markers for several transactions share this broker's commit rounds instead of waiting one
 COMMIT each, in turn), then all are awaited; the answer goes out once every marker is durable.
+
+Crash points (``oncelog.faults``): ``write_txn_markers.after_begin`` (every marker submitted,
+none known durable), ``write_txn_markers.after_markers`` (every marker durable, no answer sent).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     parts.append((index, exc.code))
             begun.append((topic, parts))
     pipelining.submitted()
+    broker.replicas.crash.reached("write_txn_markers.after_begin")
     results = []
     i = 0
     for marker in request.body.markers:
@@ -75,4 +79,5 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 answered.append(m.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
             topics.append(m.WritableTxnMarkerTopicResult(name=topic.name, partitions=tuple(answered)))
         results.append(m.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=tuple(topics)))
+    broker.replicas.crash.reached("write_txn_markers.after_markers")
     return m.WriteTxnMarkersResponse(markers=tuple(results))

@@ -82,8 +82,16 @@ def begin_local(replicas: ReplicaManager, groups: "GroupCoordinator | None", pro
         await appended
         groups.complete_transaction(tp.partition, producer_id, commit)
 
-    # a task: the group coordinator is told once the marker is durable even if the caller stops waiting
-    return asyncio.ensure_future(settle())
+    # a task: the group coordinator is told once the marker is durable even if the caller stops
+    # waiting (its failure is then retrieved here: the coordinator retries the marker anyway)
+    task = asyncio.ensure_future(settle())
+    task.add_done_callback(_retrieve)
+    return task
+
+
+def _retrieve(task: "asyncio.Future[None]") -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _outcomes(writes: Sequence[Awaitable[None]]) -> list[KafkaError | None]:
