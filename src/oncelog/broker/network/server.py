@@ -13,7 +13,8 @@ request order; this is what Kafka does too (it mutes a connection while one of i
 in flight). One exception, in cluster mode (``pipeline_produce``): a Produce waits for a
 PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
 started too (up to ``MAX_PIPELINED``; broker/pipelining.py), and their answers still go out in
-request order; any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
+request order; a WriteTxnMarkers from another broker's transaction coordinator is pipelined
+the same way (issue 28); any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
 a closed connection's queued requests are dropped at once (connection.py). A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
@@ -86,7 +87,7 @@ from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.configuration.config import BrokerConfig
-from oncelog.broker.network.connection import Connection
+from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 
@@ -106,8 +107,7 @@ YIELD_AFTER = 0.002
 #: what thousands of TLS connections held is returned once they are gone.
 TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
-_PRODUCE_KEY = (0).to_bytes(2, "big")
-#: At most this many Produce requests of one connection are handled at once (pipelining).
+#: At most this many Produce (or WriteTxnMarkers) requests of one connection are handled at once (pipelining).
 MAX_PIPELINED = 8
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
@@ -367,7 +367,7 @@ class Server:
         pending: collections.deque[asyncio.Task[Any]] = collections.deque()  # pipelined Produce, oldest first
         try:
             while True:
-                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_produce()):
+                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_pipelined()):
                     # answer the oldest pipelined Produce before reading further (in order);
                     # what is held goes out first if that answer is not ready yet
                     if held and not pending[0].done():
@@ -381,7 +381,7 @@ class Server:
                     if parts is not None:
                         held.extend(parts)
                         held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
-                    if held and (held_bytes >= MAX_HELD_BYTES or not (conn.next_is_produce() or (
+                    if held and (held_bytes >= MAX_HELD_BYTES or not (conn.next_is_pipelined() or (
                             pending and pending[0].done()))):
                         await self._send(conn, held)
                         held, held_bytes = [], 0
@@ -415,14 +415,14 @@ class Server:
                         if expires is not None and loop.time() > expires:
                             raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
                                                   "expired (connections.max.reauth.ms) without re-authentication")
-                        if self.pipeline_produce and frame[:2] == _PRODUCE_KEY:
+                        if self.pipeline_produce and frame[:2] in PIPELINED_KEYS:
                             task = await self._start_pipelined(frame, client)
                             if pending or not task.done():
                                 pending.append(task)  # answered in order above; the next Produce may start
                                 continue
                             parts = task.result()
                         else:
-                            assert not pending  # only a Produce is read while others are pending
+                            assert not pending  # only a pipelined request is read while others are pending
                             parts = await self.handle(frame, client)
                 finally:
                     conn.busy = bool(pending)
@@ -431,7 +431,7 @@ class Server:
                 if parts is not None:
                     held.extend(parts)
                     held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
-                if held and (held_bytes >= MAX_HELD_BYTES or not conn.next_is_produce()):
+                if held and (held_bytes >= MAX_HELD_BYTES or not conn.next_is_pipelined()):
                     await self._send(conn, held)
                     held, held_bytes = [], 0
                 if conn.frames and loop.time() - last_yield > YIELD_AFTER:
