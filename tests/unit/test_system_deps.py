@@ -40,6 +40,14 @@ def test_make_test_and_ci_install_the_system_packages_through_one_script() -> No
     assert [line.split("#")[0].strip() for line in readme[:2]] == ["make demo", "make test"]
 
 
+def test_make_demo_cluster_sets_itself_up() -> None:
+    """``make demo-cluster`` (issue 29) installs what it needs as ``make demo`` and ``make
+    cluster`` do: Java and PostgreSQL through the script, the ``cluster`` extra (SeaweedFS)."""
+    recipe = " ".join(_recipe("demo-cluster"))
+    assert "scripts/system-deps.sh java postgresql" in recipe, recipe
+    assert "'.[cluster]'" in recipe and "oncelog_tools.demo.cluster" in recipe, recipe
+
+
 def test_silent_and_quick_when_everything_is_installed() -> None:
     """This machine runs the suite, so it has everything (the suite's own tests fail without)."""
     t0 = time.monotonic()

@@ -18,6 +18,11 @@ Produce of the connection, so all of them are in the same (or the next) commit r
 answers still go out in request order: the server awaits the tasks oldest first. Any other
 request waits until every earlier one is answered, as before.
 
+WriteTxnMarkers (a transaction coordinator on another broker writing markers here) is pipelined
+the same way: its handler calls ``submitted`` once every marker of the request has its place in
+its producer's line (handlers/write_txn_markers.py), so the markers of several transactions
+sent by one coordinator share this broker's commit rounds (issue 28).
+
 ``submitted`` is a no-op outside such a context (the embedded broker, a test calling a handler).
 """
 

@@ -234,6 +234,12 @@ class ObjectStore:
         self._prefix = f"{config.prefix}/" if config.prefix else ""
         #: attempts retried over the store's life (observability, tests)
         self.retries = 0
+        #: requests sent over the store's life, by kind (PUT, GET, HEAD, DELETE, LIST): every
+        #: attempt, retries included, as a cloud store bills them (metrics, bench)
+        self.requests: dict[str, int] = {}
+        #: bytes uploaded by successful PUTs and downloaded by successful GETs
+        self.put_bytes = 0
+        self.get_bytes = 0
 
     def _key(self, key: str) -> str:
         if not key or key.startswith("/") or "//" in key:
@@ -249,6 +255,8 @@ class ObjectStore:
             if left <= 0:
                 raise self._exhausted(what, a)
             a.count += 1
+            kind = what.split(" ", 1)[0]
+            self.requests[kind] = self.requests.get(kind, 0) + 1
             try:
                 return await asyncio.wait_for(attempt(left), min(self.config.request_timeout_s, left))
             except (AlreadyExists, NotFound):
@@ -291,6 +299,7 @@ class ObjectStore:
 
         try:
             await self._call(f"PUT {full}", attempt, a)
+            self.put_bytes += len(data)
             return True
         except NotFound as exc:  # the bucket itself is missing
             raise ObjectStoreFailed(f"PUT {full}: {exc}") from None
@@ -320,6 +329,7 @@ class ObjectStore:
         if len(data) != end - start:
             raise ObjectStoreFailed(f"GET {full} [{start}, {end}): {len(data)} bytes returned, "
                                     f"{end - start} expected")
+        self.get_bytes += len(data)
         return data
 
     async def delete(self, keys: Sequence[str]) -> None:

@@ -69,6 +69,19 @@ class DisklessParts:
                                                 config.diskless_gc_grace_ms, lambda: int(time.time() * 1000)))
         return cls(store, cache, writer, gc_db, task)
 
+    def counters(self) -> dict[str, int]:
+        """The parts' counters since the broker started, as plain ints (on the event loop; for
+        ``observe.take`` and so the metrics): object-store requests by kind
+        (``requests_PUT``, ``requests_GET``, ...: every attempt, as a cloud store bills them),
+        bytes PUT and GET, retries; byte-cache hits, misses and the bytes it holds; the
+        writer's objects, commits and batches."""
+        out = {f"requests_{kind}": n for kind, n in self.store.requests.items()}
+        out.update(put_bytes=self.store.put_bytes, get_bytes=self.store.get_bytes, retries=self.store.retries,
+                   cache_hits=self.cache.hits, cache_misses=self.cache.misses, cache_bytes=self.cache.size,
+                   objects=self.writer.stats.objects, object_bytes=self.writer.stats.object_bytes,
+                   commits=self.writer.stats.commits, batches=self.writer.stats.batches)
+        return out
+
     def engine(self, reader: StoreConnection, lead: Leadership, config: LogConfig) -> DisklessPartitionLog:
         return DisklessPartitionLog(reader, self.writer, lead, config, self.cache)
 

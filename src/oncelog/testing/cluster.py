@@ -10,7 +10,8 @@ still holds its old session. ``c.store`` is the PostgreSQL server (``restart("im
 a crash of the store).
 
 Broker properties: ``CLUSTER_DEFAULTS`` (short broker sessions, so a dead broker's partitions
-move within seconds), then ``config``.
+move within seconds), then ``config``; ``env`` is added to every broker's environment (the
+object store's credentials for diskless topics: ``make demo-cluster``, oncelog_tools/demo/cluster.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Cluster:
     """N brokers on one PostgreSQL. Not thread-safe."""
 
     def __init__(self, brokers: int = 3, config: Mapping[str, object] | None = None, *,
-                 base_dir: str | Path | None = None, startup_timeout: float = 60.0) -> None:
+                 base_dir: str | Path | None = None, startup_timeout: float = 60.0,
+                 env: Mapping[str, str] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, {brokers} asked")
         self._tmp: Path | None = None
@@ -50,6 +52,8 @@ class Cluster:
         self.size = brokers
         self.config = {**CLUSTER_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
         self.startup_timeout = startup_timeout
+        #: added to every broker's environment (e.g. an object store's AWS_* credentials, issue 29)
+        self.env = dict(env) if env else None
         self.store: PgServer | None = None  # once started
         self.brokers: list[Broker] = []
 
@@ -65,7 +69,7 @@ class Cluster:
             dsn = self.store.create_database("oncelog")
             for n in range(1, self.size + 1):
                 b = Broker(self.config, data_dir=self.base_dir / f"broker{n}", node_id=n, store=dsn,
-                           startup_timeout=self.startup_timeout)
+                           startup_timeout=self.startup_timeout, env=self.env)
                 self.brokers.append(b)
                 b.start()
         except BaseException:

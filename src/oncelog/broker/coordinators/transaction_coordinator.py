@@ -340,12 +340,19 @@ class TransactionCoordinator:
             await self._write_markers(shard, job, now, end_txn=end_txn)
 
     async def _write_markers(self, shard: TransactionShard, job: MarkerJob, now: int, *, end_txn: bool) -> None:
-        """Write ``job``'s markers on every partition at once (in a cluster each goes to its
-        partition's leader; one slow or moving partition does not hold up the others)."""
+        """Write ``job``'s markers on every partition at once (``MarkerWriter.write_all``: in a
+        cluster each goes to its partition's leader, one request per leader; one slow or moving
+        leader does not hold up the others)."""
         tps = sorted(job.partitions)
-        outcomes = await asyncio.gather(*(self._write_marker(job, tp, now) for tp in tps))
-        done = [tp for tp, ok in zip(tps, outcomes) if ok]
-        failed = [tp for tp, ok in zip(tps, outcomes) if not ok]
+        outcomes = await self.markers.write_all(job, tps, now)
+        done: list[TopicPartition] = []
+        failed: list[TopicPartition] = []
+        for tp, out in zip(tps, outcomes):
+            if out is None or isinstance(out, UnknownTopicOrPartition):  # written, or deleted: nothing to mark
+                done.append(tp)
+            else:
+                log.warning("marker for %r on %s failed, will retry: %s", job.transactional_id, tp, out)
+                failed.append(tp)
         if end_txn:
             self.crash.reached("end_txn.after_markers")
         if failed:
@@ -377,17 +384,6 @@ class TransactionCoordinator:
             task.add_done_callback(self._retry_tasks.discard)
 
         self._retry_timers[transactional_id] = asyncio.get_running_loop().call_later(delay, fire)
-
-    async def _write_marker(self, job: MarkerJob, tp: TopicPartition, now: int) -> bool:
-        """One marker; False when it must be retried."""
-        try:
-            await self.markers.write(job, tp, now)
-        except UnknownTopicOrPartition:
-            return True  # the topic was deleted: nothing left to mark
-        except KafkaError as exc:
-            log.warning("marker for %r on %s failed, will retry: %s", job.transactional_id, tp, exc)
-            return False
-        return True
 
     async def _advance(self, shard: TransactionShard, transactional_id: str) -> None:
         """The next step of a transaction left between states, if it has one. Failures are

@@ -2,9 +2,12 @@
 transaction coordinator to a partition's leader, AddPartitionsToTxn (verify only) from a
 partition's leader to a transaction coordinator.
 
-Theory of operation. ``PeerClients`` keeps at most one connection per peer node, opened on first
-use to the address the cluster view gives for that node (``address_of``), and reopened when the
-address changes (the node registered again elsewhere). A connection pipelines: each request gets
+Theory of operation. ``PeerClients`` keeps at most one connection per peer node and API (a lane),
+opened on first use to the address the cluster view gives for that node (``address_of``), and
+reopened when the address changes (the node registered again elsewhere). One lane per API
+because a broker answers a connection's requests in order (broker/network/server.py): on a
+shared connection a verification (AddPartitionsToTxn, answered from memory) would wait behind
+every WriteTxnMarkers sent before it, each answered only after the peer's COMMIT (issue 28). A connection pipelines: each request gets
 a correlation id and a future, one reader task reads response frames and completes the future
 its correlation id names. Every request has a deadline; a request that misses it fails with
 RequestTimedOut and the connection is closed (a late answer could otherwise be read as the
@@ -209,18 +212,18 @@ class PeerClients:
         self.node_id = node_id
         self.address_of = address_of
         self.security = security
-        self._peers: dict[int, PeerConnection] = {}
+        self._peers: dict[tuple[int, int], PeerConnection] = {}  # (node, api key) -> its lane
 
     async def request(self, node: int, api_key: int, version: int, body: Any, *, timeout_s: float = 5.0) -> Any:
         address = self.address_of(node)
         if address is None:
             raise NotLeaderOrFollower(f"node {node} is not a live broker")
-        peer = self._peers.get(node)
+        peer = self._peers.get((node, api_key))
         if peer is None or peer.address != address:
             if peer is not None:
                 peer.close("the node's address changed")
-            peer = self._peers[node] = PeerConnection(node, *address, client_id=f"oncelog-broker-{self.node_id}",
-                                                      security=self.security)
+            peer = self._peers[(node, api_key)] = PeerConnection(
+                node, *address, client_id=f"oncelog-broker-{self.node_id}", security=self.security)
         return await peer.request(api_key, version, body, timeout_s)
 
     def close(self) -> None:

@@ -187,6 +187,12 @@ class StoreMembership:
         """The latest view of the store (brokers, topics, leaders and epochs)."""
         return self.member.view
 
+    def diskless_counters(self) -> dict[str, int] | None:
+        """The diskless parts' counters (``DisklessParts.counters``); None without
+        ``diskless.storage.url`` or before ``open()``. On the event loop."""
+        dl = self._parts.diskless if self._parts is not None else None
+        return dl.counters() if dl is not None else None
+
     # -- Metadata ---------------------------------------------------------------------------
 
     def nodes(self, listener: str) -> list[Node]:

@@ -36,6 +36,9 @@ MAX_QUEUED_BYTES = 4 * 1024 * 1024
 MAX_QUEUED_FRAMES = 1000
 
 _PRODUCE_KEY = apis.PRODUCE.to_bytes(2, "big")
+#: requests a cluster broker pipelines on a connection (broker/pipelining.py): Produce, and
+#: WriteTxnMarkers from a transaction coordinator on another broker (issue 28)
+PIPELINED_KEYS = frozenset({_PRODUCE_KEY, apis.WRITE_TXN_MARKERS.to_bytes(2, "big")})
 
 
 class Connection(asyncio.Protocol):
@@ -186,6 +189,10 @@ class Connection(asyncio.Protocol):
     def next_is_produce(self) -> bool:
         """Whether the next request is here already and is a Produce."""
         return bool(self.frames) and self.frames[0][:2] == _PRODUCE_KEY
+
+    def next_is_pipelined(self) -> bool:
+        """Whether the next request is here already and is one of ``PIPELINED_KEYS``."""
+        return bool(self.frames) and self.frames[0][:2] in PIPELINED_KEYS
 
     async def drain(self) -> None:
         if self.is_closed:

@@ -14,7 +14,9 @@ in flight). One exception, in cluster mode (``pipeline_produce``): a Produce wai
 PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
 started too (up to ``MAX_PIPELINED``; broker/pipelining.py) — at once when it is there already,
 else as soon as it arrives if that is before the oldest answer is ready (issue 29) — and their
-answers still go out in request order; any other request waits until every earlier one is answered. A connection that has requests queued gives the event loop back at least every
+answers still go out in request order; a WriteTxnMarkers from another broker's transaction
+coordinator is pipelined the same way (issue 28); any other request waits until every earlier
+one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
 a closed connection's queued requests are dropped at once (connection.py). A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
@@ -87,7 +89,7 @@ from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.configuration.config import BrokerConfig
-from oncelog.broker.network.connection import Connection
+from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 
@@ -107,8 +109,7 @@ YIELD_AFTER = 0.002
 #: what thousands of TLS connections held is returned once they are gone.
 TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
-_PRODUCE_KEY = (0).to_bytes(2, "big")
-#: At most this many Produce requests of one connection are handled at once (pipelining).
+#: At most this many Produce (or WriteTxnMarkers) requests of one connection are handled at once (pipelining).
 MAX_PIPELINED = 8
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
@@ -371,7 +372,8 @@ class Server:
                 if (pending and len(pending) < MAX_PIPELINED and not pending[0].done()
                         and conn.may_get_frame()):
                     # issue 29: the next request is not here yet. Wait for it or for the oldest
-                    # answer, whichever comes first: a client that sends its next Produce while
+                    # answer, whichever comes first: a client that sends its next Produce (or a
+                    # coordinator its next WriteTxnMarkers) while
                     # the earlier ones wait for their commit (a Java producer's five in flight,
                     # each sent when its batch is ready) has it started at once, not one commit
                     # later. What is held goes out first.
@@ -380,7 +382,7 @@ class Server:
                         held, held_bytes = [], 0
                     await conn.frame_or(pending[0])
                     continue
-                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_produce()):
+                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_pipelined()):
                     # answer the oldest pipelined Produce before reading further (in order);
                     # what is held goes out first if that answer is not ready yet
                     if held and not pending[0].done():
@@ -394,7 +396,7 @@ class Server:
                     if parts is not None:
                         held.extend(parts)
                         held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
-                    if held and (held_bytes >= MAX_HELD_BYTES or not (conn.next_is_produce() or (
+                    if held and (held_bytes >= MAX_HELD_BYTES or not (conn.next_is_pipelined() or (
                             pending and pending[0].done()))):
                         await self._send(conn, held)
                         held, held_bytes = [], 0
@@ -428,14 +430,14 @@ class Server:
                         if expires is not None and loop.time() > expires:
                             raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
                                                   "expired (connections.max.reauth.ms) without re-authentication")
-                        if self.pipeline_produce and frame[:2] == _PRODUCE_KEY:
+                        if self.pipeline_produce and frame[:2] in PIPELINED_KEYS:
                             task = await self._start_pipelined(frame, client)
                             if pending or not task.done():
                                 pending.append(task)  # answered in order above; the next Produce may start
                                 continue
                             parts = task.result()
                         else:
-                            assert not pending  # only a Produce is read while others are pending
+                            assert not pending  # only a pipelined request is read while others are pending
                             parts = await self.handle(frame, client)
                 finally:
                     conn.busy = bool(pending)
@@ -444,7 +446,7 @@ class Server:
                 if parts is not None:
                     held.extend(parts)
                     held_bytes += sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
-                if held and (held_bytes >= MAX_HELD_BYTES or not conn.next_is_produce()):
+                if held and (held_bytes >= MAX_HELD_BYTES or not conn.next_is_pipelined()):
                     await self._send(conn, held)
                     held, held_bytes = [], 0
                 if conn.frames and loop.time() - last_yield > YIELD_AFTER:

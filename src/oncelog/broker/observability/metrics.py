@@ -367,6 +367,39 @@ def families(snap: BrokerState, now_ms: int, *, pause: Callable[[], None] | None
     for name, count in snap.connections.items():
         conns.add_metric([name], count)
     yield conns
+    if snap.diskless is not None:
+        yield from diskless_families(snap.diskless)
+
+
+def diskless_families(c: dict[str, int]) -> Iterator[Any]:
+    """The diskless parts' families (pure; issue 29, docs/DISKLESS.md): object-store requests
+    by kind (every attempt: what a cloud store bills), bytes each way, retries; the read
+    cache's hits, misses and size; the object writer's objects, commits and batches."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    reqs = CounterMetricFamily("oncelog_diskless_object_requests", "Object-store requests sent, by kind "
+                               "(every attempt, retries included)", labels=["request"])
+    for key in sorted(k for k in c if k.startswith("requests_")):
+        reqs.add_metric([key[len("requests_"):]], c[key])
+    yield reqs
+    nbytes = CounterMetricFamily("oncelog_diskless_object_bytes", "Bytes uploaded by PUTs and downloaded by GETs",
+                                 labels=["direction"])
+    nbytes.add_metric(["put"], c.get("put_bytes", 0))
+    nbytes.add_metric(["get"], c.get("get_bytes", 0))
+    yield nbytes
+    yield CounterMetricFamily("oncelog_diskless_object_retries", "Object-store attempts retried after a "
+                              "transient failure", value=c.get("retries", 0))
+    lookups = CounterMetricFamily("oncelog_diskless_cache_lookups", "Read-cache lookups of a batch, by result",
+                                  labels=["result"])
+    lookups.add_metric(["hit"], c.get("cache_hits", 0))
+    lookups.add_metric(["miss"], c.get("cache_misses", 0))
+    yield lookups
+    yield GaugeMetricFamily("oncelog_diskless_cache_bytes", "Bytes in the read cache", value=c.get("cache_bytes", 0))
+    yield CounterMetricFamily("oncelog_diskless_writer_objects", "Objects the writer uploaded",
+                              value=c.get("objects", 0))
+    yield CounterMetricFamily("oncelog_diskless_writer_commits", "Commits that wrote at least one batch",
+                              value=c.get("commits", 0))
+    yield CounterMetricFamily("oncelog_diskless_writer_batches", "Batches committed", value=c.get("batches", 0))
 
 
 def group_families(snap: BrokerState, ends: dict[tuple[str, int], int],

@@ -135,6 +135,8 @@ class BrokerState:
     txn_committed: int = 0
     txn_aborted: int = 0
     txn_timed_out: int = 0
+    #: the diskless parts' counters (``DisklessParts.counters``); None: no diskless storage
+    diskless: dict[str, int] | None = None
     #: the metrics' request-path counters at that instant (set by metrics; None: not collected)
     requests: "RequestStats | None" = None
     #: how long taking it held the event loop, all chunks together (seconds)
@@ -176,6 +178,8 @@ async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
         snap.connections[srv.name] = snap.connections.get(srv.name, 0) + srv.connection_count
     snap.mode = broker.membership.mode
     snap.brokers.extend((n.node_id, n.host, n.port, n.rack) for n in broker.membership.nodes(broker.listener_name))
+    dl_counters = getattr(broker.membership, "diskless_counters", None)  # cluster mode only
+    snap.diskless = dl_counters() if dl_counters is not None else None
 
     partitions = broker.replicas.partitions
     for i, (tp, part) in enumerate(list(partitions.items())):
