@@ -102,6 +102,34 @@ def test_a_failed_append_stops_the_partitions_later_appends() -> None:
     assert len(writer.reqs) == 1  # nothing more handed to the writer
 
 
+def test_cancelling_the_waiter_leaves_the_append_to_complete() -> None:
+    """A task awaiting an append may be cancelled (a stopping broker cancels its tasks); the
+    batch is in the writer and may still commit, so its future is not cancelled with the waiter
+    and the engine takes the commit in (the log end moves). Before: ``asyncio.wrap_future``
+    cancelled the writer's future, and the engine's done-callback raised CancelledError."""
+    writer = _Writer()
+    plog = _engine(writer)
+    pending = plog.submit(*_batch(2), 0)
+
+    async def cancel_the_waiter() -> None:
+        waiter = asyncio.ensure_future(_await(pending))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    asyncio.run(cancel_the_waiter())
+    fut = writer.reqs[0].future
+    assert not fut.cancelled()
+    assert fut.set_running_or_notify_cancel()
+    fut.set_result(None)  # the object committed after all
+    assert plog.log_end_offset == 7 and plog.failed is None
+
+
+async def _await(pending: object) -> None:
+    await pending  # type: ignore[misc]
+
+
 def test_capabilities_instead_of_the_engines_type() -> None:
     writer = _Writer()
     plog = _engine(writer)

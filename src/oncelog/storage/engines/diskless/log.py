@@ -264,6 +264,9 @@ class DisklessPartitionLog:
         return PendingAppend(base, last, fut)
 
     def _on_done(self, fut: Future, last: int) -> None:
+        if fut.cancelled():  # never by the writer or PendingAppend; whatever did it, the outcome is unknown
+            self._stop(StoreUnavailable(f"{self.what}: an append was cancelled", outcome_unknown=True))
+            return
         exc = fut.exception()
         if exc is not None:
             self._stop(exc if isinstance(exc, KafkaError) else StoreUnavailable(str(exc), outcome_unknown=True))

@@ -2,7 +2,10 @@
 the event loop (the storage/engine.py contract's ``PendingAppend``). The object writer
 (oncelog/diskless/writer.py) completes the append's ``concurrent.futures.Future`` after the
 COMMIT of its object's coordinates; awaiting a ``PendingAppend`` waits for it on the event loop
-(``asyncio.wrap_future``) and raises the append's error.
+(``asyncio.wrap_future``) and raises the append's error. Cancelling the awaiting task never
+cancels the append: the batch is in the writer and may commit, so its future must complete and
+the engine must learn the outcome (``asyncio.wrap_future`` alone would cancel the
+``concurrent.futures.Future`` with its waiter).
 """
 
 from __future__ import annotations
@@ -27,4 +30,4 @@ class PendingAppend:
     done: ClassVar[bool] = False
 
     def __await__(self) -> Generator[Any, None, None]:
-        yield from asyncio.wrap_future(self.future).__await__()
+        yield from asyncio.shield(asyncio.wrap_future(self.future)).__await__()
