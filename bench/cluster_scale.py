@@ -700,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.diskless:
         from oncelog.testing.seaweedfs import SeaweedServer
 
-        seaweed = SeaweedServer().start()
+        seaweed = SeaweedServer(volumes=256).start()  # gigabytes over the configurations: room for 16 GB
     try:
         with pg_and_workdir("oncelog-scale-") as (pg, work):
             for rep in range(args.repeat):

@@ -83,8 +83,13 @@ def _free_ports(n: int) -> list[int]:
 class SeaweedServer:
     """One SeaweedFS server (master + volume + filer + S3) in a temporary directory. Not thread-safe."""
 
-    def __init__(self, base: Path | None = None, *, weed: Path | None = None, bucket: str = BUCKET) -> None:
+    def __init__(self, base: Path | None = None, *, weed: Path | None = None, bucket: str = BUCKET,
+                 volumes: int = 16) -> None:
+        """``volumes``: the volume server's ``-volume.max``; with 64 MB volumes it holds about
+        ``volumes`` × 64 MB (SeaweedFS answers every PUT with InternalError once they are full:
+        the default 16 suits the tests, a benchmark writing gigabytes needs more)."""
         self.weed = weed or find_weed()
+        self.volumes = volumes
         self.base = Path(base or tempfile.mkdtemp(prefix="oncelog-seaweed-"))
         self.data = self.base / "data"
         self.logfile = self.base / "weed.log"
@@ -120,7 +125,7 @@ class SeaweedServer:
             f"-dir={self.data}",
             f"-master.port={self.master_port}", f"-master.port.grpc={self.master_grpc}",
             "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-master.electionTimeout=500ms",
-            f"-volume.port={self.volume_port}", f"-volume.port.grpc={self.volume_grpc}", "-volume.max=16",
+            f"-volume.port={self.volume_port}", f"-volume.port.grpc={self.volume_grpc}", f"-volume.max={self.volumes}",
             "-filer", f"-filer.port={self.filer_port}", f"-filer.port.grpc={self.filer_grpc}",
             f"-filer.localSocket={self.base / 'filer.sock'}",
             "-s3", f"-s3.port={self.s3_port}", f"-s3.port.grpc={self.s3_grpc}",
