@@ -193,13 +193,24 @@ def test_connections_reset_mid_response_are_retried_and_a_create_that_landed_is_
     assert proxy.counts["reset-response"] == 3 and store.retries >= 3
 
 
-def test_a_window_turns_itself_off(stores, proxy) -> None:
+def test_windows_overlap_and_turn_themselves_off(stores, proxy) -> None:
+    """A PUT-only window inside a longer GET-only one: both apply while both are on; each goes
+    off by itself at its end."""
     store, _ = stores
-    proxy.window("slowdown", 0.5)
-    assert proxy.active == "slowdown"
-    time.sleep(0.8)
+    run(store.put_if_absent("w", b"v"))
+    proxy.window("slowdown", 1.5, ops=("GET",))
+    proxy.window("internal-error", 0.7, ops=("PUT",))
+    assert proxy.active == "internal-error"
+
+    async def both():
+        return await store.put_if_absent("w2", b"v"), await store.get_range("w", 0, 1)
+
+    assert run(both()) == (True, b"v")
+    assert proxy.hits.get(("internal-error", "PUT"), 0) >= 1 and proxy.hits.get(("slowdown", "GET"), 0) >= 1
+    time.sleep(1.8)
     assert proxy.active is None
-    assert run(store.put_if_absent("after-window", b"v")) is True and store.retries == 0
+    retries = store.retries
+    assert run(store.put_if_absent("after-window", b"v")) is True and store.retries == retries
 
 
 def test_the_proxy_s_bounds_reset_what_passes_them_and_it_keeps_serving(seaweed, make_config) -> None:

@@ -21,12 +21,13 @@ keep-alive included. Because it sees whole requests and answers, a fault hits on
 - ``reset-response``: forwarded, and the connection reset after half of the server's answer has
   been passed back (the server acted, the client sees a broken answer).
 
-``set_fault(kind, probability=…, delay_s=(lo, hi), ops=…)`` turns a fault on for the requests of
-the given operations (``PUT``, ``GET``, ``HEAD``, ``LIST``, ``DELETE``: the last covers S3's batch
-delete ``POST ?delete``), each hit with ``probability``; ``clear()`` turns it off; ``window(kind,
-seconds, …)`` turns it on now and off after ``seconds`` by itself (a timer on the proxy's loop:
-a scheduler that dies cannot leave a fault on); ``count=N``: only the next N requests it
-picks. ``counts`` says how many requests each kind hit (``hits``: by kind and operation),
+``set_fault(kind, probability=…, delay_s=(lo, hi), ops=…)`` turns a fault on (in place of any
+other) for the requests of the given operations (``PUT``, ``GET``, ``HEAD``, ``LIST``,
+``DELETE``: the last covers S3's batch delete ``POST ?delete``), each hit with ``probability``;
+``count=N``: only the next N requests it picks; ``clear()`` turns every fault off. ``window(kind,
+seconds, …)`` adds a fault for ``seconds``, then removes it by itself (a timer on the proxy's
+loop: a scheduler that dies cannot leave a fault on); windows may overlap, the newest one that
+picks a request applies. ``counts`` says how many requests each kind hit (``hits``: by kind and operation),
 ``requests`` how many were seen in all.
 
 Bounds: at most ``max_connections`` client connections (more are reset at once and counted in
@@ -76,7 +77,7 @@ class _Reset(Exception):
     """The connection must be reset (a bound was passed, or a peer misbehaved)."""
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two windows alike are still two windows
 class _Fault:
     kind: str
     probability: float
@@ -136,8 +137,8 @@ class S3FaultProxy:
         self.refused = 0
         self.port = 0
         self._rng = random.Random(seed)
-        self._fault: _Fault | None = None
-        self._off_timer: asyncio.TimerHandle | None = None
+        self._faults: list[_Fault] = []  # the faults on, oldest first (touched on the loop only)
+        self._timers: dict[int, asyncio.TimerHandle] = {}
         self._buffered = 0
         self._open: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -162,34 +163,43 @@ class S3FaultProxy:
         fut: Future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result(timeout)
 
-    def set_fault(self, kind: str, *, probability: float = 1.0, delay_s: tuple[float, float] = (0.0, 0.0),
-                  ops: tuple[str, ...] | frozenset[str] = OPS, count: int | None = None) -> None:
-        """Hit each request of ``ops`` with ``kind`` at ``probability`` until ``clear()`` (or until
-        ``count`` requests were hit). ``delay_s``: a delay's bounds (drawn uniformly per request)."""
+    def _make(self, kind: str, probability: float, delay_s: tuple[float, float], ops, count: int | None) -> _Fault:
         if kind not in FAULTS:
             raise ValueError(f"unknown fault {kind!r}; one of {FAULTS}")
         unknown = set(ops) - set(OPS)
-        if unknown or not 0.0 <= probability <= 1.0 or not 0.0 <= delay_s[0] <= delay_s[1]:
+        if (unknown or not 0.0 <= probability <= 1.0 or not 0.0 <= delay_s[0] <= delay_s[1]
+                or (count is not None and count <= 0)):
             raise ValueError(f"fault {kind}: ops {sorted(ops)} (known {OPS}), probability {probability}, "
-                             f"delay {delay_s}")
-        fault = _Fault(kind, probability, delay_s, frozenset(ops), count)
+                             f"delay {delay_s}, count {count}")
+        return _Fault(kind, probability, delay_s, frozenset(ops), count)
+
+    def set_fault(self, kind: str, *, probability: float = 1.0, delay_s: tuple[float, float] = (0.0, 0.0),
+                  ops: tuple[str, ...] | frozenset[str] = OPS, count: int | None = None) -> None:
+        """From now on, and in place of every fault on before (windows included), hit each request
+        of ``ops`` with ``kind`` at ``probability``, until ``clear()`` or until ``count`` requests
+        were hit. ``delay_s``: a delay's bounds (drawn uniformly per request)."""
+        fault = self._make(kind, probability, delay_s, ops, count)
 
         async def apply() -> None:
-            self._cancel_timer()
-            self._fault = fault
+            self._clear_now()
+            self._faults.append(fault)
 
         self._call(apply())
 
-    def window(self, kind: str, seconds: float, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        """``set_fault(kind, **kwargs)`` now and ``clear()`` after ``seconds`` (on the proxy's loop)."""
-        self.set_fault(kind, **kwargs)
+    def window(self, kind: str, seconds: float, *, probability: float = 1.0,
+               delay_s: tuple[float, float] = (0.0, 0.0), ops: tuple[str, ...] | frozenset[str] = OPS) -> None:
+        """A fault on for ``seconds`` (then off by itself, on the proxy's loop), next to the others
+        on: windows may overlap, and the newest one that picks a request applies to it."""
+        fault = self._make(kind, probability, delay_s, ops, None)
 
         async def arm() -> None:
-            self._off_timer = self._loop.call_later(seconds, self._clear_now)
+            self._faults.append(fault)
+            self._timers[id(fault)] = self._loop.call_later(seconds, self._remove, fault)
 
         self._call(arm())
 
     def clear(self) -> None:
+        """Every fault off."""
         async def off() -> None:
             self._clear_now()
 
@@ -197,17 +207,20 @@ class S3FaultProxy:
 
     @property
     def active(self) -> str | None:
-        f = self._fault
-        return None if f is None else f.kind
+        """The kind of the newest fault on (None: none)."""
+        faults = list(self._faults)
+        return faults[-1].kind if faults else None
 
-    def _cancel_timer(self) -> None:
-        if self._off_timer is not None:
-            self._off_timer.cancel()
-            self._off_timer = None
+    def _remove(self, fault: _Fault) -> None:
+        timer = self._timers.pop(id(fault), None)
+        if timer is not None:
+            timer.cancel()
+        if fault in self._faults:
+            self._faults.remove(fault)
 
     def _clear_now(self) -> None:
-        self._cancel_timer()
-        self._fault = None
+        for fault in list(self._faults):
+            self._remove(fault)
 
     def close(self) -> None:
         async def stop() -> None:
@@ -237,13 +250,15 @@ class S3FaultProxy:
     # -- the proxy (its loop) -------------------------------------------------------------------
 
     def _draw(self, op: str) -> tuple[str | None, float]:
-        f = self._fault
-        if f is None or op not in f.ops or self._rng.random() >= f.probability:
+        for f in reversed(self._faults):
+            if op in f.ops and self._rng.random() < f.probability:
+                break
+        else:
             return None, 0.0
         if f.left is not None:
             f.left -= 1
             if f.left <= 0:
-                self._clear_now()
+                self._remove(f)
         self.counts[f.kind] += 1
         self.hits[(f.kind, op)] = self.hits.get((f.kind, op), 0) + 1
         return f.kind, self._rng.uniform(*f.delay_s)
