@@ -21,11 +21,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from oncelog.testing.s3_fault_proxy import S3FaultProxy
 from oncelog_tools.verify import copy
 from oncelog_tools.verify.store_faults import BROKER_PROPERTIES, StoreFaults
 
 
+# a broken broker makes the copiers stall until time_limit (400 s), then the final read (120 s): room for both
+@pytest.mark.timeout(600)
 def test_transactional_copy_on_diskless_topics_under_faults(tmp_path: Path, own_seaweed) -> None:
     lock = threading.Lock()
     store_faults: list[float] = []
@@ -43,11 +47,12 @@ def test_transactional_copy_on_diskless_topics_under_faults(tmp_path: Path, own_
     windows: list[float] = []
 
     def timer() -> None:
-        for wait_s, action in ((6.0, lambda: proxy.window("internal-error", 3.0, ops=("PUT",))),
-                               (6.0, store_fault), (7.0, lambda: proxy.window("reset-response", 3.0, probability=0.5)),
-                               (8.0, store_fault),
-                               # every PUT reset for longer than the call deadline: uploads fail
-                               (5.0, lambda: proxy.window("reset-request", 8.0, ops=("PUT",)))):
+        # first, every PUT reset for longer than the call deadline (uploads fail), while the
+        # cluster faults still come (a new leader reads the store, not its predecessor's cache)
+        for wait_s, action in ((4.0, lambda: proxy.window("reset-request", 8.0, ops=("PUT",))),
+                               (10.0, lambda: proxy.window("internal-error", 3.0, ops=("PUT",))),
+                               (5.0, store_fault), (7.0, lambda: proxy.window("reset-response", 3.0, probability=0.5)),
+                               (8.0, store_fault)):
             if stop.wait(wait_s):
                 return
             action()

@@ -143,6 +143,7 @@ def copy_cmd(
     rows = [
         ("input records", str(r.records)), ("output records (read_committed)", str(r.copied)),
         ("records seen by the concurrent reader", str(r.reader_records)),
+        ("the concurrent reader's last record, into the run", f"{r.reader_last_s:.0f} s"),
         *[(f"fault: {kind}", str(n)) for kind, n in sorted(r.faults.items())], ("fault: copier SIGKILL", str(r.copier_kills)),
         ("copier restarts after a client error", str(r.copier_restarts)),
         ("copiers killed by the watchdog (client hang, librdkafka #5456)", str(r.watchdog_kills)),

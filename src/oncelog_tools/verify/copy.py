@@ -45,6 +45,8 @@ class CopyResult:
     #: copiers whose client hung (no transaction finished for WATCHDOG_S) and were killed
     watchdog_kills: int = 0
     reader_records: int = 0
+    #: seconds into the run of the concurrent reader's last record (a reader that stalled shows here)
+    reader_last_s: float = 0.0
     anomalies: list[Anomaly] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -59,6 +61,7 @@ class _Reader(threading.Thread):
         self.seen: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         self.stop_at: float | None = None
         self.error: str | None = None
+        self.last_at = 0.0  # time.monotonic() of the last record read
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -72,6 +75,7 @@ class _Reader(threading.Thread):
                     if m.error():
                         continue
                     self.seen[m.partition()].append((m.offset(), m.value()))
+                    self.last_at = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - reported as an anomaly
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -221,6 +225,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
         result.anomalies += _check(inputs, final, reader)
         result.copied = sum(len(v) for v in final.values())
         result.reader_records = sum(len(v) for v in reader.seen.values())
+        result.reader_last_s = max(0.0, reader.last_at - start)
     finally:
         for proc in copiers.values():
             proc.kill()
