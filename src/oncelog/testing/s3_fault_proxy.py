@@ -4,7 +4,8 @@ an S3 server (SeaweedFS): issue 29's "calls delayed or failed through a loopback
 Theory of operation. ``S3FaultProxy(upstream_port).start()`` listens on a free 127.0.0.1 port
 (``endpoint``: what the brokers get as ``diskless.storage.endpoint``) and runs its own asyncio loop
 on a daemon thread, so the fault scheduler of ``oncelog verify copy`` and synchronous tests drive it
-alike. Each client connection gets its own upstream connection; on it the proxy reads one HTTP/1.1
+alike. Each client connection gets its own upstream connection (opened at its first forwarded
+request, again if the server closed it between requests); the proxy reads one HTTP/1.1
 request at a time (head, then the body framed by ``Content-Length`` or chunked), forwards its bytes
 untouched (the requests are SigV4-signed), reads the whole answer the same way and passes it back,
 keep-alive included. Because it sees whole requests and answers, a fault hits one S3 operation:
@@ -50,7 +51,7 @@ import random
 import socket
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["FAULTS", "OPS", "S3FaultProxy"]
 
@@ -84,14 +85,6 @@ class _Fault:
     delay_s: tuple[float, float]
     ops: frozenset[str]
     left: int | None  # requests it may still hit (None: no limit)
-
-
-@dataclass
-class _Message:
-    head: bytes
-    body: bytes
-    first_line: bytes
-    headers: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def _parse_head(head: bytes) -> tuple[bytes, dict[bytes, bytes]]:
@@ -272,11 +265,9 @@ class S3FaultProxy:
         assert task is not None
         self._tasks.add(task)
         self._open.add(writer)
-        up_w: asyncio.StreamWriter | None = None
+        up: list = []  # [reader, writer] of the upstream connection, opened when a request is to go
         try:
-            up_r, up_w = await asyncio.wait_for(asyncio.open_connection(*self.upstream, limit=_HEAD_LIMIT), 5.0)
-            self._open.add(up_w)
-            while await self._one_exchange(reader, writer, up_r, up_w):
+            while await self._one_exchange(reader, writer, up):
                 pass
         except (_Reset, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ValueError) as exc:
@@ -284,14 +275,14 @@ class S3FaultProxy:
         except asyncio.CancelledError:
             pass
         finally:
-            for w in (writer, up_w):
+            for w in (writer, up[1] if up else None):
                 if w is not None:
                     self._open.discard(w)
                     w.transport.abort()
             self._tasks.discard(task)
 
     async def _one_exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter) -> bool:
+                            up: list) -> bool:
         """One request and its answer; False when the connection is to end (cleanly)."""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.io_timeout_s)
@@ -316,6 +307,13 @@ class S3FaultProxy:
                 return True
             if kind == "delay":
                 await asyncio.sleep(delay)
+            if not up or up[0].at_eof() or up[1].is_closing():  # first request, or the server closed it idle
+                if up:
+                    self._open.discard(up[1])
+                    up[1].transport.abort()
+                up[:] = await asyncio.wait_for(asyncio.open_connection(*self.upstream, limit=_HEAD_LIMIT), 5.0)
+                self._open.add(up[1])
+            up_r, up_w = up
             up_w.write(head + body)
             await asyncio.wait_for(up_w.drain(), self.io_timeout_s)
             ans_head = await asyncio.wait_for(up_r.readuntil(b"\r\n\r\n"), self.io_timeout_s)
