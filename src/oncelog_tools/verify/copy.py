@@ -39,10 +39,14 @@ class CopyResult:
     broker_kills: int = 0  # faults of the target (broker, or cluster: see targets.py)
     faults: dict[str, int] = field(default_factory=dict)  # by kind
     copier_kills: int = 0
+    #: object-store fault windows of the loopback proxy (issue 29; their kinds are in ``faults``)
+    store_faults: int = 0
     copier_restarts: int = 0
     #: copiers whose client hung (no transaction finished for WATCHDOG_S) and were killed
     watchdog_kills: int = 0
     reader_records: int = 0
+    #: seconds into the run of the concurrent reader's last record (a reader that stalled shows here)
+    reader_last_s: float = 0.0
     anomalies: list[Anomaly] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -57,6 +61,7 @@ class _Reader(threading.Thread):
         self.seen: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         self.stop_at: float | None = None
         self.error: str | None = None
+        self.last_at = 0.0  # time.monotonic() of the last record read
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -70,6 +75,7 @@ class _Reader(threading.Thread):
                     if m.error():
                         continue
                     self.seen[m.partition()].append((m.offset(), m.value()))
+                    self.last_at = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - reported as an anomaly
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -125,14 +131,20 @@ def _final_read(bootstrap: str, partitions: int, expected: int) -> dict[int, lis
 def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_kills: int, seed: int,
         time_limit: float = 900.0, progress=None, txn_records: int = 500,
         txn_pause_ms: int = 0, cluster: int = 0, diskless: dict[str, str] | None = None,
-        diskless_env: dict[str, str] | None = None, store_fault=None) -> CopyResult:  # type: ignore[no-untyped-def]
+        diskless_env: dict[str, str] | None = None, store_fault=None, store_faults: int = 0,
+        proxy_fault=None) -> CopyResult:  # type: ignore[no-untyped-def]
     """``txn_records`` caps the records per transaction and ``txn_pause_ms`` pauses each copier
     after every transaction: small runs use them so that the faults land while copying.
     ``cluster``: that many brokers on a PostgreSQL (issue 15; ``broker_kills`` then counts the
     cluster's faults: broker SIGKILL, SIGSTOP, PostgreSQL restarts, targets.Cluster); 0: the
     embedded single broker. ``diskless`` (issue 29, cluster only): the brokers' ``diskless.storage.*``
     properties; the input and output topics are then diskless, ``diskless_env`` gives the brokers
-    the store's credentials and ``store_fault`` (if given) is one more kind of cluster fault."""
+    the store's credentials and ``store_fault`` (if given) is one more kind of cluster fault.
+    ``store_faults``: that many object-store fault windows, each opened by ``proxy_fault(rng)``
+    (verify/store_faults.py: the loopback S3 fault proxy between the brokers and the store; it
+    returns the window's kind), scheduled among the other faults."""
+    if store_faults and proxy_fault is None:
+        raise ValueError("store faults need the object-store fault proxy (proxy_fault)")
     rng = random.Random(seed)
     result = CopyResult(records=records)
     start = time.monotonic()
@@ -163,7 +175,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
 
         for p in range(partitions):
             launch(p)
-        faults = ["broker"] * broker_kills + ["copier"] * copier_kills
+        faults = ["broker"] * broker_kills + ["copier"] * copier_kills + ["store"] * store_faults
         rng.shuffle(faults)
         deadline = start + time_limit
         next_fault = time.monotonic() + rng.uniform(0.5, 2.0)
@@ -191,6 +203,10 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
                     kind = broker.fault(rng)
                     result.broker_kills += 1
                     result.faults[kind] = result.faults.get(kind, 0) + 1
+                elif fault == "store":
+                    kind = proxy_fault(rng)
+                    result.store_faults += 1
+                    result.faults[kind] = result.faults.get(kind, 0) + 1
                 elif copiers:
                     p = rng.choice(sorted(copiers))
                     copiers[p].kill()
@@ -209,6 +225,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
         result.anomalies += _check(inputs, final, reader)
         result.copied = sum(len(v) for v in final.values())
         result.reader_records = sum(len(v) for v in reader.seen.values())
+        result.reader_last_s = max(0.0, reader.last_at - start)
     finally:
         for proc in copiers.values():
             proc.kill()
