@@ -86,7 +86,6 @@ def main() -> int:
         faults = list(FAULTS)
         done_at: float | None = None
         kill_wait_since: float | None = None
-        failed_restarts = 0
 
         def inject(what: str, waited: float) -> bool:
             """Inject one fault; False to try again later (waits are bounded)."""
@@ -149,14 +148,8 @@ def main() -> int:
                     if inject(faults[0][1], now - kill_wait_since):
                         faults.pop(0)
                         kill_wait_since = None
-                if not job.alive and job.state not in ("killed", "stopped"):
-                    failed_restarts += 1
-                    why = job.failure or f"exit status {job.proc.returncode if job.proc else '?'}"
-                    event(f"[yellow]Spark exited ({why[:200]}); restarting from its checkpoint[/yellow]")
-                    job.failure = None
-                    if failed_restarts > 3:
-                        break
-                    job.start()
+                if not job.restart_if_exited(event):
+                    break
                 expected_total = len(gen.committed)
                 if gen.done and done_at is None:
                     done_at = now

@@ -261,7 +261,6 @@ def _run(args, work, cluster, s3, job, gen, gen_thread, watcher, written, event,
     done: list[Fault] = []
     unfired: list[str] = []
     done_at: float | None = None
-    failed_restarts = 0
     shown_from = len(events)  # the lines printed before the live view are not repeated in it
     armed: list = [None, 0]  # the micro-batch the Spark kill watches, and what the sink had written then
 
@@ -368,14 +367,8 @@ def _run(args, work, cluster, s3, job, gen, gen_thread, watcher, written, event,
                     done.append(fault)
                     pending.pop(0)
                     wait_since = None
-            if not job.alive and job.state not in ("killed", "stopped"):
-                failed_restarts += 1
-                why = job.failure or f"exit status {job.proc.returncode if job.proc else '?'}"
-                event(f"[yellow]Spark exited ({why[:200]}); restarting from its checkpoint[/yellow]")
-                job.failure = None
-                if failed_restarts > 3:
-                    break
-                job.start()
+            if not job.restart_if_exited(event):
+                break
             if gen.done and done_at is None:
                 done_at = now
                 event("generator finished; waiting for the pipeline to catch up")

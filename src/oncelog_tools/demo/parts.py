@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -177,6 +177,7 @@ class SparkJob:
         self.history: list[tuple[float, int, int, int]] = []
         self.state = "not started"
         self.failure: str | None = None
+        self.failed_restarts = 0
 
     def start(self) -> None:
         from oncelog_tools.spark.procs import kill_tree  # noqa: F401  (fail early if missing)
@@ -214,6 +215,24 @@ class SparkJob:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    #: restarts after the job exited on its own (not killed by the demo) before a demo gives up
+    MAX_FAILED_RESTARTS = 3
+
+    def restart_if_exited(self, event: Callable[[str], None]) -> bool:
+        """When the job exited on its own (not killed or stopped by the demo): say so through
+        ``event`` and restart it from its checkpoint. False once it has failed more than
+        ``MAX_FAILED_RESTARTS`` times (the demo gives up); True otherwise."""
+        if self.alive or self.state in ("killed", "stopped"):
+            return True
+        self.failed_restarts += 1
+        why = self.failure or f"exit status {self.proc.returncode if self.proc else '?'}"
+        event(f"[yellow]Spark exited ({why[:200]}); restarting from its checkpoint[/yellow]")
+        self.failure = None
+        if self.failed_restarts > self.MAX_FAILED_RESTARTS:
+            return False
+        self.start()
+        return True
 
     def batch_in_flight(self) -> int | None:
         """A micro-batch Spark has planned (offsets log) and not finished (commit log)."""
