@@ -57,6 +57,11 @@ class SchemaStore:
         self._progress = threading.Condition(self.lock)
         self._write_lock = threading.Lock()
         self.position = 0  # the reader's next offset
+        # catch_up asks the reader thread for the topic's end (the consumer is used by its own
+        # thread only): a question numbered ``_asked`` is answered once ``_answered`` reaches it
+        self._asked = 0
+        self._answered = 0
+        self._end_seen: int | None = None
         self.ready = threading.Event()
         self.failed: str | None = None  # why the reader could not start
         self._stop = threading.Event()
@@ -153,6 +158,13 @@ class SchemaStore:
                     if pos >= 0 and pos != self.position:
                         self.position = pos
                     self._progress.notify_all()
+                if self._answered < self._asked:
+                    asked = self._asked
+                    end = self._end(consumer)
+                    with self._progress:
+                        self._end_seen = end
+                        self._answered = asked
+                        self._progress.notify_all()
                 if not self.ready.is_set() and (target is None or self.position >= target):
                     if target is None:
                         target = self._end(consumer)
@@ -187,14 +199,20 @@ class SchemaStore:
     def catch_up(self, timeout: float = STORE_TIMEOUT_S) -> None:
         """Returns once the state holds every record the topic had when called. Raises
         RegistryError (50002)."""
-        consumer = self._consumer
-        if consumer is None:
+        if self._consumer is None:
             raise errors.timeout(self.failed or "the store is starting")
-        target = self._end(consumer)
-        if target is None:
-            raise errors.store_error(f"cannot read the end of {self.topic}")
         deadline = time.monotonic() + timeout
         with self._progress:
+            self._asked += 1
+            asked = self._asked
+            while self._answered < asked:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors.timeout(f"asking the end of {self.topic}")
+                self._progress.wait(min(left, 0.5))
+            target = self._end_seen
+            if target is None:
+                raise errors.store_error(f"cannot read the end of {self.topic}")
             while self.position < target:
                 left = deadline - time.monotonic()
                 if left <= 0:
