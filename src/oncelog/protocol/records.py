@@ -411,7 +411,7 @@ def _check_timestamps(h: BatchHeader, walked: tuple[int, ...], rule: TimestampRu
     if not h.attributes & TIMESTAMP_TYPE_BIT:
         if log_append_time:
             return
-        _, _, _, low, low_i, high, high_i = walked
+        _, _, _, low, low_i, high, high_i = walked[:7]
         if lo <= low and high <= hi or low_i < 0:  # the fast path: every record in range (or none stamped)
             return
         raise TimestampErrors(sorted({(i, _out_of_range(ts, i, lo, hi)) for ts, i in ((low, low_i), (high, high_i))
