@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.schema_registry import errors
-from oncelog.schema_registry.formats import AVRO, Resolved, compact, load_json
+from oncelog.schema_registry.formats.common import AVRO, Resolved, compact, load_json
 
 
 class AvroParsed:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.schema_registry import errors
-from oncelog.schema_registry.formats import JSON, Resolved, compact, load_json
+from oncelog.schema_registry.formats.common import JSON, Resolved, compact, load_json
 
 MAX_DEPTH = 64
 

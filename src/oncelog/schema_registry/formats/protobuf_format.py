@@ -33,7 +33,7 @@ import tempfile
 from typing import Any
 
 from oncelog.schema_registry import errors
-from oncelog.schema_registry.formats import PROTOBUF, Resolved
+from oncelog.schema_registry.formats.common import PROTOBUF, Resolved
 
 #: protoc's deadline (seconds)
 PROTOC_TIMEOUT_S = 20.0
