@@ -100,7 +100,8 @@ class SchemaRegistry:
         self._server = RegistryHTTPServer(
             (self.host, self.port), RegistryApi(self.store),
             authorizer=lambda: broker.acls.authorizer if broker.acls is not None else None,
-            authenticator=authenticator, ssl_context=self._ssl_context(), ipv6=":" in self.host)
+            authenticator=authenticator, ssl_context=self._ssl_context(),
+            request_deadline_s=broker.config.schema_registry_request_timeout_ms / 1000, ipv6=":" in self.host)
         self.host, self.port = self._server.server_address[:2]
         self._thread = threading.Thread(target=self._server.serve_forever, name="oncelog-schema-registry",
                                         daemon=True)

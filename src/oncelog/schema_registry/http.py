@@ -1,7 +1,7 @@
 """The registry's HTTP endpoint: ``oncelog.http_server.BoundedHTTPServer`` (the console's and
 the metrics endpoint's server), so it is bounded the same way against hostile clients: at most
 ``MAX_CONNECTIONS`` served at once (more are closed at once), every request within
-``REQUEST_DEADLINE_S`` in all (a client that trickles bytes or never reads is dropped when it
+``schema.registry.request.timeout.ms`` in all (``REQUEST_DEADLINE_S`` by default; a client that trickles bytes or never reads is dropped when it
 passes), header lines and counts bounded by ``http.server``; and here a body longer than
 ``max_body`` is refused with 413 before it is read, a body must say its ``Content-Length``
 (411), a JSON body nested deeper than ``formats.MAX_NESTING`` is refused (400, before any
@@ -42,13 +42,13 @@ class RegistryHTTPServer(BoundedHTTPServer):
 
     def __init__(self, address: tuple[str, int], api: RegistryApi, *, authorizer: Callable[[], Any],
                  authenticator: Authenticator | None, ssl_context: ssl.SSLContext | None = None,
-                 max_body: int = MAX_BODY, ipv6: bool = False) -> None:
+                 max_body: int = MAX_BODY, request_deadline_s: float = REQUEST_DEADLINE_S, ipv6: bool = False) -> None:
         self.api = api
         self.authorizer = authorizer
         self.authenticator = authenticator
         self.ssl_context = ssl_context
         self.max_body = max_body
-        super().__init__(address, Handler, max_connections=MAX_CONNECTIONS, request_deadline_s=REQUEST_DEADLINE_S,
+        super().__init__(address, Handler, max_connections=MAX_CONNECTIONS, request_deadline_s=request_deadline_s,
                          ipv6=ipv6)
 
     def finish_request(self, request: Any, client_address: Any) -> None:

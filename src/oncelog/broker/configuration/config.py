@@ -326,6 +326,9 @@ class BrokerConfig:
     #: the compatibility level of subjects with none of their own, until PUT /config sets one
     schema_compatibility_level: str = field(default="BACKWARD", metadata={"kafka": "schema.compatibility.level",
                                                                          "parse": _compatibility_level})
+    #: oncelog's own: the registry's HTTP requests each get this long in all (a slow client is dropped)
+    schema_registry_request_timeout_ms: int = field(
+        default=30_000, metadata={"kafka": "schema.registry.request.timeout.ms", "parse": _positive})
     #: the compacted topic the registry keeps its schemas in
     kafkastore_topic: str = field(default="_schemas", metadata={"kafka": "kafkastore.topic", "parse": str})
     #: oncelog's own: a client properties file (librdkafka's names: security.protocol, sasl.*, ssl.*)
