@@ -8,7 +8,7 @@ reference to itself / to nothing, garbage instead of HTTP, more connections than
 all of it the registry and the broker's Kafka listener still answer, and the broker stops
 cleanly.
 
-Security: with an authorizer, HTTP Basic with the broker's SCRAM users; subjects authorized by
+Security: HTTPS with the broker's keystore; with an authorizer, HTTP Basic with the broker's SCRAM users; subjects authorized by
 their topic's ACLs (Confluent's Topic ACL Authorizer mapping); the registry's own Kafka client
 logs in with ``schema.registry.client.config``.
 """
@@ -16,8 +16,10 @@ logs in with ``schema.registry.client.config``.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,6 +33,7 @@ from confluent_kafka import Producer
 
 from conftest import TEST_OVERRIDES, _stop_cleanly
 from oncelog.process import BrokerProcess, free_port
+from oncelog_tools.tls_certs import make_pki
 from oncelog.schema_registry.http import MAX_BODY, MAX_CONNECTIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -38,14 +41,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 DEADLINE_MS = 2000
 
 
-def call(url: str, method: str, path: str, body: Any = None, auth: tuple[str, str] | None = None) -> tuple[int, Any]:
+def call(url: str, method: str, path: str, body: Any = None, auth: tuple[str, str] | None = None,
+         context: ssl.SSLContext | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
     if auth is not None:
         headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
     req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=context) as r:
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         raw = e.read()
@@ -167,7 +171,11 @@ def _oncelog(*args: str) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_basic_logins_and_topic_acls_guard_subjects(tmp_path: Path) -> None:
+def test_https_basic_logins_and_topic_acls_guard_subjects(tmp_path: Path) -> None:
+    """The broker has a keystore: the registry serves HTTPS with it (a plain-HTTP request and a
+    client that never starts the handshake get nothing and are dropped)."""
+    pki = make_pki(tmp_path / "pki")
+    tls = ssl.create_default_context(cafile=str(pki.ca))
     data = tmp_path / "broker"
     for user, pw in PASSWORDS.items():
         _oncelog("users", "add", user, "--password", pw, "--mechanism", "SCRAM-SHA-256", "--data-dir", str(data))
@@ -182,8 +190,11 @@ def test_basic_logins_and_topic_acls_guard_subjects(tmp_path: Path) -> None:
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin;User:registry", "allow.everyone.if.no.acl.found": "false",
-        "schema.registry.listen": f"127.0.0.1:{http_port}", "schema.registry.client.config": str(client)}).start()
-    url = f"http://127.0.0.1:{http_port}"
+        "ssl.keystore.location": str(pki.server), "ssl.truststore.location": str(pki.ca),
+        "schema.registry.listen": f"127.0.0.1:{http_port}", "schema.registry.client.config": str(client),
+        "schema.registry.request.timeout.ms": str(DEADLINE_MS)}).start()
+    url = f"https://127.0.0.1:{http_port}"
+    call = functools.partial(globals()["call"], context=tls)
     alice, bob, admin = ("alice", PASSWORDS["alice"]), ("bob", PASSWORDS["bob"]), ("admin", PASSWORDS["admin"])
     try:
         status, doc = call(url, "GET", "/subjects")
@@ -207,5 +218,12 @@ def test_basic_logins_and_topic_acls_guard_subjects(tmp_path: Path) -> None:
         assert call(url, "PUT", "/config", {"compatibility": "NONE"}, auth=admin) == (200, {"compatibility": "NONE"})
         assert call(url, "DELETE", "/subjects/orders-value", auth=bob)[1]["error_code"] == 40301
         assert call(url, "DELETE", "/subjects/orders-value", auth=alice) == (200, [1])
+        # plain HTTP to the HTTPS port: no answer; a silent client: dropped at the deadline
+        assert not raw_exchange("127.0.0.1", http_port, b"GET /subjects HTTP/1.1\r\nHost: x\r\n\r\n").startswith(
+            b"HTTP/")
+        with socket.create_connection(("127.0.0.1", http_port), timeout=DEADLINE_MS / 1000 + 5) as silent:
+            t = time.monotonic()
+            assert silent.recv(1) == b"" and time.monotonic() - t < DEADLINE_MS / 1000 + 4
+        assert call(url, "GET", "/schemas/types", auth=alice)[0] == 200
     finally:
         _stop_cleanly(b)
