@@ -27,7 +27,6 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from conftest import TEST_OVERRIDES, _stop_cleanly
 from kafka_clients import create_topic
 from oncelog.client import ProtocolClient
 from oncelog.process import BrokerProcess, free_port
@@ -35,6 +34,18 @@ from oncelog.protocol import apis, records
 from oncelog.protocol.errors import ErrorCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+TEST_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
+
+
+def _stop_cleanly(b: BrokerProcess) -> None:
+    """SIGTERM, and the broker must exit 0 (killed when it does not stop)."""
+    try:
+        code = b.stop()
+    except Exception:
+        b.kill()
+        raise
+    assert code == 0, f"broker exited with {code}; log:\n{b.log_tail()}"
 
 USER_V1 = json.dumps({"type": "record", "name": "User", "namespace": "t",
                       "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]})

@@ -31,12 +31,23 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from conftest import TEST_OVERRIDES, _stop_cleanly
 from oncelog.process import BrokerProcess, free_port
 from oncelog_tools.tls_certs import make_pki
 from oncelog.schema_registry.http import MAX_BODY, MAX_CONNECTIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+TEST_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
+
+
+def _stop_cleanly(b: BrokerProcess) -> None:
+    """SIGTERM, and the broker must exit 0 (killed when it does not stop)."""
+    try:
+        code = b.stop()
+    except Exception:
+        b.kill()
+        raise
+    assert code == 0, f"broker exited with {code}; log:\n{b.log_tail()}"
 
 DEADLINE_MS = 2000
 

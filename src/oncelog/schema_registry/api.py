@@ -49,33 +49,31 @@ class Call:
         return self.query.get(name, "").lower() == "true"
 
 
-def _entry_json(e: SchemaEntry, *, fmt: str | None = None, state: RegistryState | None = None) -> dict[str, Any]:
+def _entry_json(e: SchemaEntry) -> dict[str, Any]:
     doc: dict[str, Any] = {"subject": e.subject, "version": e.version, "id": e.id}
-    if e.kind != AVRO:
-        doc["schemaType"] = e.kind
-    if e.references:
-        doc["references"] = [r.to_json() for r in e.references]
-    doc["schema"] = _formatted(e, fmt, state)
+    doc.update(_schema_json(e))
     if e.deleted:
         doc["deleted"] = True
     return doc
 
 
-def _formatted(e: SchemaEntry, fmt: str | None, state: RegistryState | None) -> str:
-    if fmt == "serialized" and e.kind == PROTOBUF and state is not None:
-        from oncelog.schema_registry.formats.protobuf_format import serialized
-
-        return serialized(e.schema, state.resolve(e.references))
-    return e.schema
-
-
-def _schema_json(e: SchemaEntry, fmt: str | None, state: RegistryState) -> dict[str, Any]:
+def _schema_json(e: SchemaEntry) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     if e.kind != AVRO:
         doc["schemaType"] = e.kind
     if e.references:
         doc["references"] = [r.to_json() for r in e.references]
-    doc["schema"] = _formatted(e, fmt, state)
+    doc["schema"] = e.schema
+    return doc
+
+
+def _formatted(doc: dict[str, Any], e: SchemaEntry, refs: Any, fmt: str | None) -> dict[str, Any]:
+    """``format=serialized``: a Protobuf schema as its base64 descriptor. Done outside the state
+    lock (it may run protoc); ``refs``: the entry's references, resolved under the lock."""
+    if fmt == "serialized" and e.kind == PROTOBUF:
+        from oncelog.schema_registry.formats.protobuf_format import serialized
+
+        doc["schema"] = serialized(e.schema, refs)
     return doc
 
 
@@ -154,12 +152,13 @@ class RegistryApi:
         schema_id = _int(sid)
         fmt = call.query.get("format")
 
-        def q(state: RegistryState) -> dict[str, Any]:
-            doc = _schema_json(self._readable_id(call, schema_id, state), fmt, state)
+        def q(state: RegistryState) -> tuple[dict[str, Any], SchemaEntry, Any]:
+            e = self._readable_id(call, schema_id, state)
+            doc = _schema_json(e)
             if call.flag("fetchMaxId"):
                 doc["maxId"] = state.max_id
-            return doc
-        return 200, self.store.read(q)
+            return doc, e, state.resolve(e.references) if fmt == "serialized" else ()
+        return 200, _formatted(*self.store.read(q), fmt)
 
     def raw_by_id(self, call: Call, sid: str) -> tuple[int, Any]:
         schema_id = _int(sid)
@@ -199,8 +198,11 @@ class RegistryApi:
     def version(self, call: Call, subject: str, version: str) -> tuple[int, Any]:
         call.guard.require(SUBJECT_READ, subject)
         fmt = call.query.get("format")
-        return 200, self.store.read(lambda s: _entry_json(s.version(subject, version, deleted=call.flag("deleted")),
-                                                          fmt=fmt, state=s))
+
+        def q(state: RegistryState) -> tuple[dict[str, Any], SchemaEntry, Any]:
+            e = state.version(subject, version, deleted=call.flag("deleted"))
+            return _entry_json(e), e, state.resolve(e.references) if fmt == "serialized" else ()
+        return 200, _formatted(*self.store.read(q), fmt)
 
     def raw_version(self, call: Call, subject: str, version: str) -> tuple[int, Any]:
         call.guard.require(SUBJECT_READ, subject)

@@ -76,7 +76,7 @@ def schema_request(body: Any) -> SchemaRequest:
     return SchemaRequest(kind, text, tuple(refs), sid or None, ver or None, extra)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=128)  # bounded: a body is up to 4 MiB
 def _parsed(kind: str, text: str, refs: tuple[Resolved, ...], normalize: bool) -> Parsed:
     return formats.parse(kind, text, refs, normalize=normalize)
 

@@ -149,7 +149,7 @@ def _write_tree(root: str, refs: tuple[Resolved, ...], seen: set[str], depth: in
         _write_tree(root, ref.references, seen, depth + 1)
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)
 def _compiled(text: str, references: tuple[Resolved, ...]) -> bytes:
     """``.proto`` text -> serialized FileDescriptorProto, by protoc in a child process. Cached
     (a schema is compiled once per process). Raises RegistryError (42201)."""
