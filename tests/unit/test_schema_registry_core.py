@@ -256,3 +256,27 @@ def test_protobuf_text_and_descriptor_are_one_schema() -> None:
     with pytest.raises(errors.RegistryError) as e:
         parse("PROTOBUF", 'syntax = "proto3"; message M { strin a = 1; }')
     assert e.value.code == 42201 and "strin" in e.value.message
+
+
+def test_protobuf_and_json_references() -> None:
+    log = Log()
+    log.register("dep.proto", 'syntax = "proto3";\npackage d;\nmessage Dep { string x = 1; }\n', "PROTOBUF")
+    main = 'syntax = "proto3";\npackage m;\nimport "dep.proto";\nmessage Main { d.Dep dep = 1; }\n'
+    got = log.register("main-value", main, "PROTOBUF", refs=[Reference("dep.proto", "dep.proto", 1)])
+    assert got["version"] == 1
+    from oncelog.schema_registry.formats.protobuf_format import serialized
+
+    e1 = log.state.version("main-value", 1)  # served as a descriptor: compiled with its import
+    again = parse("PROTOBUF", serialized(e1.schema, log.state.resolve(e1.references)), log.state.resolve(e1.references))
+    assert again.canonical == e1.schema
+    with pytest.raises(errors.RegistryError) as e:
+        log.register("main2-value", main, "PROTOBUF")  # the import is not a reference
+    assert e.value.code == 42201
+    log.register("address.json", '{"type":"object","properties":{"city":{"type":"string"}}}', "JSON")
+    person = '{"type":"object","properties":{"home":{"$ref":"address.json"}}}'
+    first = log.register("person-value", person, "JSON", refs=[Reference("address.json", "address.json", 1)])
+    narrower = '{"type":"object","properties":{"home":{"$ref":"address.json"},"age":{"type":"integer"}}}'
+    with pytest.raises(errors.RegistryError) as e:  # BACKWARD: a property added to an open content model
+        log.register("person-value", narrower, "JSON", refs=[Reference("address.json", "address.json", 1)])
+    assert e.value.code == 409
+    assert first["id"] != got["id"]
