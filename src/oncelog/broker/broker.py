@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from oncelog.broker.observability.metrics import BrokerMetrics
     from oncelog.broker.partitions.partition import Partition
     from oncelog.console import Console
+    from oncelog.schema_registry import SchemaRegistry
+    from oncelog.schema_registry.validation import SchemaIds
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,14 @@ class Broker:
             from oncelog.console import console_for
 
             self.console = console_for(self)
+        #: the schema registry (oncelog/schema_registry/, docs/SCHEMA-REGISTRY.md); None unless
+        #: schema.registry.listen is set
+        self.schema_registry: SchemaRegistry | None = None
+        if config.schema_registry_listen is not None:
+            from oncelog.schema_registry import registry_for
+
+            self.schema_registry = registry_for(self)
+        self._schema_ids: SchemaIds | None = None
         self.dispatcher = self._dispatcher(self)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
         self.servers = [self._server_for(lst) for lst in self.listeners]
@@ -131,6 +141,16 @@ class Broker:
     @property
     def producer_ids(self) -> ProducerIdSource:
         return self.membership.producer_ids
+
+    @property
+    def schema_ids(self) -> "SchemaIds":
+        """The produce path's schema-id check (topics with confluent.*.schema.validation), made
+        at first use."""
+        if self._schema_ids is None:
+            from oncelog.schema_registry import schema_ids_for
+
+            self._schema_ids = schema_ids_for(self)
+        return self._schema_ids
 
     def _advertised_address(self, listener: str) -> tuple[str, int]:
         """This broker's advertised (host, port) on listener ``listener`` (the primary's when
@@ -259,6 +279,8 @@ class Broker:
             self.metrics.serve()  # first: an address that refuses stops the start before anything opens
         if self.console is not None:
             self.console.serve()  # also before anything opens; it reaches the listener only when asked
+        if self.schema_registry is not None:
+            self.schema_registry.serve()  # also before anything opens; its store reads once the broker listens
         m = self.membership
         listening = False
         try:
@@ -280,6 +302,8 @@ class Broker:
                 await self._close_servers()
             await m.close()
             raise
+        if self.schema_registry is not None:
+            self.schema_registry.open()
         self._every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms, self._transaction_timeouts)
         self._every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms, self._transactional_id_expiry)
         self._every(cfg.log_retention_check_interval_ms, self._enforce_retention)
@@ -312,6 +336,8 @@ class Broker:
 
     async def stop(self) -> None:
         self._compaction_stop.set()
+        if self.schema_registry is not None or self._schema_ids is not None:  # its clients use the listener
+            await asyncio.to_thread(self._close_schema_registry)
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
@@ -325,6 +351,12 @@ class Broker:
         if self.console is not None:
             await asyncio.to_thread(self.console.close)
         self.replicas.close()
+
+    def _close_schema_registry(self) -> None:
+        if self.schema_registry is not None:
+            self.schema_registry.close()
+        if self._schema_ids is not None:
+            self._schema_ids.close()
 
     def _expire_producers(self) -> None:
         gone = self.replicas.expire_producers()
@@ -435,6 +467,10 @@ class ListenerContext:
     @property
     def metrics(self) -> "BrokerMetrics | None":
         return self._broker.metrics
+
+    @property
+    def schema_ids(self) -> "SchemaIds":
+        return self._broker.schema_ids
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         return self._broker.advertised_versions()

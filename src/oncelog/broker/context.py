@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from oncelog.broker.observability.metrics import RequestStats
     from oncelog.broker.partitions.replica_manager import ReplicaManager
     from oncelog.clock import Clock
+    from oncelog.schema_registry.validation import SchemaIds
 
 __all__ = ["BrokerContext", "Client", "CloseConnection", "Handler"]
 
@@ -100,6 +101,12 @@ class BrokerContext(Protocol):
     def metrics(self) -> "RequestStats | None":
         """Issue 19: the request and per-topic traffic counters; None unless ``metrics.listen``
         is set."""
+        ...
+
+    @property
+    def schema_ids(self) -> "SchemaIds":
+        """The schema registry's check of produced schema ids (topics with
+        confluent.key/value.schema.validation; oncelog/schema_registry/validation.py)."""
         ...
 
     @property

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import NamedTuple
 
 import cramjam
@@ -251,6 +251,7 @@ def validate_produce_batch(
     *,
     compacted: bool = False,
     timestamps: TimestampRule | None = None,
+    schema_ids: SchemaIdRule | None = None,
 ) -> BatchHeader:
     """Check the records field of a produce request (v3+) the way Kafka's broker does
     (LogValidator), so that whatever is acknowledged can be read by every client.
@@ -268,7 +269,9 @@ def validate_produce_batch(
     ``max_message_bytes``, or expanding beyond ``max_uncompressed``), RecordErrors (an
     INVALID_RECORD listing each record without a key, when ``compacted``: a compacted topic
     refuses them, as Kafka's LogValidator), TimestampErrors (INVALID_TIMESTAMP, with
-    ``timestamps``: ``_check_timestamps``). Returns the parsed header.
+    ``timestamps``: ``_check_timestamps``), SchemaIdErrors (INVALID_RECORD naming records whose
+    key/value schema id ``schema_ids`` does not allow: ``_check_schema_ids``). Returns the parsed
+    header.
     """
     n = len(buf)
     if n == 0:
@@ -308,7 +311,7 @@ def validate_produce_batch(
     if h.compression != COMPRESSION_NONE:
         payload = decompress(h.compression, payload, max_uncompressed, reuse=True)
     try:
-        walked = _recordwalk.walk(payload, h.records_count, h.base_timestamp)
+        walked = _recordwalk.walk(payload, h.records_count, h.base_timestamp, schema_ids.sides if schema_ids else 0)
     except ValueError as e:
         raise InvalidRecord(f"record batch of {h.records_count} record(s): {e}") from None
     if compacted and walked is not None and walked[0]:
@@ -318,7 +321,81 @@ def validate_produce_batch(
                             if rec.key is None])
     if timestamps is not None and walked is not None:
         _check_timestamps(h, walked, timestamps)
+    if schema_ids is not None and walked is not None:
+        _check_schema_ids(walked, schema_ids, mv[:size], max_uncompressed)
     return h
+
+
+# -- schema ids (the topic configs confluent.key/value.schema.validation) ----------------------
+
+
+class SchemaIdRule(NamedTuple):
+    """Which schema ids a topic's keys and values may carry (Confluent's wire format: magic
+    byte 0, then the id as a 4-byte big-endian int): ``keys``/``values`` hold the allowed ids
+    (None: that side is not checked); ``key_subject``/``value_subject`` name them in messages.
+    A null key or value is always accepted (tombstones). Built by oncelog/schema_registry."""
+
+    keys: Container[int] | None
+    values: Container[int] | None
+    key_subject: str = ""
+    value_subject: str = ""
+
+    @property
+    def sides(self) -> int:
+        return (1 if self.keys is not None else 0) | (2 if self.values is not None else 0)
+
+
+class SchemaIdErrors(RecordErrors):  # type: ignore[misc, valid-type]
+    """INVALID_RECORD naming records whose schema id is not allowed; ``unknown``: the framed
+    ids that were not in the rule (a registry that is behind may know them a moment later)."""
+
+    def __init__(self, errors: list[tuple[int, str]], unknown: set[int]) -> None:
+        super().__init__(errors)
+        self.unknown = unknown
+
+
+def _id_problem(sid: int, side: str, allowed: Container[int], subject: str) -> str | None:
+    if sid == -1:
+        return None
+    if sid == -2:
+        return (f"The {side} does not start with a schema id (magic byte 0 and a 4-byte id), "
+                f"and schema validation is on for {side}s")
+    if sid in allowed:
+        return None
+    return f"Schema id {sid} of the {side} is not registered under subject {subject}"
+
+
+def _check_schema_ids(walked: tuple, rule: SchemaIdRule, batch: bytes | bytearray | memoryview,
+                      max_uncompressed: int) -> None:
+    """From the walker's distinct ids per side (no object per record); when a side had too many
+    distinct ids for the walker, every record is looked at (the rejection-grade path)."""
+    found: dict[int, str] = {}
+    unknown: set[int] = set()
+    sides = ((7, "key", rule.keys, rule.key_subject), (8, "value", rule.values, rule.value_subject))
+    for slot, side, allowed, subject in sides:
+        if allowed is None:
+            continue
+        pairs = walked[slot]
+        if pairs is None:
+            for i, rec in enumerate(iter_records(batch, max_uncompressed=max_uncompressed)):
+                data = rec.key if side == "key" else rec.value
+                sid = -1 if data is None else -2 if len(data) < 5 or data[0] != 0 else \
+                    int.from_bytes(data[1:5], "big")
+                why = _id_problem(sid, side, allowed, subject)
+                if why is not None:
+                    found.setdefault(i, why)
+                    if sid >= 0:
+                        unknown.add(sid)
+            continue
+        for k in range(0, len(pairs), 2):
+            sid, first = pairs[k], pairs[k + 1]
+            why = _id_problem(sid, side, allowed, subject)
+            if why is not None:
+                found.setdefault(first, why)
+                if sid >= 0:
+                    unknown.add(sid)
+    if found:
+        raise SchemaIdErrors(sorted(found.items()), unknown)
 
 
 def _check_timestamps(h: BatchHeader, walked: tuple[int, ...], rule: TimestampRule) -> None:
@@ -334,7 +411,7 @@ def _check_timestamps(h: BatchHeader, walked: tuple[int, ...], rule: TimestampRu
     if not h.attributes & TIMESTAMP_TYPE_BIT:
         if log_append_time:
             return
-        _, _, _, low, low_i, high, high_i = walked
+        _, _, _, low, low_i, high, high_i = walked[:7]
         if lo <= low and high <= hi or low_i < 0:  # the fast path: every record in range (or none stamped)
             return
         raise TimestampErrors(sorted({(i, _out_of_range(ts, i, lo, hi)) for ts, i in ((low, low_i), (high, high_i))

@@ -37,6 +37,10 @@ class LogConfig:
     timestamp_after_max_ms: int = 3_600_000
     #: a produced batch may expand to at most this many bytes (broker: message.max.uncompressed.bytes)
     max_uncompressed_bytes: int = 64 * 1024 * 1024
+    #: confluent.key.schema.validation / confluent.value.schema.validation: produced keys / values
+    #: must carry a schema id registered under <topic>-key / <topic>-value (oncelog/schema_registry)
+    key_schema_validation: bool = False
+    value_schema_validation: bool = False
 
     #: Kafka property name -> field name.
     KAFKA_NAMES = {

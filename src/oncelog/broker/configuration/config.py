@@ -85,6 +85,13 @@ def _non_negative(v: str) -> int:
     return n
 
 
+def _compatibility_level(v: str) -> str:
+    levels = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
+    if v.strip().upper() not in levels:
+        raise ValueError(f"one of {', '.join(x.lower() for x in levels)}")
+    return v.strip().upper()
+
+
 def _opt_int(v: str) -> int | None:
     return None if v.strip() in ("", "none", "null") else int(v)
 
@@ -312,6 +319,22 @@ class BrokerConfig:
     #: when an authorizer is configured)
     console_client_config: str | None = field(default=None, metadata={"kafka": "console.client.config",
                                                                       "parse": _opt_str})
+    # the schema registry (docs/SCHEMA-REGISTRY.md, oncelog/schema_registry/); Confluent's names but the first
+    #: oncelog's own: serve the Confluent-compatible Schema Registry REST API on ``HOST:PORT``; None: off
+    schema_registry_listen: str | None = field(default=None, metadata={"kafka": "schema.registry.listen",
+                                                                       "parse": _listen})
+    #: the compatibility level of subjects with none of their own, until PUT /config sets one
+    schema_compatibility_level: str = field(default="BACKWARD", metadata={"kafka": "schema.compatibility.level",
+                                                                         "parse": _compatibility_level})
+    #: oncelog's own: the registry's HTTP requests each get this long in all (a slow client is dropped)
+    schema_registry_request_timeout_ms: int = field(
+        default=30_000, metadata={"kafka": "schema.registry.request.timeout.ms", "parse": _positive})
+    #: the compacted topic the registry keeps its schemas in
+    kafkastore_topic: str = field(default="_schemas", metadata={"kafka": "kafkastore.topic", "parse": str})
+    #: oncelog's own: a client properties file (librdkafka's names: security.protocol, sasl.*, ssl.*)
+    #: the registry's Kafka clients log in to this broker's listener with; None: PLAINTEXT, no login
+    schema_registry_client_config: str | None = field(
+        default=None, metadata={"kafka": "schema.registry.client.config", "parse": _opt_str})
 
     @property
     def advertised(self) -> str:
@@ -379,6 +402,8 @@ _BY_KAFKA_NAME["broker.id"] = _BY_KAFKA_NAME["node.id"]
 _BY_KAFKA_NAME["log.retention.hours"] = ("log_retention_ms", lambda v: int(v) * 3600 * 1000)
 _BY_KAFKA_NAME["log.retention.minutes"] = ("log_retention_ms", lambda v: int(v) * 60 * 1000)
 _BY_KAFKA_NAME["log.roll.hours"] = ("log_roll_ms", lambda v: int(v) * 3600 * 1000)
+# Confluent's older name of schema.compatibility.level
+_BY_KAFKA_NAME["avro.compatibility.level"] = _BY_KAFKA_NAME["schema.compatibility.level"]
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -95,6 +95,14 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
            "Keep the topic's record batches in the brokers' object store (KIP-1150); set at creation only.",
            "oncelog's own (issue 29, docs/DISKLESS.md): cluster mode with diskless.storage.url only; refused "
            "with cleanup.policy=compact, on internal topics and as a change after creation"),
+        # the schema registry (docs/SCHEMA-REGISTRY.md): Confluent Server's names
+        _D("confluent.key.schema.validation", _T.BOOLEAN, "false", None, True,
+           "Refuse records whose key does not carry a schema id registered under <topic>-key.",
+           "oncelog/schema_registry/validation.py: INVALID_RECORD naming the record", log_field="key_schema_validation"),
+        _D("confluent.value.schema.validation", _T.BOOLEAN, "false", None, True,
+           "Refuse records whose value does not carry a schema id registered under <topic>-value.",
+           "oncelog/schema_registry/validation.py: INVALID_RECORD naming the record",
+           log_field="value_schema_validation"),
         _D("compression.gzip.level", _T.INT, "-1", "compression.gzip.level", False,
            "The compression level used with gzip.", _ACCEPTED + " (batches are stored as produced)", low=-1, high=9),
         _D("compression.lz4.level", _T.INT, "9", "compression.lz4.level", False,
@@ -314,6 +322,8 @@ def log_config(broker: BrokerConfig, topic_configs: Mapping[str, str],
         value = effective(broker, topic_configs, d.name, dynamic)
         if d.log_field == "log_append_time":
             kwargs[d.log_field] = value == "LogAppendTime"
+        elif d.type is ConfigType.BOOLEAN:
+            kwargs[d.log_field] = value == "true"
         elif d.log_field == "cleanup_policy":
             kwargs[d.log_field] = value
         else:

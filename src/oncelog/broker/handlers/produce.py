@@ -96,11 +96,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 if not p.records:
                     raise CorruptMessage(f"produce to {name}-{p.index} carries no record batch")
                 config = part.config
-                header = records.validate_produce_batch(
-                    p.records, config.max_message_bytes, config.max_uncompressed_bytes,
-                    compacted="compact" in config.cleanup_policy,
-                    timestamps=records.TimestampRule(now, config.timestamp_before_max_ms,
-                                                     config.timestamp_after_max_ms, config.log_append_time))
+                timestamps = records.TimestampRule(now, config.timestamp_before_max_ms,
+                                                   config.timestamp_after_max_ms, config.log_append_time)
+                if config.key_schema_validation or config.value_schema_validation:  # the schema registry's
+                    header = await broker.schema_ids.validate(name, p.records, config, timestamps)
+                else:
+                    header = records.validate_produce_batch(
+                        p.records, config.max_message_bytes, config.max_uncompressed_bytes,
+                        compacted="compact" in config.cleanup_policy, timestamps=timestamps)
                 tp = TopicPartition(name, p.index)
                 if metrics is not None:  # per batch, from its header: never per record
                     metrics.produced(name, len(p.records), header.records_count)
