@@ -134,13 +134,13 @@ def _scan(reader: PartitionReader, q: Query, start: int, stop: int | None, want:
                 continue
             if h.base_offset >= end or budget.spent:
                 break
+            scan.nbytes += h.size
             for row in batch_rows(mv[at:at + h.size], h, facts, aborted, start=pos, stop=end, lso=w.lso,
                                   committed_view=committed, match=q.match, budget=budget):
                 rows.append(row)
                 if want is not None and len(rows) >= want:
                     scan.end = row["offset"] + 1
                     return rows, row["offset"] + 1, first
-            scan.nbytes += h.size
             pos = h.next_offset
         scan.end = pos
         if pos >= end:

@@ -10,7 +10,7 @@ const charts = {};  // container id -> {plot, names}
 // A chart of some series (name -> values, null where there is none) over times (ms), in `box`.
 function draw(id, times, series, unit) {
   const box = document.getElementById(id);
-  if (!box) return;
+  if (!box || box.offsetParent === null) return;  // a hidden view's chart is drawn when it is shown
   const names = Object.keys(series).sort();
   const fmt = unit === "bytes" ? (v) => v === null ? "–" : bytes(v) + "/s" : unit === "rate" ? (v) => v === null ? "–" : num(Math.round(v)) + "/s"
     : (v) => v === null ? "–" : num(Math.round(v));
@@ -27,7 +27,7 @@ function draw(id, times, series, unit) {
   if (old) old.plot.destroy();
   if (!names.length) { delete charts[id]; return; }
   const opts = {
-    width: Math.min(1100, Math.max(480, box.clientWidth || 800)), height: 220,
+    width: Math.max(320, box.parentElement.clientWidth - 24), height: 220,
     series: [{}, ...names.map((n, i) => ({label: n, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, value: (u, v) => fmt(v)}))],
     axes: [{}, {values: (u, vals) => vals.map(fmt), size: 80}],
     legend: {live: true},

@@ -14,6 +14,26 @@ function rangeLabel(r) {
   return r.fate + ": offsets " + r.first + "–" + r.last + end + " — " + who + (r.clipped ? " (began before this window)" : "");
 }
 
+// Offsets to x: piecewise linear between the offsets where something starts or ends (ranges,
+// markers, the LSO, the log end), each piece as wide as 1 + log2(its length): a 3-record
+// transaction stays visible next to a million plain records.
+function scale(doc, lo, hi, x0, x1) {
+  const at = new Set([lo, hi, doc.lso, doc.high_watermark, doc.log_start]);
+  for (const r of doc.ranges) { at.add(r.first); at.add(r.last + 1); if (r.marker != null) { at.add(r.marker); at.add(r.marker + 1); } }
+  const cuts = [...at].filter((o) => o >= lo && o <= hi).sort((a, b) => a - b);
+  const weights = cuts.slice(1).map((c, i) => 1 + Math.log2(1 + c - cuts[i]));
+  const total = weights.reduce((a, b) => a + b, 0) || 1;
+  const pos = [x0];
+  weights.forEach((w) => pos.push(pos[pos.length - 1] + (x1 - x0) * w / total));
+  return (o) => {
+    if (o <= cuts[0]) return x0;
+    if (o >= cuts[cuts.length - 1]) return x1;
+    let i = 1;
+    while (cuts[i] < o) i++;
+    return pos[i - 1] + (pos[i] - pos[i - 1]) * (o - cuts[i - 1]) / (cuts[i] - cuts[i - 1]);
+  };
+}
+
 function draw(doc) {
   const lanes = doc.lanes.map((l) => l.producer_id);
   const hasPlain = doc.ranges.some((r) => r.fate === "plain");
@@ -21,7 +41,7 @@ function draw(doc) {
   const nLanes = 1 + lanes.length;
   const lo = Math.min(doc.start, ...doc.ranges.map((r) => r.first));
   const hi = Math.max(doc.high_watermark, doc.end, lo + 1);
-  const x = (o) => LEFT + (W - LEFT - 20) * (o - lo) / (hi - lo);
+  const x = scale(doc, lo, hi, LEFT, W - 20);
   const height = TOP + nLanes * LANE + 30;
   const root = svg("svg", {id: "timeline-svg", viewBox: "0 0 " + W + " " + height, width: W, height: height, role: "img",
     "aria-label": "transactions of " + doc.topic + "-" + doc.partition});
@@ -47,8 +67,10 @@ function draw(doc) {
   }
   const mark = (o, name, cls, dy) => {
     if (o < lo || o > hi) return;
+    const right = x(o) > W - 140;
     root.append(svg("line", {x1: x(o), x2: x(o), y1: TOP - 6, y2: height - 24, class: "mark " + cls, "data-offset": o}));
-    root.append(svg("text", {x: x(o) + 3, y: TOP - 10 - dy, class: "mark-label " + cls}, name + " " + num(o)));
+    root.append(svg("text", {x: x(o) + (right ? -3 : 3), y: TOP - 10 - dy, class: "mark-label " + cls,
+      "text-anchor": right ? "end" : "start"}, name + " " + num(o)));
   };
   mark(doc.log_start, "log start", "mark-start", 0);
   mark(doc.lso, "LSO", "mark-lso", 12);
