@@ -6,6 +6,7 @@ import {api, bytes, num} from "./dom.js";
 const COLORS = ["#2b59c3", "#d9480f", "#2f9e44", "#9c36b5", "#e67700", "#0c8599", "#c2255c", "#5c940d",
   "#1864ab", "#862e9c"];
 const charts = {};  // container id -> {plot, names}
+export let chartEveryMs = 5000;  // as often as the broker samples, but at most every 2 s
 
 // A chart of some series (name -> values, null where there is none) over times (ms), in `box`.
 function draw(id, times, series, unit) {
@@ -44,6 +45,7 @@ export async function loadCharts() {
     for (const n of document.querySelectorAll(".chart-note")) n.textContent = "no history: " + e.message;
     return;
   }
+  chartEveryMs = Math.max(2000, doc.interval_s * 1000);
   const t = doc.times_ms;
   const s = doc.series;
   const dropped = Object.values(doc.dropped).reduce((a, b) => a + b, 0);

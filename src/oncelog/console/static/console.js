@@ -1,16 +1,15 @@
 // oncelog's web console (docs/CONSOLE.md): the page's entry point. JavaScript modules shipped in the
 // package, uPlot vendored for the charts, nothing fetched from elsewhere. Polls /api/state every
-// REFRESH_MS for the tables, /api/history every CHART_MS for the charts; the message browser and
+// REFRESH_MS for the tables, /api/history as often as the broker samples it (at most every 2 s); the message browser and
 // the timeline read when their view (its URL) changes.
 import {$, api, parseHash, sortState} from "./dom.js";
 import {renderOverview, renderBrokers, renderTopics, renderGroups, renderTransactions} from "./views.js";
 import {loadMessages, setupMessages, topicChoices} from "./messages.js";
 import {loadTimeline, setupTimeline} from "./timeline.js";
-import {loadCharts} from "./charts.js";
+import {loadCharts, chartEveryMs} from "./charts.js";
 import {checkSession, loggedOut, setupLogin} from "./login.js";
 
 const REFRESH_MS = 2000;
-const CHART_MS = 5000;
 const VIEWS = ["overview", "brokers", "topics", "groups", "transactions", "messages", "timeline"];
 let last = null;   // the last /api/state document
 let lastOk = 0;    // when it arrived (ms)
@@ -56,7 +55,7 @@ async function refresh() {
     render();
     document.body.dataset.loaded = "1";
     const v = parseHash().view || "overview";
-    if ((v === "overview" || v === "groups") && Date.now() - lastCharts > CHART_MS) {
+    if ((v === "overview" || v === "groups") && Date.now() - lastCharts > chartEveryMs) {
       lastCharts = Date.now();
       loadCharts();
     }

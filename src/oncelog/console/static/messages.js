@@ -109,6 +109,7 @@ function pager(doc, p) {
 
 export async function loadMessages(p) {
   lastParams = p;
+  const hash = location.hash;
   formFrom(p);
   if (!p.get("topic")) {
     $("#msg-info").textContent = "Pick a topic and a partition.";
@@ -130,11 +131,13 @@ export async function loadMessages(p) {
       " · log start " + num(doc.log_start) + " · LSO " + num(doc.lso) + " · log end " + num(doc.high_watermark) +
       " · " + doc.rows.length + " rows" + (s.from >= 0 ? " · looked at offsets " + num(s.from) + "–" + num(Math.max(s.from, s.to - 1)) +
       " (" + bytes(s.bytes) + ")" : "") + (s.budget_spent ? " · stopped at this request's budget: go on with newer →" : "");
+    document.body.dataset.messagesFor = hash;  // tests wait for the view of the URL shown
     document.body.dataset.messages = "loaded";
   } catch (e) {
     $("#msg-info").className = "error";
     $("#msg-info").textContent = "cannot read: " + e.message;
     renderRows({rows: []}, "auto");
+    document.body.dataset.messagesFor = hash;
     document.body.dataset.messages = "error";
   }
 }

@@ -61,8 +61,9 @@ function draw(doc) {
       "data-producer": r.producer_id});
     a.append(svg("title", {}, rangeLabel(r)));
     a.append(svg("rect", {x: x0, y: TOP + lane * LANE + 3, width: x1 - x0, height: LANE - 8, rx: 3}));
-    if (r.marker !== null && r.marker !== undefined) a.append(svg("rect", {x: x(r.marker), y: TOP + lane * LANE + 1,
-      width: Math.max(2, x(r.marker + 1) - x(r.marker)), height: LANE - 4, class: "marker"}));
+    if (r.marker !== null && r.marker !== undefined) {  // the marker: a tick at the end of its range
+      a.append(svg("rect", {x: x(r.marker + 1) - 4, y: TOP + lane * LANE + 1, width: 4, height: LANE - 4, class: "marker"}));
+    }
     root.append(a);
   }
   const mark = (o, name, cls, dy) => {
@@ -97,6 +98,7 @@ function table(doc) {
 
 export async function loadTimeline(p) {
   lastParams = p;
+  const hash = location.hash;
   $("#tl-topic").value = p.get("topic") || "";
   $("#tl-partition").value = p.get("partition") || "0";
   if (!p.get("topic")) { $("#tl-info").textContent = "Pick a topic and a partition."; return; }
@@ -111,6 +113,7 @@ export async function loadTimeline(p) {
     $("#tl-info").textContent = doc.topic + "-" + doc.partition + " · offsets " + num(doc.start) + "–" + num(Math.max(doc.start, doc.end - 1)) +
       (doc.complete ? "" : " (window cut short: more follows)") + " · log start " + num(doc.log_start) + " · LSO " + num(doc.lso) +
       " · log end " + num(doc.high_watermark) + (open ? " · open: " + open : " · no open transaction");
+    document.body.dataset.timelineFor = hash;
     document.body.dataset.timeline = "loaded";
   } catch (e) {
     $("#tl-info").className = "error";
