@@ -197,9 +197,24 @@ class Api:
             return _error(403, f"{s.principal if s else ''} may not read topic {q.topic} (it needs Read on it)")
         reader = loop_calls.LoopReader(self.c.loop, self.c.broker, q.topic, q.partition)
         reply = self._read(lambda: page(reader, q))
+        if reply.status == 200:
+            self._name_producers(reply.doc["rows"])
         if reply.status == 200 and s is not None:  # name only the transactional ids it may describe
             self._hide_ids(s, call.host, reply.doc["rows"])
         return reply
+
+    def _name_producers(self, items: list[dict[str, Any]]) -> None:
+        """Cluster mode: name the producers this broker's coordinator does not know (another
+        broker coordinates their transactional ids) with ListTransactions."""
+        if self.c.broker.membership.mode != "cluster":
+            return
+        unnamed = {r["producer_id"] for r in items if r.get("transactional_id") is None and r.get("producer_id", -1) >= 0
+                   and r.get("fate") != "plain" and not r.get("transactional_id_hidden")}
+        if unnamed:
+            names = self.c.txns.transactional_ids(unnamed)
+            for r in items:
+                if r.get("transactional_id") is None and r.get("producer_id") in names:
+                    r["transactional_id"] = names[r["producer_id"]]
 
     def _hide_ids(self, s: Session, host: str, items: list[dict[str, Any]]) -> None:
         tids = {r["transactional_id"] for r in items if r.get("transactional_id")}
@@ -218,6 +233,9 @@ class Api:
             return _error(403, f"{s.principal if s else ''} may not describe topic {topic}")
         reader = loop_calls.LoopReader(self.c.loop, self.c.broker, topic, partition)
         reply = self._read(lambda: timeline(reader, topic, partition, offset))
+        if reply.status == 200:
+            for key in ("ranges", "lanes", "open"):
+                self._name_producers(reply.doc[key])
         if reply.status == 200 and s is not None:
             for key in ("ranges", "lanes", "open"):
                 self._hide_ids(s, call.host, reply.doc[key])
