@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Api", "Call", "Reply"]
+__all__ = ["Api", "Call", "Reply", "parse_abort"]
 
 #: after a failed login, the answer waits this long (seconds): guessing is slow even one at a time
 FAILED_LOGIN_DELAY_S = 0.5
@@ -255,8 +255,6 @@ class Api:
         return Reply(200, doc)
 
     def abort(self, call: Call, s: Session | None) -> Reply:
-        from oncelog.console.server import parse_abort
-
         try:
             req = parse_abort(call.body)
         except ValueError as exc:
@@ -273,3 +271,21 @@ class Api:
         log.info("console: aborted the transaction of producer %d on %s-%d at offset %d (from %s%s)",
                  done["producer_id"], req[0], req[1], req[2], call.host, f", {s.principal}" if s else "")
         return Reply(200, done)
+
+
+def parse_abort(body: bytes) -> tuple[str, int, int]:
+    """An abort request's body -> (topic, partition, start offset). Raises ValueError saying
+    what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object")
+    topic, partition, start = doc.get("topic"), doc.get("partition"), doc.get("start_offset")
+    if not isinstance(topic, str) or not 0 < len(topic) <= 249:
+        raise ValueError("topic: expected a topic name")
+    for name, v in (("partition", partition), ("start_offset", start)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+            raise ValueError(f"{name}: expected a non-negative integer")
+    return topic, partition, start  # type: ignore[return-value]

@@ -48,10 +48,13 @@ from typing import Any, Callable, Coroutine
 
 from oncelog.broker.observability.observe import BrokerState
 from oncelog.console.access import COOKIE
-from oncelog.console.api import Api, Call
+from oncelog.console.api import Api, Call, parse_abort
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 log = logging.getLogger(__name__)
+
+__all__ = ["ConsoleHTTPServer", "StateSource", "host_allowed", "origin_allowed", "parse_abort", "session_token",
+           "static_files"]
 
 SNAPSHOT_TIMEOUT_S = 5.0
 STATE_MIN_INTERVAL_S = 1.0
@@ -275,21 +278,3 @@ class Handler(DeadlineHandler):
             self._error(403, f"send Content-Type: application/json and X-Oncelog-Console: {action}")
             return
         self._api("POST", path, "", body)
-
-
-def parse_abort(body: bytes) -> tuple[str, int, int]:
-    """An abort request's body -> (topic, partition, start offset). Raises ValueError saying
-    what is wrong."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError("the body is not JSON") from None
-    if not isinstance(doc, dict):
-        raise ValueError("expected a JSON object")
-    topic, partition, start = doc.get("topic"), doc.get("partition"), doc.get("start_offset")
-    if not isinstance(topic, str) or not 0 < len(topic) <= 249:
-        raise ValueError("topic: expected a topic name")
-    for name, v in (("partition", partition), ("start_offset", start)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
-            raise ValueError(f"{name}: expected a non-negative integer")
-    return topic, partition, start  # type: ignore[return-value]
