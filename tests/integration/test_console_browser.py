@@ -39,6 +39,31 @@ def state(address: str) -> dict:
         return json.load(resp)
 
 
+def _only_the_console(context, address: str) -> list[str]:  # type: ignore[no-untyped-def]
+    foreign: list[str] = []
+
+    def route(route, request) -> None:  # type: ignore[no-untyped-def]
+        if request.url.startswith(f"http://{address}/"):
+            route.continue_()
+        else:
+            foreign.append(request.url)
+            route.abort()
+
+    context.route("**/*", route)
+    return foreign
+
+
+def _open(chromium, address: str, height: int = 800):  # type: ignore[no-untyped-def]
+    """A browser context and page that may reach the console only: (context, page, the URLs it
+    tried elsewhere, its JavaScript errors)."""
+    context = chromium.new_context(viewport={"width": 1280, "height": height})
+    foreign = _only_the_console(context, address)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return context, page, foreign, errors
+
+
 def test_console_in_chromium_shows_the_broker_and_aborts_a_hanging_transaction(broker_factory, chromium) -> None:  # noqa: F811
     shots = artifacts_dir("console")
     address = f"127.0.0.1:{free_port()}"
@@ -62,20 +87,7 @@ def test_console_in_chromium_shows_the_broker_and_aborts_a_hanging_transaction(b
     live.produce("payments", b"pending", partition=0)
     assert live.flush(30) == 0
 
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    foreign: list[str] = []
-
-    def only_the_console(route, request) -> None:  # type: ignore[no-untyped-def]
-        if request.url.startswith(f"http://{address}/"):
-            route.continue_()
-        else:
-            foreign.append(request.url)
-            route.abort()
-
-    context.route("**/*", only_the_console)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    context, page, foreign, errors = _open(chromium, address, height=900)
 
     def cells(selector: str, key: str) -> list[str]:
         return [c.strip() for c in page.locator(f"{selector} tr[data-key='{key}'] td").all_inner_texts()]
@@ -192,20 +204,6 @@ def _ledger(bootstrap: str) -> tuple[Producer, dict[int, str]]:
     return held, fates
 
 
-def _only_the_console(context, address: str) -> list[str]:  # type: ignore[no-untyped-def]
-    foreign: list[str] = []
-
-    def route(route, request) -> None:  # type: ignore[no-untyped-def]
-        if request.url.startswith(f"http://{address}/"):
-            route.continue_()
-        else:
-            foreign.append(request.url)
-            route.abort()
-
-    context.route("**/*", route)
-    return foreign
-
-
 def _loaded(page, view: str, state: str = "loaded") -> None:  # type: ignore[no-untyped-def]
     """Wait until the page shows ``view`` (messages, timeline) for the URL it is at now (the page's
     CSP forbids Playwright's polled functions: attribute selectors instead)."""
@@ -227,11 +225,7 @@ def test_message_browser_timeline_and_charts_in_chromium(broker_factory, chromiu
     address = f"127.0.0.1:{free_port()}"
     b = broker_factory(overrides={"console.listen": address, "console.history.interval.ms": "1000"})
     held, fates = _ledger(b.bootstrap)
-    context = chromium.new_context(viewport={"width": 1280, "height": 800})
-    foreign = _only_the_console(context, address)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    context, page, foreign, errors = _open(chromium, address)
 
     # -- everything: every record with its fate, the markers as rows
     page.goto(f"http://{address}/#messages?topic=ledger&partition=0&isolation=everything&from=beginning")
@@ -344,11 +338,7 @@ def test_with_an_authorizer_a_user_sees_only_what_they_may(tmp_path: Path, chrom
         "super.users": "User:ANONYMOUS", "group.initial.rebalance.delay.ms": "0"}).start()
     try:
         held, _fates = _ledger(b.bootstrap)
-        context = chromium.new_context(viewport={"width": 1280, "height": 800})
-        foreign = _only_the_console(context, address)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+        context, page, foreign, errors = _open(chromium, address)
         status = "url => fetch(url).then(r => r.status)"
 
         # -- logged out: a login form, and nothing else

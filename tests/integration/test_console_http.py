@@ -111,6 +111,17 @@ def test_hostile_requests_get_their_error_and_never_hurt_the_broker(broker_facto
                  "/api/state/../state/x", "/%2e%2e/%2e%2e/etc/passwd", "/" + "a" * 10_000):
         assert get(address, path)[0] == 404, path
     assert post(address, b"{}", path="/api/state")[0] == 404
+    # the message browser and the timeline: bad queries, unknown partitions, huge query strings
+    for path, status in (("/api/messages?topic=t", 400), ("/api/messages?topic=t&partition=0&limit=100000", 400),
+                         ("/api/messages?topic=t&partition=0&isolation=dirty", 400),
+                         ("/api/messages?topic=nope&partition=0", 404), ("/api/messages?topic=t&partition=7", 404),
+                         ("/api/timeline?topic=t&partition=x", 400), ("/api/timeline?topic=nope&partition=0", 404),
+                         ("/api/messages?topic=t&partition=0&q=" + "x" * 3000, 414),
+                         ("/api/messages?" + "&".join(f"a{i}=1" for i in range(100)), 400),
+                         ("/api/messages?topic=t&partition=0&offset=99999999999999999999", 400)):
+        assert get(address, path)[0] == status, path
+    assert get(address, "/api/messages?topic=t&partition=0&offset=5000")[0] == 200  # past the end: empty
+    assert post(address, b"{}", path="/api/login", headers={"X-Oncelog-Console": "login"})[0] == 409  # no authorizer
     # abort: bad bodies, missing header, wrong type, too long, no length, unknown transaction
     assert post(address, b"not json")[0] == 400
     assert post(address, b'{"topic": "t", "partition": "0", "start_offset": 0}')[0] == 400

@@ -190,6 +190,7 @@ def test_a_batch_that_does_not_decode_is_a_row_saying_so(log: FakePartition) -> 
     ("topic=t&partition=0&isolation=read_uncommitted", "isolation"), ("topic=t&partition=0&limit=1000", "limit"),
     ("topic=t&partition=0&from=middle", "from"), ("topic=t&partition=0&q=" + "x" * 300, "q"),
     ("topic=t&partition=0&offset=-5", "offset"), ("topic=t&partition=0&in=headers&q=a", "in"),
+    ("&".join(f"a{i}=1" for i in range(40)), "query fields"),
 ])
 def test_bad_queries_are_refused(text: str, why: str) -> None:
     with pytest.raises(QueryError, match=why):

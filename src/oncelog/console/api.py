@@ -102,6 +102,9 @@ class Api:
             return _error(503, "the broker did not answer in time")
         except RuntimeError as exc:  # the broker is stopping
             return _error(503, str(exc))
+        except Exception:  # noqa: BLE001 - a bug answers 500 and is logged; it never reaches the broker
+            log.exception("console: %s %s failed", call.method, call.path)
+            return _error(500, "the console failed to answer (see the broker's log)")
 
     def _session(self, call: Call) -> Session | None:
         """The call's live session whose user still has the credential it logged in with."""
@@ -175,7 +178,10 @@ class Api:
         return Reply(200, visible_state(doc, d))
 
     def _partition_args(self, call: Call) -> tuple[str, int, int | None]:
-        qs = parse_qs(call.query, max_num_fields=8)
+        try:
+            qs = parse_qs(call.query, max_num_fields=8)
+        except ValueError:
+            raise QueryError("at most 8 query fields") from None
         topic, part, offset = (qs.get("topic") or [""])[-1], (qs.get("partition") or [""])[-1], (qs.get("offset") or [None])[-1]
         if not 0 < len(topic) <= 249 or not part.isdigit() or (offset is not None and not offset.isdigit()):
             raise QueryError("expected topic=NAME&partition=N[&offset=O]")

@@ -76,7 +76,10 @@ def _int(qs: dict[str, list[str]], name: str, lo: int = 0, hi: int = 2**63 - 1) 
 def parse_query(text: str) -> Query:
     """A query string (``topic=T&partition=P&isolation=read_committed&offset=O&limit=N&q=…``).
     Raises QueryError."""
-    qs = parse_qs(text, keep_blank_values=False, max_num_fields=32)
+    try:
+        qs = parse_qs(text, keep_blank_values=False, max_num_fields=32)
+    except ValueError:
+        raise QueryError("at most 32 query fields") from None
     topic = (qs.get("topic") or [""])[-1]
     if not 0 < len(topic) <= 249:
         raise QueryError("topic: expected a topic name")
