@@ -92,7 +92,7 @@ def test_a_principal_sees_only_what_its_acls_let_it_describe() -> None:
     (g,) = v["groups"]
     assert g["offsets"] == [{"topic": "a", "lag": 1}] and g["lag"] == 1 and g["members"][0]["assignment"] == ["a-0"]
     assert v["transactions"] == [{"transactional_id": "t1", "partitions": ["a-0"]}]
-    assert v["hanging"]["items"] == [{"topic": "a", "transactional_id": None}]  # t2 not describable: not named
+    assert v["hanging"]["items"] == [{"topic": "a", "transactional_id": None, "transactional_id_hidden": True}]
     assert v["diskless"] is None and v["brokers"] == [1]
     assert doc == _doc()  # the shared document is never changed
     assert visible_state(doc, Decisions(everything=True)) is doc

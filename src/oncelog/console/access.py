@@ -197,8 +197,8 @@ def visible_state(doc: dict[str, Any], d: Decisions) -> dict[str, Any]:
     out["transactions"] = [dict(t, partitions=[p for p in t["partitions"] if d.topic(_tp_topic(p))])
                            for t in doc["transactions"] if t["transactional_id"] in d.transactional_ids]
     hanging = dict(doc["hanging"])
-    hanging["items"] = [dict(h, transactional_id=h.get("transactional_id")
-                             if h.get("transactional_id") in d.transactional_ids else None)
+    hanging["items"] = [h if not h.get("transactional_id") or h["transactional_id"] in d.transactional_ids
+                        else dict(h, transactional_id=None, transactional_id_hidden=True)
                         for h in doc["hanging"]["items"] if d.topic(h["topic"])]
     out["hanging"] = hanging
     if not d.cluster:

@@ -184,7 +184,8 @@ export function renderTransactions(d, refresh) {
     class: "hanging", cells: [
       cell(x.topic + "-" + x.partition), cell(num(x.current_txn_start_offset), x.current_txn_start_offset, "n"),
       cell(x.producer_id, x.producer_id, "n"), cell(x.producer_epoch, x.producer_epoch, "n"),
-      cell(x.transactional_id || "– (unknown to every coordinator)", x.transactional_id || ""),
+      cell(x.transactional_id || (x.transactional_id_hidden ? "(not shown: no Describe on it)" : "– (unknown to every coordinator)"),
+        x.transactional_id || ""),
       cell(x.reason), cell(abortButton(x, d.abort.enabled, d.abort.why_not, refresh), "")]})), "no hanging transactions");
   const txns = d.transactions.filter((t) => matches(t.transactional_id, ...t.partitions));
   fill("transactions", txns.map((t) => {
