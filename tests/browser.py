@@ -6,6 +6,9 @@ A machine without Chromium or Playwright FAILS these tests, never skips them, as
 (tests/conftest.py): ``make test`` installs them (``scripts/system-deps.sh test``).
 ``ONCELOG_CHROMIUM`` names another binary. Screenshots go to ``ONCELOG_TEST_ARTIFACTS`` (CI keeps
 that directory), by default ``test-artifacts/`` at the top of the repository (ignored by git).
+With ``ONCELOG_DOCS_SCREENSHOTS=1`` the console tests also write the screenshots docs/CONSOLE.md
+shows (``docs/images/console/``, committed): ``ONCELOG_DOCS_SCREENSHOTS=1 pytest
+tests/integration/test_console_browser.py`` refreshes them.
 """
 
 from __future__ import annotations
@@ -39,6 +42,18 @@ def artifacts_dir(name: str) -> Path:
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     return d
+
+
+DOCS_SHOTS = Path(__file__).resolve().parent.parent / "docs" / "images" / "console"
+
+
+def shoot(page, shots: Path, name: str, *, docs: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """A full-page screenshot ``<shots>/<name>.png``; with ``docs`` and ONCELOG_DOCS_SCREENSHOTS set,
+    also the visible part of the page as ``docs/images/console/<name>.png`` (the manual's picture)."""
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    if docs and os.environ.get("ONCELOG_DOCS_SCREENSHOTS"):
+        DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOCS_SHOTS / f"{name}.png"), full_page=False)
 
 
 @pytest.fixture

@@ -22,11 +22,16 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import acl_harness as h
+from console_login import add_users, login
+from console_login import get as get_in
+from console_login import post as post_in
 from kafka_clients import create_topic
 from oncelog.console.server import MAX_BODY, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from oncelog.process import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+OPS_PW = "ops-pw-123"
 
 
 def get(address: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -106,6 +111,17 @@ def test_hostile_requests_get_their_error_and_never_hurt_the_broker(broker_facto
                  "/api/state/../state/x", "/%2e%2e/%2e%2e/etc/passwd", "/" + "a" * 10_000):
         assert get(address, path)[0] == 404, path
     assert post(address, b"{}", path="/api/state")[0] == 404
+    # the message browser and the timeline: bad queries, unknown partitions, huge query strings
+    for path, status in (("/api/messages?topic=t", 400), ("/api/messages?topic=t&partition=0&limit=100000", 400),
+                         ("/api/messages?topic=t&partition=0&isolation=dirty", 400),
+                         ("/api/messages?topic=nope&partition=0", 404), ("/api/messages?topic=t&partition=7", 404),
+                         ("/api/timeline?topic=t&partition=x", 400), ("/api/timeline?topic=nope&partition=0", 404),
+                         ("/api/messages?topic=t&partition=0&q=" + "x" * 3000, 414),
+                         ("/api/messages?" + "&".join(f"a{i}=1" for i in range(100)), 400),
+                         ("/api/messages?topic=t&partition=0&offset=99999999999999999999", 400)):
+        assert get(address, path)[0] == status, path
+    assert get(address, "/api/messages?topic=t&partition=0&offset=5000")[0] == 200  # past the end: empty
+    assert post(address, b"{}", path="/api/login", headers={"X-Oncelog-Console": "login"})[0] == 409  # no authorizer
     # abort: bad bodies, missing header, wrong type, too long, no length, unknown transaction
     assert post(address, b"not json")[0] == 400
     assert post(address, b'{"topic": "t", "partition": "0", "start_offset": 0}')[0] == 400
@@ -227,36 +243,50 @@ def test_trickling_clients_are_dropped_at_the_request_deadline(broker_factory) -
 
 
 def test_with_acls_on_the_console_is_no_way_around_them(tmp_path: Path) -> None:
+    """The abort as a logged-in super user: still disabled without console.client.config, still
+    refused by the broker's own ACLs for that principal."""
     address = f"127.0.0.1:{free_port()}"
-    b = h.start_acl_broker(tmp_path / "broker", {"console.listen": address})
+    supers = {"super.users": "User:ops"}
+    add_users(tmp_path / "broker", {"ops": OPS_PW})
+    b = h.start_acl_broker(tmp_path / "broker", {"console.listen": address, **supers})
     try:
-        doc = state(address)
+        assert get_in(address, "/api/state")[0] == 401  # with an authorizer: nothing without a login
+        ops = login(address, "ops", OPS_PW)
+        doc = get_in(address, "/api/state", ops)[1]
         assert not doc["abort"]["enabled"] and "authorizer" in doc["abort"]["why_not"]
-        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        status, _, body = post_in(address, "/api/transactions/abort", "abort",
+                                  {"topic": "t", "partition": 0, "start_offset": 0}, ops)
         assert status == 403 and "abort is disabled" in body["error"]
     finally:
         assert b.stop() == 0
 
     props = tmp_path / "console.properties"
     props.write_text("security.protocol=PLAINTEXT\n")  # a principal named: anonymous, with no ACLs
-    b = h.start_acl_broker(tmp_path / "broker2", {"console.listen": address, "console.client.config": str(props)})
+    add_users(tmp_path / "broker2", {"ops": OPS_PW})
+    b = h.start_acl_broker(tmp_path / "broker2", {"console.listen": address, "console.client.config": str(props),
+                                                  **supers})
     try:
-        assert state(address)["abort"]["enabled"]
-        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        ops = login(address, "ops", OPS_PW)
+        assert get_in(address, "/api/state", ops)[1]["abort"]["enabled"]
+        status, _, body = post_in(address, "/api/transactions/abort", "abort",
+                                  {"topic": "t", "partition": 0, "start_offset": 0}, ops)
         assert status == 403 and "AUTHORIZATION_FAILED" in body["error"]  # the broker's ACLs said no
     finally:
         assert b.stop() == 0
 
     # the same console principal made a super user: the broker lets it through to the lookup
+    add_users(tmp_path / "broker3", {"ops": OPS_PW})
     b = h.start_acl_broker(tmp_path / "broker3", {"console.listen": address, "console.client.config": str(props),
-                                                  "super.users": "User:ANONYMOUS"})
+                                                  "super.users": "User:ANONYMOUS;User:ops"})
     try:
         from kafka_clients import create_topic as create
 
         create("confluent", b.bootstrap, "t", 1)
-        status, body = post(address, b'{"topic": "t", "partition": 0, "start_offset": 0}')
+        ops = login(address, "ops", OPS_PW)
+        status, _, body = post_in(address, "/api/transactions/abort", "abort",
+                                  {"topic": "t", "partition": 0, "start_offset": 0}, ops)
         assert status == 404 and "no open transaction starts at offset 0" in body["error"]
-        assert state(address)["hanging"]["error"] is None  # find-hanging was authorized too
+        assert get_in(address, "/api/state", ops)[1]["hanging"]["error"] is None  # find-hanging was authorized too
     finally:
         assert b.stop() == 0
 

@@ -218,10 +218,28 @@ def test_state_source_reuses_a_recent_snapshot() -> None:
 
 def test_static_files_ship_in_the_package() -> None:
     files = static_files()
-    assert set(files) == {"/", "/static/console.js", "/static/console.css"}
+    ours = {"console.js", "dom.js", "views.js", "messages.js", "timeline.js", "charts.js", "login.js"}
+    assert set(files) == {"/", "/static/console.css", "/static/vendor/uPlot.iife.min.js",
+                          "/static/vendor/uPlot.min.css", *(f"/static/{n}" for n in ours)}
     page = files["/"][0].decode()
     assert "/static/console.js" in page and "http" not in page.replace("http-equiv", "")  # nothing from elsewhere
-    assert b"innerHTML" not in files["/static/console.js"][0]  # values go in as text only
+    for name in ours:  # values go in as text only; nothing is fetched from elsewhere
+        code = files[f"/static/{name}"][0].decode()
+        assert "innerHTML" not in code and "insertAdjacentHTML" not in code and "eval(" not in code, name
+        assert "http://" not in code.replace("http://www.w3.org/2000/svg", "") and "https://" not in code, name
+
+
+def test_vendored_uplot_is_the_pinned_version() -> None:
+    """uPlot ships with the package (static/vendor/README.md): the pinned version, its license beside it."""
+    import hashlib
+    from importlib import resources
+
+    vendor = resources.files("oncelog.console") / "static" / "vendor"
+    js = vendor.joinpath("uPlot.iife.min.js").read_bytes()
+    assert js.startswith(b"/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
+    assert hashlib.sha256(js).hexdigest() == "19c8d4c6ad88929a79f4ae49d6f7161566dfd0ba3d15cc495e974f787eb78f1f"
+    assert "MIT License" in vendor.joinpath("uPlot.LICENSE").read_text()
+    assert "uplot@1.6.32" in vendor.joinpath("README.md").read_text()
 
 
 def test_console_is_off_by_default_and_not_even_imported(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -47,7 +47,7 @@ from oncelog.protocol.errors import InvalidConfig, KafkaError
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.broker.observability.metrics import BrokerMetrics
+    from oncelog.broker.observability.metrics import BrokerMetrics, RequestStats
     from oncelog.broker.partitions.partition import Partition
     from oncelog.console import Console
     from oncelog.schema_registry import SchemaRegistry
@@ -77,13 +77,18 @@ class Broker:
                                                      address_of=self._advertised_address,
                                                      inter_broker=self._inter_broker)
         #: issue 19: Prometheus metrics (broker/observability/metrics.py); None unless metrics.listen is set
-        self.metrics: BrokerMetrics | None = metrics_mod.metrics_for(self)
-        #: issue 19: the read-only web console (oncelog/console/); None unless console.listen is set
+        self.metrics_endpoint: BrokerMetrics | None = metrics_mod.metrics_for(self)
+        #: the request-path counters the handlers update (context.BrokerContext.metrics): the
+        #: metrics' own, or the console's alone (its charts); None when neither is on
+        self.metrics: RequestStats | None = self.metrics_endpoint
+        #: issue 19: the web console (oncelog/console/); None unless console.listen is set
         self.console: Console | None = None
         if config.console_listen is not None:
             from oncelog.console import console_for
 
             self.console = console_for(self)
+            if self.metrics is None:
+                self.metrics = metrics_mod.RequestStats()
         #: the schema registry (oncelog/schema_registry/, docs/SCHEMA-REGISTRY.md); None unless
         #: schema.registry.listen is set
         self.schema_registry: SchemaRegistry | None = None
@@ -275,8 +280,8 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         apis.preload()  # the first requests' message classes, before we say we are ready
         load_handlers()  # and their handlers; the other handlers are imported at first use
-        if self.metrics is not None:
-            self.metrics.serve()  # first: an address that refuses stops the start before anything opens
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.serve()  # first: an address that refuses stops the start before anything opens
         if self.console is not None:
             self.console.serve()  # also before anything opens; it reaches the listener only when asked
         if self.schema_registry is not None:
@@ -311,6 +316,8 @@ class Broker:
         self._every(int(min(600_000, max(cfg.producer_id_expiration_ms / 10, 1000))), self._expire_producers)
         if cfg.log_cleaner_enable:
             self._every(cfg.log_cleaner_backoff_ms, self._compact)
+        if self.console is not None:  # the charts' history (broker/observability/history.py)
+            self._every(cfg.console_history_interval_ms, self.console.sample)
         return bound
 
     def _txn_settings(self, num_partitions: int, offsets_partitions: int) -> TxnSettings:
@@ -346,8 +353,8 @@ class Broker:
         await self.shares.stop()
         await self._close_servers()
         await self.membership.close()
-        if self.metrics is not None:
-            await asyncio.to_thread(self.metrics.close)  # waits for a scrape in progress, which needs the loop
+        if self.metrics_endpoint is not None:
+            await asyncio.to_thread(self.metrics_endpoint.close)  # waits for a scrape in progress, which needs the loop
         if self.console is not None:
             await asyncio.to_thread(self.console.close)
         self.replicas.close()
@@ -465,7 +472,7 @@ class ListenerContext:
         return self._broker.shares
 
     @property
-    def metrics(self) -> "BrokerMetrics | None":
+    def metrics(self) -> "RequestStats | None":
         return self._broker.metrics
 
     @property

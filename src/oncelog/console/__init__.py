@@ -1,15 +1,24 @@
-"""The read-only web console (issue 19 section 3, docs/CONSOLE.md): off unless ``console.listen``.
+"""The web console (docs/CONSOLE.md): off unless ``console.listen``.
 
-One page (``static/``: HTML, CSS and plain JavaScript shipped in the package, nothing fetched
-from elsewhere) that polls ``/api/state`` every two seconds and shows the brokers, topics and
-partitions (log start, LSO, log end), consumer groups with their members and lag, and the
-transactions (state, age, partitions) with the hanging ones marked and an abort button.
+One page (``static/``: HTML, CSS and JavaScript modules shipped in the package, with uPlot for
+the charts vendored under ``static/vendor/``; nothing fetched from elsewhere) that shows the
+brokers, topics and partitions, groups with their lag, transactions with the hanging ones and
+an abort button, a message browser, each partition's transaction timeline, and charts of the
+last hour.
 
-* ``snapshot`` derives the document (pure) from the broker's state as ``broker/observability/observe.py``
-  copies it on the event loop (the snapshot ``/metrics`` reads too);
+* ``snapshot`` derives the state document (pure) from the broker's state as
+  ``broker/observability/observe.py`` copies it on the event loop (the snapshot ``/metrics``
+  reads too);
+* ``browse``, ``messages`` and ``timeline`` are the message browser and the timeline (pure, over
+  a reader of the broker's own partition reads: ``loop_calls.LoopReader``);
+* ``access`` is the login, the sessions and what each principal may see; ``loop_calls`` every
+  call into the broker's event loop;
 * ``transactions`` is the hanging check and the abort, as a Kafka client of this broker using
   the code of ``oncelog transactions`` (so ACLs apply to it as to any client);
-* ``server`` is the HTTP endpoint on a daemon thread.
+* ``api`` answers the routes, ``server`` is the HTTP endpoint on a daemon thread.
+
+The charts' history is the broker's (``broker/observability/history.py``): ``sample`` is called
+by the broker every ``console.history.interval.ms`` (its housekeeping timer).
 
 ``Console`` ties them to a broker: ``console_for(broker)`` (None when ``console.listen`` is
 unset: no thread, no socket), ``serve()`` in ``Broker.start`` and ``close()`` in ``Broker.stop``.
@@ -18,11 +27,16 @@ unset: no thread, no socket), ``serve()`` in ``Broker.start`` and ``close()`` in
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.observability.observe import take
+from oncelog.broker.observability import history
+from oncelog.broker.observability.observe import BrokerState, take
+from oncelog.console import snapshot
+from oncelog.console.access import PasswordGate, Sessions
+from oncelog.console.api import Api
 from oncelog.console.server import ConsoleHTTPServer, StateSource, static_files
 from oncelog.console.transactions import TxnLink
 from oncelog.hostport import parse_listen
@@ -58,8 +72,32 @@ class Console:
         self.txns = TxnLink(self._bootstrap, security=security, max_timeout_ms=cfg.transaction_max_timeout_ms,
                             abort_disabled=disabled)
         self.state: StateSource | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.sessions = Sessions()
+        self.gate = PasswordGate()
+        #: the charts' last hour (bounded: broker/observability/history.py)
+        self.history = history.History(cfg.console_history_interval_ms / 1000)
+        self._doc: tuple[BrokerState, dict[str, Any], dict[str, Any], bytes] | None = None
+        self._doc_lock = threading.Lock()
         self._server: ConsoleHTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    async def sample(self) -> None:
+        """One sample of the charts' history (the broker's timer calls it on the event loop)."""
+        await history.sample(self.broker, self.history, self.broker.metrics)
+
+    def document(self, raw: BrokerState, hanging: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The ``/api/state`` document of this snapshot and hanging result, and its encoding:
+        built once and reused while both are the same objects (several open pages cost one)."""
+        with self._doc_lock:
+            cached = self._doc
+            if cached is not None and cached[0] is raw and cached[1] is hanging:
+                return cached[2], cached[3]
+            doc = snapshot.state(raw, hanging, raw.now_ms)
+            doc["abort"] = {"enabled": self.txns.abort_disabled is None, "why_not": self.txns.abort_disabled}
+            body = json.dumps(doc, separators=(",", ":")).encode()
+            self._doc = (raw, hanging, doc, body)
+            return doc, body
 
     def _bootstrap(self) -> str:
         """The broker's primary listener, as this host reaches it (a wildcard bind is loopback)."""
@@ -73,9 +111,10 @@ class Console:
     def serve(self) -> tuple[str, int]:
         """Listen and serve on a daemon thread; returns the bound address. Must be called on the
         event loop. Raises OSError when the address refuses."""
-        self.state = StateSource(asyncio.get_running_loop(), lambda: take(self.broker))
-        self._server = ConsoleHTTPServer((self.host, self.port), self.state, self.txns, static_files(),
-                                         ipv6=":" in self.host)
+        self.loop = asyncio.get_running_loop()
+        self.history.baseline(self.broker.clock.now_ms())  # the request counters start at 0 with the broker
+        self.state = StateSource(self.loop, lambda: take(self.broker))
+        self._server = ConsoleHTTPServer((self.host, self.port), Api(self), static_files(), ipv6=":" in self.host)
         self.host, self.port = self._server.server_address[:2]
         self._thread = threading.Thread(target=self._server.serve_forever, name="oncelog-console", daemon=True)
         self._thread.start()

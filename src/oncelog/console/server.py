@@ -2,13 +2,13 @@
 
 Routes (everything else is 404; methods other than GET/HEAD/POST are 501):
 
-* ``GET /`` the page; ``GET /static/console.{js,css}`` its code and style, read once from the
-  package (``importlib.resources``) at start: no file system path is ever built from a URL.
-* ``GET /api/state`` the ``snapshot.state`` document.
-* ``POST /api/transactions/abort`` ``{"topic", "partition", "start_offset"}`` ->
-  ``TxnLink.abort``. The request must say ``Content-Type: application/json`` and carry the
-  header ``X-Oncelog-Console: abort``: a page of another origin cannot send that header without
-  a CORS preflight, which this server never grants, so a link or form elsewhere cannot abort.
+* ``GET /`` the page; ``GET /static/NAME`` its code and style (``_STATIC``: fixed names, read once
+  from the package with ``importlib.resources`` at start): no file path is ever built from a URL.
+* ``GET /api/...`` and ``POST /api/...``: console/api.py (the state, the message browser, the
+  timeline, the history, the session, the abort). A POST must say ``Content-Type:
+  application/json`` and carry ``X-Oncelog-Console: <its action>`` (``_POSTS``): a page of
+  another origin cannot send that header without a CORS preflight, which this server never
+  grants, so a link or form elsewhere cannot log in, log out or abort.
 
 Threads. The event loop owns the broker's state: a request never reads it. ``/api/state``
 schedules ``observe.take`` on the loop (broker/observability/observe.py, the snapshot /metrics reads too;
@@ -19,8 +19,8 @@ document, so any number of open consoles cost the loop at most one snapshot per 
 at most 2% of its time. find-hanging and abort are Kafka requests to the broker's own listener
 from the worker thread (console/transactions.py).
 
-Who may ask. The console has no login (docs/SECURITY.md): it is off unless ``console.listen``
-is set, and binds where that says (loopback in every example). Every request must name this
+Who may ask. The console is off unless ``console.listen`` is set, and binds where that says
+(loopback in every example); with an authorizer it needs a login (console/access.py). Every request must name this
 server in its ``Host`` header: an IP literal or ``localhost`` or the host of ``console.listen``,
 with the port it listens on (``host_allowed``); a page that reaches the port through a DNS
 name of its own (DNS rebinding) is refused with 403 before anything is read or done. A request
@@ -47,11 +47,14 @@ from importlib import resources
 from typing import Any, Callable, Coroutine
 
 from oncelog.broker.observability.observe import BrokerState
-from oncelog.console import snapshot
-from oncelog.console.transactions import AbortRefused, TxnLink
+from oncelog.console.access import COOKIE
+from oncelog.console.api import Api, Call, parse_abort
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
 log = logging.getLogger(__name__)
+
+__all__ = ["ConsoleHTTPServer", "StateSource", "host_allowed", "origin_allowed", "parse_abort", "session_token",
+           "static_files"]
 
 SNAPSHOT_TIMEOUT_S = 5.0
 STATE_MIN_INTERVAL_S = 1.0
@@ -60,10 +63,20 @@ LOOP_SHARE = 50
 REQUEST_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
 MAX_BODY = 4096
+#: the longest query string an /api/ GET may have
+MAX_QUERY = 2048
+#: the POST routes and the X-Oncelog-Console value each must carry (a cross-site form cannot send it)
+_POSTS = {"/api/transactions/abort": "abort", "/api/login": "login", "/api/logout": "logout"}
 
+_JS, _CSS = "text/javascript; charset=utf-8", "text/css; charset=utf-8"
+#: the page and its code: fixed names, never a path built from a URL (``vendor/``: uPlot, see
+#: static/vendor/README.md)
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
-           "/static/console.js": ("console.js", "text/javascript; charset=utf-8"),
-           "/static/console.css": ("console.css", "text/css; charset=utf-8")}
+           "/static/console.css": ("console.css", _CSS),
+           **{f"/static/{name}": (name, _JS) for name in (
+               "console.js", "dom.js", "views.js", "messages.js", "timeline.js", "charts.js", "login.js")},
+           "/static/vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js", _JS),
+           "/static/vendor/uPlot.min.css": ("vendor/uPlot.min.css", _CSS)}
 _SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
                                "frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
@@ -76,7 +89,7 @@ _SECURITY_HEADERS = {
 def static_files() -> dict[str, tuple[bytes, str]]:
     """URL path -> (content, content type), from the package data."""
     root = resources.files("oncelog.console") / "static"
-    return {path: (root.joinpath(name).read_bytes(), ctype) for path, (name, ctype) in _STATIC.items()}
+    return {path: (root.joinpath(*name.split("/")).read_bytes(), ctype) for path, (name, ctype) in _STATIC.items()}
 
 
 class StateSource:
@@ -155,42 +168,43 @@ def origin_allowed(origin: str | None, fetch_site: str | None, host_header: str)
 
 class ConsoleHTTPServer(BoundedHTTPServer):
     """Threads per connection (daemon), at most ``MAX_CONNECTIONS`` of them, each request within
-    ``REQUEST_TIMEOUT_S``. ``listen_host``: the host of ``console.listen`` (``host_allowed``)."""
+    ``REQUEST_TIMEOUT_S``. ``listen_host``: the host of ``console.listen`` (``host_allowed``);
+    ``api``: answers every ``/api/`` route (console/api.py)."""
 
-    def __init__(self, address: tuple[str, int], state: "StateSource", txns: TxnLink,
-                 files: dict[str, tuple[bytes, str]], *, ipv6: bool = False, listen_host: str | None = None) -> None:
-        self.state = state
-        self.txns = txns
+    def __init__(self, address: tuple[str, int], api: "Api", files: dict[str, tuple[bytes, str]], *,
+                 ipv6: bool = False, listen_host: str | None = None) -> None:
+        self.api = api
         self.files = files
         self.listen_host = address[0] if listen_host is None else listen_host
-        self._doc: tuple[BrokerState, dict[str, Any], bytes] | None = None
         super().__init__(address, Handler, max_connections=MAX_CONNECTIONS, request_deadline_s=REQUEST_TIMEOUT_S,
                          ipv6=ipv6)
 
-    def document(self, raw: BrokerState, hanging: dict[str, Any]) -> bytes:
-        """The encoded ``/api/state`` of this snapshot and hanging result: built once and
-        reused while both are the same objects (several open pages cost one encoding)."""
-        cached = self._doc
-        if cached is not None and cached[0] is raw and cached[1] is hanging:
-            return cached[2]
-        doc = snapshot.state(raw, hanging, raw.now_ms)
-        doc["abort"] = {"enabled": self.txns.abort_disabled is None, "why_not": self.txns.abort_disabled}
-        body = json.dumps(doc, separators=(",", ":")).encode()
-        self._doc = (raw, hanging, body)
-        return body
+
+def session_token(cookie_header: str | None) -> str | None:
+    """The console's session token from a ``Cookie`` header (pure); None when absent."""
+    if not cookie_header or len(cookie_header) > 8192:
+        return None
+    for item in cookie_header.split(";"):
+        name, sep, value = item.strip().partition("=")
+        if sep and name == COOKIE:
+            return value.strip() or None
+    return None
 
 
 class Handler(DeadlineHandler):
     server: ConsoleHTTPServer
     server_version = "oncelog-console"
 
-    def _send(self, status: int, body: bytes, ctype: str, *, head: bool = False, cache: bool = False) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, *, head: bool = False, cache: bool = False,
+              cookies: list[str] = ()) -> None:  # type: ignore[assignment]
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "max-age=60" if cache else "no-store")
         for k, v in _SECURITY_HEADERS.items():
             self.send_header(k, v)
+        for c in cookies:
+            self.send_header("Set-Cookie", c)
         self.end_headers()
         if not head:
             self.wfile.write(body)
@@ -216,6 +230,12 @@ class Handler(DeadlineHandler):
             return True
         return False
 
+    def _api(self, method: str, path: str, query: str, body: bytes, *, head: bool = False) -> None:
+        call = Call(method, path, query, body, self.client_address[0], session_token(self.headers.get("Cookie")))
+        reply = self.server.api.handle(call)
+        payload = reply.body if reply.body is not None else json.dumps(reply.doc, separators=(",", ":")).encode()
+        self._send(reply.status, payload, "application/json", head=head, cookies=reply.cookies)
+
     def do_HEAD(self) -> None:
         self._get(head=True)
 
@@ -225,26 +245,21 @@ class Handler(DeadlineHandler):
     def _get(self, *, head: bool) -> None:
         if self._refused(head=head):
             return
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path in self.server.files:
             body, ctype = self.server.files[path]
             self._send(200, body, ctype, head=head, cache=path != "/")
-        elif path == "/api/state":
-            try:
-                raw = self.server.state.raw()
-            except Exception as exc:  # noqa: BLE001 - the broker's trouble is the page's message
-                log.warning("console: the broker snapshot failed: %r", exc)
-                self._json(503, {"error": f"the broker did not answer: {exc!r}"}, head=head)
-                return
-            self._send(200, self.server.document(raw, self.server.txns.hanging()), "application/json", head=head)
+        elif path.startswith("/api/") and len(query) <= MAX_QUERY:
+            self._api("GET", path, query, b"", head=head)
         else:
-            self._json(404, {"error": "not found"}, head=head)
+            self._json(404 if len(query) <= MAX_QUERY else 414, {"error": "not found"}, head=head)
 
     def do_POST(self) -> None:
         if self._refused():
             return
         path = self.path.split("?", 1)[0]
-        if path != "/api/transactions/abort":
+        action = _POSTS.get(path)
+        if action is None:
             self.close_connection = True
             self._error(404, "not found")
             return
@@ -258,40 +273,8 @@ class Handler(DeadlineHandler):
             self._error(413, f"body longer than {MAX_BODY} bytes")
             return
         body = self.rfile.read(int(length))
-        if self.headers.get("X-Oncelog-Console") != "abort" or \
+        if self.headers.get("X-Oncelog-Console") != action or \
                 self.headers.get_content_type() != "application/json":
-            self._error(403, "send Content-Type: application/json and X-Oncelog-Console: abort")
+            self._error(403, f"send Content-Type: application/json and X-Oncelog-Console: {action}")
             return
-        try:
-            req = parse_abort(body)
-        except ValueError as exc:
-            self._error(400, str(exc))
-            return
-        try:
-            done = self.server.txns.abort(*req)
-        except AbortRefused as exc:
-            self._error(exc.status, str(exc))
-            return
-        finally:
-            self.server.state.invalidate()  # the next page shows the partition after the marker
-        log.info("console: aborted the transaction of producer %d on %s-%d at offset %d (from %s)",
-                 done["producer_id"], req[0], req[1], req[2], self.address_string())
-        self._json(200, done)
-
-
-def parse_abort(body: bytes) -> tuple[str, int, int]:
-    """An abort request's body -> (topic, partition, start offset). Raises ValueError saying
-    what is wrong."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError("the body is not JSON") from None
-    if not isinstance(doc, dict):
-        raise ValueError("expected a JSON object")
-    topic, partition, start = doc.get("topic"), doc.get("partition"), doc.get("start_offset")
-    if not isinstance(topic, str) or not 0 < len(topic) <= 249:
-        raise ValueError("topic: expected a topic name")
-    for name, v in (("partition", partition), ("start_offset", start)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
-            raise ValueError(f"{name}: expected a non-negative integer")
-    return topic, partition, start  # type: ignore[return-value]
+        self._api("POST", path, "", body)

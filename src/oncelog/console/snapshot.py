@@ -129,4 +129,9 @@ def state(raw: BrokerState, hanging: dict[str, Any], now_ms: int) -> dict[str, A
         "groups": sorted(groups.values(), key=lambda g: g["group_id"]),
         "transactions": txns,
         "hanging": {"checked_ms": hanging.get("checked_ms"), "error": hanging.get("error"), "items": hanging_items},
+        # cluster mode: who leads every partition (this broker's view), and the object store's
+        # counters of the diskless topics this broker serves (None: no object store)
+        "leaders": [{"topic": t, "partition": p, "leader": n, "leader_epoch": e, "diskless": d,
+                     "internal": t.startswith("__")} for t, p, n, e, d in sorted(raw.leaders)],
+        "diskless": raw.diskless,
     }

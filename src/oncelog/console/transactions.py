@@ -34,6 +34,9 @@ from oncelog.protocol.errors import KafkaError
 HANGING_TTL_S = 10.0
 #: the console's Kafka client's socket timeout (seconds)
 CLIENT_TIMEOUT_S = 5.0
+#: producer ids whose transactional id is kept, and asked about in one ListTransactions
+MAX_NAMED = 4096
+MAX_ASKED = 256
 
 
 class AbortRefused(Exception):
@@ -66,6 +69,8 @@ class TxnLink:
         self._checking = threading.Lock()  # one find-hanging at a time
         self._aborting = threading.Lock()  # one abort at a time
         self._last: dict[str, Any] = {"checked_ms": None, "error": None, "items": []}
+        self._naming = threading.Lock()
+        self._named: dict[int, tuple[str | None, float]] = {}  # producer id -> (transactional id, when asked)
         self._last_at = float("-inf")
 
     def _connect(self) -> Any:
@@ -102,6 +107,29 @@ class TxnLink:
     def invalidate(self) -> None:
         """The next ``hanging()`` checks again."""
         self._last_at = float("-inf")
+
+    def transactional_ids(self, producer_ids: set[int]) -> dict[int, str]:
+        """The transactional ids of ``producer_ids`` as every broker's coordinator knows them
+        (ListTransactions filtered by producer id, ``oncelog transactions list``): in cluster mode
+        a producer's coordinator may be another broker. Answers are kept ``ttl_s`` (at most
+        ``MAX_NAMED`` producer ids); a failure names nothing."""
+        now = time.monotonic()
+        with self._naming:
+            for pid in [p for p, (_, at) in self._named.items() if now - at >= self.ttl_s]:
+                del self._named[pid]
+            missing = sorted(p for p in producer_ids if p not in self._named)[:MAX_ASKED]
+            if missing:
+                try:
+                    with self._connect() as a:
+                        listed, _problems = a.list(producer_ids=missing)
+                except (KafkaError, OSError, ConnectionError, LookupError, ValueError):
+                    listed = []
+                found = {x.producer_id: x.transactional_id for x in listed}
+                for pid in missing:
+                    if len(self._named) >= MAX_NAMED:
+                        self._named.pop(next(iter(self._named)))
+                    self._named[pid] = (found.get(pid), now)
+            return {p: self._named[p][0] for p in producer_ids if p in self._named and self._named[p][0]}
 
     def abort(self, topic: str, partition: int, start_offset: int) -> dict[str, Any]:
         """``oncelog transactions abort --topic T --partition P --start-offset O``: the same

@@ -68,6 +68,13 @@ def _positive(v: str) -> int:
     return n
 
 
+def _console_interval(v: str) -> int:
+    n = int(v)
+    if not 1000 <= n <= 600_000:
+        raise ValueError("must be from 1000 to 600000 (ms)")
+    return n
+
+
 def _opt_str(v: str) -> str | None:
     return None if v.strip() in ("", "none", "null") else v.strip()
 
@@ -335,6 +342,9 @@ class BrokerConfig:
     #: the registry's Kafka clients log in to this broker's listener with; None: PLAINTEXT, no login
     schema_registry_client_config: str | None = field(
         default=None, metadata={"kafka": "schema.registry.client.config", "parse": _opt_str})
+    #: how often the console samples the traffic and lag its charts show (the last hour is kept)
+    console_history_interval_ms: int = field(
+        default=10_000, metadata={"kafka": "console.history.interval.ms", "parse": _console_interval})
 
     @property
     def advertised(self) -> str:

@@ -41,7 +41,7 @@ BROKER_SYNONYMS: dict[str, topic_config.TopicConfigDef] = {
 
 _OWN = {  # oncelog's own broker configs (no Kafka counterpart)
     "message.max.uncompressed.bytes", "socket.request.receive.timeout.ms", "fetch.max.wait.ms", "metrics.listen",
-    "console.listen", "console.client.config",
+    "console.listen", "console.client.config", "console.history.interval.ms",
     # issue 29 (docs/DISKLESS.md)
     "diskless.storage.url", "diskless.storage.endpoint", "diskless.storage.region",
     "diskless.storage.request.timeout.ms", "diskless.storage.call.deadline.ms", "diskless.storage.retry.backoff.ms",

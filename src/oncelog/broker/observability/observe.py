@@ -137,6 +137,9 @@ class BrokerState:
     txn_timed_out: int = 0
     #: the diskless parts' counters (``DisklessParts.counters``); None: no diskless storage
     diskless: dict[str, int] | None = None
+    #: cluster mode: every partition of every topic as (topic, partition, leader node id (-1:
+    #: none live), leader epoch, diskless topic?) from this broker's latest view; embedded: empty
+    leaders: list[tuple[str, int, int, int, bool]] = field(default_factory=list)
     #: the metrics' request-path counters at that instant (set by metrics; None: not collected)
     requests: "RequestStats | None" = None
     #: how long taking it held the event loop, all chunks together (seconds)
@@ -239,6 +242,16 @@ async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
             rows += 1
             if rows >= chunk:
                 await turn()
+
+    if snap.mode == "cluster":  # who leads what (embedded: this broker leads everything)
+        for meta in list(broker.replicas.topics.values()):
+            diskless = meta.configs.get("diskless.enable") == "true"
+            for p in range(meta.num_partitions):
+                leader, epoch = broker.membership.leader(TopicPartition(meta.name, p))
+                snap.leaders.append((meta.name, p, leader, epoch, diskless))
+                rows += 1
+                if rows >= chunk:
+                    await turn()
 
     txns = getattr(broker, "transactions", None)  # declared by Broker, set once its start() makes it
     if txns is not None:
