@@ -84,3 +84,23 @@ def test_every_api_key_oncelog_does_not_serve_closes_like_kafka(broker) -> None:
     with socket.create_connection((host, int(port)), timeout=10) as s:  # still serving
         s.sendall(struct.pack(">ihhih", 10, apis.API_VERSIONS, 0, 1, -1))
         assert len(s.recv(4)) == 4
+
+
+def test_librdkafka_with_a_0_9_fallback_is_refused_as_kafka_4_refuses_it(broker) -> None:  # type: ignore[no-untyped-def]
+    """librdkafka's own test 0052 with ``broker.version.fallback=0.9.0.0`` and
+    ``api.version.request=false`` sends Produce v1 (its 0.9 message format). Kafka 4 removed
+    Produce v0-v2 (KIP-896) and closes the connection on them without an answer (its network
+    layer's UnsupportedVersionException); 0052 itself skips that case against Kafka 4. oncelog
+    does the same: no record lands, the producer's delivery fails, the broker logs why."""
+    from confluent_kafka import Producer
+    from kafka_clients import create_topic
+
+    create_topic("confluent", broker.bootstrap, "fallback09", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "api.version.request": False,
+                  "broker.version.fallback": "0.9.0.0", "message.timeout.ms": 4000, "retries": 0})
+    errors: list = []
+    p.produce("fallback09", b"v", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(15)
+    assert len(errors) == 1 and errors[0] is not None, errors
+    log = broker.log_path.read_text(errors="replace")
+    assert "produce v1 from" in log and "is an unsupported version (served: 3..13)" in log, log[-3000:]
