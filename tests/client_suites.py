@@ -107,3 +107,9 @@ def _header_version(header: str) -> str:
             v = int(line.split()[2], 16)
             return f"{v >> 24 & 0xff}.{v >> 16 & 0xff}.{v >> 8 & 0xff}"
     return "?"
+
+
+if __name__ == "__main__":  # `make test` prepares both before the suite runs (minutes, once)
+    print(f"client suites: kafka-python {KAFKA_PYTHON} in {kafka_python_suite()}", flush=True)
+    print(f"client suites: building librdkafka {LIBRDKAFKA_OF_IT}'s tests (minutes, once) ...", flush=True)
+    print(f"client suites: librdkafka's test runner in {librdkafka_tree() / 'tests'}", flush=True)

@@ -28,7 +28,7 @@ import pytest
 
 from client_suites import kafka_python_suite
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # a first run downloads (and builds)
 
 EXPECTED_PASSED = 55
 EXCLUDED = ("test/integration/test_ssl_integration.py", "test/integration/test_sasl_integration.py")
