@@ -28,11 +28,11 @@ def pair(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
         yield procs
 
 
-def _described(bootstrap: str, topic: str, key: str) -> tuple[str | None, int]:
+def _described(bootstrap: str, topic: str, key: str, resource_type: int = 2) -> tuple[str | None, int]:
     with ProtocolClient(bootstrap) as c:
         m = c.classes(apis.DESCRIBE_CONFIGS, 4)
         req = m["DescribeConfigsRequest"](resources=(m["DescribeConfigsResource"](
-            resource_type=2, resource_name=topic, configuration_keys=(key,)),),
+            resource_type=resource_type, resource_name=topic, configuration_keys=(key,)),),
             include_synonyms=False, include_documentation=False)
         (entry,) = c.request(apis.DESCRIBE_CONFIGS, req, version=4).results[0].configs
     return entry.value, entry.config_source
@@ -165,16 +165,6 @@ def _alter_group(bootstrap: str, group: str, key: str, value: str) -> int:
         return c.request(apis.INCREMENTAL_ALTER_CONFIGS, req, version=1).responses[0].error_code
 
 
-def _broker_row(bootstrap: str, resource: str, key: str) -> tuple[str | None, int]:
-    with ProtocolClient(bootstrap) as c:
-        m = c.classes(apis.DESCRIBE_CONFIGS, 4)
-        req = m["DescribeConfigsRequest"](resources=(m["DescribeConfigsResource"](
-            resource_type=4, resource_name=resource, configuration_keys=(key,)),),
-            include_synonyms=False, include_documentation=False)
-        rows = c.request(apis.DESCRIBE_CONFIGS, req, version=4).results[0].configs
-    return (rows[0].value, rows[0].config_source) if rows else (None, -1)
-
-
 def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pair: list[BrokerProcess]) -> None:
     """Kafka's other dynamic broker configs live in the store like the log ones: a cluster
     default (num.io.threads) set through broker 1 is described by broker 2 (before: refused as
@@ -187,9 +177,9 @@ def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pai
     b1, b2 = pair
     assert _alter_broker_default(b1.bootstrap, "num.io.threads", "12") == 0
     deadline = time.time() + 15
-    while _broker_row(b2.bootstrap, "2", "num.io.threads") != ("12", 3) and time.time() < deadline:
+    while _described(b2.bootstrap, "2", "num.io.threads", 4) != ("12", 3) and time.time() < deadline:
         time.sleep(0.2)
-    assert _broker_row(b2.bootstrap, "2", "num.io.threads") == ("12", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert _described(b2.bootstrap, "2", "num.io.threads", 4) == ("12", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
     assert _alter_broker_default(b1.bootstrap, "sasl.kerberos.min.time.before.relogin", "1") == \
         ErrorCode.invalid_request.value  # per broker only, as Kafka
 
