@@ -20,7 +20,7 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
 * ApiVersions advertises exactly what a Kafka 4.2 broker advertises for every API served here
   (``advertised``; a test holds it equal to the table kafka-python records for 4.2), including
   Kafka's two departures from the versions it serves: Produce is advertised from v0 although
-  only v3+ is served (KAFKA-18659: librdkafka before 2.10 turned compression off unless Produce
+  only v3+ is served (KAFKA-18659: librdkafka before 2.11.1 turned compression off unless Produce
   v0 was advertised), and InitProducerId only up to v5 although v6 (KIP-939 two-phase commit,
   unstable in Kafka 4.2) is served to a client that sends it.
 * OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
