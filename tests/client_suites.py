@@ -35,6 +35,20 @@ def _run(cmd: list[str], cwd: Path, timeout: float, log: Path) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}) in {cwd}:\n{tail}")
 
 
+def _extract(archive: Path, into: Path) -> None:
+    """Extract ``archive`` refusing links and paths outside ``into`` (tarfile's "data" filter,
+    where this Python has it: 3.11.4+)."""
+    with tarfile.open(archive) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:  # pragma: no cover - Pythons before 3.11.4
+            root = into.resolve()
+            for member in tar.getmembers():
+                if not (member.isfile() or member.isdir()) or not (root / member.name).resolve().is_relative_to(root):
+                    raise RuntimeError(f"{archive.name}: refusing {member.name}")
+            tar.extractall(into)
+
+
 def kafka_python_suite() -> Path:
     """kafka-python's sdist, extracted, with the two files its integration tests import that the
     sdist lacks: ``test/__init__.py`` (else Python's own ``test`` package is found first) and
@@ -49,8 +63,7 @@ def kafka_python_suite() -> Path:
           f"kafka-python=={KAFKA_PYTHON}"], CACHE, 600, log)
     sdist = CACHE / f"kafka_python-{KAFKA_PYTHON}.tar.gz"
     shutil.rmtree(home, ignore_errors=True)
-    with tarfile.open(sdist) as tar:
-        tar.extractall(CACHE, filter="data")
+    _extract(sdist, CACHE)
     (home / "test" / "__init__.py").touch()
     (home / "test" / "service.py").write_text(
         '"""oncelog\'s stand-in: the suite runs against an external broker (KAFKA_URI), never its own."""\n\n\n'
@@ -86,8 +99,7 @@ def librdkafka_tree() -> Path:
     top = tree.parents[2]
     shutil.rmtree(top, ignore_errors=True)
     top.mkdir(parents=True)
-    with tarfile.open(tgz) as tar:
-        tar.extractall(top, filter="data")
+    _extract(tgz, top)
     version = (tree / "src" / "rdkafka.h").read_text()
     if f"{LIBRDKAFKA_OF_IT}" not in _header_version(version):
         raise RuntimeError(f"{tgz.name} does not carry librdkafka {LIBRDKAFKA_OF_IT}")
