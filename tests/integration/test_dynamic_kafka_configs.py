@@ -45,6 +45,7 @@ def _described(admin, node: str) -> dict:  # type: ignore[no-untyped-def]
     return admin.describe_configs([res])[res].result(timeout=30)
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_dynamic_security_and_limit_configs_are_accepted_stored_and_described(broker) -> None:  # type: ignore[no-untyped-def]
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
