@@ -38,6 +38,7 @@ cluster: $(STAMP)
 # System packages first (scripts/system-deps.sh: Java, PostgreSQL, Chromium; silent when present).
 test: $(STAMP)
 	@scripts/system-deps.sh test
+	$(PY) tests/client_suites.py
 	$(PY) -m pytest -q --durations=25
 
 # The full-size fault and fuzz runs (marker `long`) that `make test` leaves out: their smaller

@@ -8,8 +8,9 @@
 #   java   a Java runtime (PySpark: `make demo` and the Spark tests)
 #   postgresql  PostgreSQL's server binaries (`make cluster`; tests/pgserver.py starts its own
 #          server from them, as an unprivileged user)
-#   test   what the whole test suite needs besides `build`: java, postgresql and Debian's
-#          Chromium (the console's browser test, tests/browser.py)
+#   test   what the whole test suite needs besides `build`: java, postgresql, Debian's
+#          Chromium (the console's browser test, tests/browser.py), and for librdkafka's own
+#          tests (tests/suites/, built from the npm package's sources): npm, g++, zlib's headers
 #
 # Called by `.ci/run` and by the Makefile (`make venv`, `make demo`, `make test`), so the
 # README's two commands are the whole set-up on a fresh Debian/Ubuntu machine. Silent and quick
@@ -45,6 +46,9 @@ check_test() {
   check_java
   check_postgresql
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || want chromium
+  command -v npm >/dev/null 2>&1 || want npm
+  command -v g++ >/dev/null 2>&1 || want g++
+  [ -e /usr/include/zlib.h ] || want zlib1g-dev
 }
 
 parts=("$@")

@@ -28,11 +28,11 @@ def pair(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
         yield procs
 
 
-def _described(bootstrap: str, topic: str, key: str) -> tuple[str | None, int]:
+def _described(bootstrap: str, topic: str, key: str, resource_type: int = 2) -> tuple[str | None, int]:
     with ProtocolClient(bootstrap) as c:
         m = c.classes(apis.DESCRIBE_CONFIGS, 4)
         req = m["DescribeConfigsRequest"](resources=(m["DescribeConfigsResource"](
-            resource_type=2, resource_name=topic, configuration_keys=(key,)),),
+            resource_type=resource_type, resource_name=topic, configuration_keys=(key,)),),
             include_synonyms=False, include_documentation=False)
         (entry,) = c.request(apis.DESCRIBE_CONFIGS, req, version=4).results[0].configs
     return entry.value, entry.config_source
@@ -153,3 +153,61 @@ def test_a_cluster_default_set_through_one_broker_applies_on_every_broker(pair: 
             break
         time.sleep(0.2)
     assert codes[-1] == 0, codes
+
+
+def _alter_group(bootstrap: str, group: str, key: str, value: str) -> int:
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.INCREMENTAL_ALTER_CONFIGS, 1)
+        req = m["IncrementalAlterConfigsRequest"](resources=(m["AlterConfigsResource"](
+            resource_type=32, resource_name=group, configs=(m["AlterableConfig"](name=key, config_operation=0,
+                                                                                 value=value),)),),
+            validate_only=False)
+        return c.request(apis.INCREMENTAL_ALTER_CONFIGS, req, version=1).responses[0].error_code
+
+
+def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pair: list[BrokerProcess]) -> None:
+    """Kafka's other dynamic broker configs live in the store like the log ones: a cluster
+    default (num.io.threads) set through broker 1 is described by broker 2 (before: refused as
+    read-only, and a broker adopting the store's view dropped names it did not know).
+    ListConfigResources on broker 2 lists a share group whose configs were set through broker 1
+    (the store's), both brokers, and the topics; AlterReplicaLogDirs on broker 2 for a partition
+    broker 1 leads is REPLICA_NOT_AVAILABLE, for its own NONE."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    b1, b2 = pair
+    assert _alter_broker_default(b1.bootstrap, "num.io.threads", "12") == 0
+    deadline = time.time() + 15
+    while _described(b2.bootstrap, "2", "num.io.threads", 4) != ("12", 3) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _described(b2.bootstrap, "2", "num.io.threads", 4) == ("12", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert _alter_broker_default(b1.bootstrap, "sasl.kerberos.min.time.before.relogin", "1") == \
+        ErrorCode.invalid_request.value  # per broker only, as Kafka
+
+    assert _alter_group(b1.bootstrap, "sg-cfg", "share.auto.offset.reset", "earliest") == 0
+    admin = KafkaAdminClient(bootstrap_servers=b2.bootstrap, request_timeout_ms=20_000)
+    try:
+        admin.create_topics([NewTopic("lcr", 2, 1)])
+        listed = admin.list_config_resources()
+        assert listed.get("group") == ["sg-cfg"], listed
+        assert sorted(listed["broker"]) == ["1", "2"] and "lcr" in listed["topic"], listed
+    finally:
+        admin.close()
+    leaders: dict[int, int] = {}
+    for _ in range(100):  # bounded: 20 s
+        with ProtocolClient(b2.bootstrap) as c:
+            m = c.classes(apis.METADATA, 12)
+            md = c.request(apis.METADATA, m["MetadataRequest"](topics=(m["MetadataRequestTopic"](name="lcr", topic_id=None),),
+                                                               allow_auto_topic_creation=False,
+                                                               include_topic_authorized_operations=False), version=12)
+        leaders = {p.partition_index: p.leader_id for p in md.topics[0].partitions}
+        if sorted(leaders.values()) == [1, 2]:
+            break
+        time.sleep(0.2)
+    assert sorted(leaders.values()) == [1, 2], leaders
+    with ProtocolClient(b2.bootstrap) as c:
+        m = c.classes(apis.ALTER_REPLICA_LOG_DIRS, 2)
+        r = c.request(apis.ALTER_REPLICA_LOG_DIRS, m["AlterReplicaLogDirsRequest"](dirs=(m["AlterReplicaLogDir"](
+            path=str(b2.data_dir), topics=(m["AlterReplicaLogDirTopic"](name="lcr", partitions=(0, 1)),)),)), version=2)
+    got = {p.partition_index: p.error_code for p in r.results[0].partitions}
+    assert got == {p: (ErrorCode.none.value if leader == 2 else ErrorCode.replica_not_available.value)
+                   for p, leader in leaders.items()}, (got, leaders)

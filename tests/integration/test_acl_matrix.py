@@ -373,6 +373,15 @@ def whole(api: int, v: int, cls_name: str, **kw: Any) -> Callable[[ProtocolClien
     return call
 
 
+def alter_replica_log_dirs(c: ProtocolClient) -> E:
+    """A move to a directory that is not the broker's: refused per partition
+    (CLUSTER_AUTHORIZATION_FAILED) or, allowed, LOG_DIR_NOT_FOUND."""
+    m = cls(c, apis.ALTER_REPLICA_LOG_DIRS, 2)
+    r = c.request(apis.ALTER_REPLICA_LOG_DIRS, m["AlterReplicaLogDirsRequest"](dirs=(m["AlterReplicaLogDir"](
+        path="/nowhere", topics=(m["AlterReplicaLogDirTopic"](name=TOPIC, partitions=(0,)),)),)), version=2)
+    return E(r.results[0].partitions[0].error_code)
+
+
 def alter_scram(c: ProtocolClient) -> E:
     """Deleting a credential nobody has: refused (CLUSTER_AUTHORIZATION_FAILED) or, allowed,
     RESOURCE_NOT_FOUND."""
@@ -514,6 +523,9 @@ CASES = [
     Case("AlterUserScramCredentials", alter_scram, CA, [(_C, C, Op.ALTER)], allowed=E.resource_not_found),
     Case("DescribeLogDirs", whole(apis.DESCRIBE_LOG_DIRS, 4, "DescribeLogDirsRequest", topics=None), CA,
          [(_C, C, Op.DESCRIBE)]),
+    Case("AlterReplicaLogDirs", alter_replica_log_dirs, CA, [(_C, C, Op.ALTER)], allowed=E.log_dir_not_found),
+    Case("ListConfigResources", whole(apis.LIST_CONFIG_RESOURCES, 1, "ListConfigResourcesRequest", resource_types=()),
+         CA, [(_C, C, Op.DESCRIBE_CONFIGS)]),
     Case("ElectLeaders", whole(apis.ELECT_LEADERS, 2, "ElectLeadersRequest", election_type=0, topic_partitions=None,
                                timeout=5000 * MS), CA, [(_C, C, Op.ALTER)]),
     Case("ListPartitionReassignments", whole(apis.LIST_PARTITION_REASSIGNMENTS, 0, "ListPartitionReassignmentsRequest",

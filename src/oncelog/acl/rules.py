@@ -144,6 +144,8 @@ RULES: dict[int, dict[str, Need]] = {
                          "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},
     apis.DESCRIBE_CLUSTER: {"cluster_ops": _CLUSTER_OPS},
     apis.DESCRIBE_LOG_DIRS: {"cluster": Need(R.CLUSTER, Op.DESCRIBE, _CLUSTER, REQ)},
+    apis.ALTER_REPLICA_LOG_DIRS: {"cluster": Need(R.CLUSTER, Op.ALTER, _CLUSTER, ITEM)},
+    apis.LIST_CONFIG_RESOURCES: {"cluster": Need(R.CLUSTER, Op.DESCRIBE_CONFIGS, _CLUSTER, REQ)},
     apis.ELECT_LEADERS: {"cluster": Need(R.CLUSTER, Op.ALTER, _CLUSTER, REQ)},
     apis.ALTER_PARTITION_REASSIGNMENTS: {"cluster": Need(R.CLUSTER, Op.ALTER, _CLUSTER, REQ)},
     apis.LIST_PARTITION_REASSIGNMENTS: {"cluster": Need(R.CLUSTER, Op.DESCRIBE, _CLUSTER, REQ)},

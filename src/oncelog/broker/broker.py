@@ -227,7 +227,7 @@ class Broker:
         return PeerSecurity(ctx, mech, user.group(1), password.group(1))
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
-        return self.dispatcher.versions
+        return self.dispatcher.advertised
 
     @property
     def advertised_host(self) -> str:

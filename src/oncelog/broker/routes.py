@@ -1,8 +1,9 @@
 """The routing table: API key -> handler, one module per API (``broker/handlers/``).
 
 This table is what the broker serves and what ApiVersions advertises: ``advertised_versions``
-is ``protocol.apis.SUPPORTED_VERSIONS`` restricted to it, and a test holds the two equal, so an
-API is advertised exactly when a handler serves it.
+is ``protocol.apis.SUPPORTED_VERSIONS`` restricted to it (as Kafka 4.2 advertises them,
+``apis.advertised``), and a test holds the keys equal, so an API is advertised exactly when a
+handler serves it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "consumer_group_heartbeat", "consumer_group_describe",  # issue 30 (KIP-848)
     "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",  # issue 30 (KIP-932)
     "describe_share_group_offsets", "alter_share_group_offsets", "delete_share_group_offsets",
+    "alter_replica_log_dirs", "list_config_resources",
 )
 
 
@@ -72,4 +74,4 @@ def load(api_keys: Iterable[int] = apis.FIRST_REQUESTS) -> None:
 
 
 def advertised_versions() -> dict[int, tuple[int, int]]:
-    return {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in ROUTES}
+    return apis.advertised({k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in ROUTES})

@@ -140,6 +140,11 @@ class StoreShareState:
                               "ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET state = EXCLUDED.state, "
                               "version = EXCLUDED.version", (group_id, tid, p, state))
 
+    def config_group_ids(self) -> list[str]:
+        """The groups with configs in the store, sorted."""
+        rows = self.conn.query("SELECT group_id FROM oncelog_share_config ORDER BY group_id", ())
+        return [str(r[0]) for r in rows]
+
     def load_configs(self, group_id: str) -> dict[str, str]:
         rows = self.conn.query("SELECT configs FROM oncelog_share_config WHERE group_id = %s", (group_id,))
         return {str(k): str(v) for k, v in rows[0][0].items()} if rows else {}

@@ -6,7 +6,7 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
 * Fetch reaches v18 and ListOffsets v11 (the highest kio knows): Fetch v13+ names topics by id
   (KIP-516); ListOffsets v8+ knows timestamps -4/-5/-6 (answered as Kafka does without tiered
   storage). kafka-python infers the broker's version from these ranges (ListOffsets v11: 4.2,
-  DescribeLogDirs v5: 4.3).
+  DescribeLogDirs v5: 4.3), so the table is Kafka 4.2's and nothing newer (``KAFKA_RELEASE``).
 * Metadata reaches v13 (v13 only adds a top-level error code, KIP-1102); v10+ returns real
   topic ids, which we keep per topic.
 * Produce v3+ only: magic 2 record batches are the only format the log stores. Produce v12,
@@ -17,6 +17,12 @@ so that librdkafka (confluent-kafka), kafka-python, aiokafka and kafkajs all acc
 * Every version of Kafka 4.2's table for the APIs clients use (Produce 13, OffsetCommit 10,
   OffsetFetch 10, FindCoordinator 6, JoinGroup 9, LeaveGroup 5, DescribeGroups 6): kafka-python
   pinned to ``api_version=(4, 2)`` sends those versions whatever ApiVersions says (issue 30).
+* ApiVersions advertises exactly what a Kafka 4.2 broker advertises for every API served here
+  (``advertised``; a test holds it equal to the table kafka-python records for 4.2), including
+  Kafka's two departures from the versions it serves: Produce is advertised from v0 although
+  only v3+ is served (KAFKA-18659: librdkafka before 2.11.1 turned compression off unless Produce
+  v0 was advertised), and InitProducerId only up to v5 although v6 (KIP-939 two-phase commit,
+  unstable in Kafka 4.2) is served to a client that sends it.
 * OffsetForLeaderEpoch v2..v4: Kafka 4 removed v0 and v1 (KIP-896), and kio has no schema for
   them; librdkafka and the Java consumer send v2+.
 
@@ -70,6 +76,8 @@ CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
 DESCRIBE_LOG_DIRS = 35
+ALTER_REPLICA_LOG_DIRS = 34
+LIST_CONFIG_RESOURCES = 74
 SASL_AUTHENTICATE = 36
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -113,7 +121,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     DELETE_RECORDS: (0, 2),
-    INIT_PRODUCER_ID: (0, 6),  # v5: TRANSACTION_ABORTABLE allowed (never sent); v6: KIP-939 two-phase commit
+    INIT_PRODUCER_ID: (0, 6),  # v5: TRANSACTION_ABORTABLE allowed (never sent); v6: KIP-939 two-phase commit (not advertised)
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ADD_PARTITIONS_TO_TXN: (0, 5),
     ADD_OFFSETS_TO_TXN: (0, 4),
@@ -125,7 +133,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 2),
-    DESCRIBE_LOG_DIRS: (1, 5),
+    DESCRIBE_LOG_DIRS: (1, 4),
+    ALTER_REPLICA_LOG_DIRS: (1, 2),  # one log directory: a move to it succeeds, nothing moves
+    LIST_CONFIG_RESOURCES: (0, 1),  # KIP-1142; v0: client-metrics resources (none here)  # Kafka 4.2's; v5 is Kafka 4.3's (kafka-python takes it for 4.3)
     CREATE_PARTITIONS: (0, 3),
     ELECT_LEADERS: (0, 2),
     ALTER_PARTITION_REASSIGNMENTS: (0, 1),
@@ -153,6 +163,24 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ALTER_SHARE_GROUP_OFFSETS: (0, 0),
     DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
+
+
+#: The Kafka release whose ApiVersions answer oncelog's is, for every API served here.
+KAFKA_RELEASE = (4, 2)
+
+#: Where Kafka 4.2 advertises other than it serves, and so does oncelog: Produce from v0
+#: (``ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION``, KAFKA-18659; v0-v2 requests are still
+#: refused by closing the connection, as Kafka's network layer does), InitProducerId up to v5
+#: (v6 is ``latestVersionUnstable`` in Kafka 4.2; served here, see docs/TRANSACTIONS.md).
+ADVERTISED_RANGES: dict[int, tuple[int, int]] = {
+    PRODUCE: (0, 13),
+    INIT_PRODUCER_ID: (0, 5),
+}
+
+
+def advertised(served: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """The ApiVersions answer for the ``served`` ranges (api key -> range)."""
+    return {k: ADVERTISED_RANGES.get(k, v) for k, v in served.items()}
 
 
 #: feature name -> (min supported, max supported, finalized level): ApiVersions v3+'s supported

@@ -24,8 +24,15 @@ Dynamic broker configs (AlterConfigs on the BROKER resource: its node id, or "" 
 default) are the broker-side synonyms of the topic configs; they are kept in
 `<data-dir>/dynamic-broker-configs.json` and applied live. In cluster mode both live in the
 store, like topic configs: a cluster default set through any broker applies to every broker, at
-once (notification) or at its next poll. Every other broker config is
-read-only (INVALID_REQUEST when altered). No config is sensitive (no passwords are configured).
+once (notification) or at its next poll. Kafka's other dynamic broker configs (SASL and SSL
+of the listeners, connection limits, thread pools, cleaner tuning, metric reporters) are accepted
+at the levels Kafka accepts them (the security ones per broker only, not at the cluster default;
+the keystore/truststore ones only as `listener.name.<listener>.<config>`), type-checked (INVALID_CONFIG),
+stored in the same place and described with their dynamic source, but not applied to the running
+broker (no Kerberos, no thread pools to resize; the listeners' security is read at start). The
+listener addresses (`listeners`, `advertised.listeners`, `listener.security.protocol.map`) and
+every other broker config are read-only (INVALID_REQUEST when altered, as Kafka). Secrets set
+dynamically are described without their value.
 
 `message.timestamp.type=LogAppendTime`: each produced batch gets the broker's time as its max
 timestamp, the timestamp-type attribute set and its CRC recomputed (header fields only; the

@@ -7,8 +7,11 @@ broker-side synonyms of every topic config (``log.retention.ms``, ``log.cleaner.
 …) are among them. Those synonyms are the dynamic broker configs here (Kafka's cluster-wide
 dynamic log configs): set for this node (resource name = the node id) or as the cluster default
 (resource name ""), kept in ``<data-dir>/dynamic-broker-configs.json`` (replaced atomically),
-and applied live to every partition whose topic does not set the config itself. Every other
-broker config is read-only here (INVALID_REQUEST when altered). In cluster mode both layers live
+and applied live to every partition whose topic does not set the config itself. Kafka's other
+dynamic broker configs (SASL, SSL, connection limits, thread pools: ``dynamic_kafka_configs``)
+are accepted at the levels Kafka accepts them, validated, stored in the same layers and
+described, but not applied. Every other broker config is read-only here (INVALID_REQUEST when
+altered, as Kafka). In cluster mode both layers live
 in the store instead (cluster/broker_configs.py), the cluster default applies to every broker,
 and each broker ``adopt``s what its latest view holds; the file is not used.
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from oncelog.broker.configuration import dynamic_kafka_configs as kafka_dynamic
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.configuration.topic_config import TOPIC_CONFIGS, ConfigSource, ConfigType
@@ -114,18 +118,22 @@ class DynamicBrokerConfigs:
     def current(self, scope: str) -> dict[str, str]:
         return dict(self.default if scope == "default" else self.node)
 
-    def validate(self, configs: Mapping[str, str | None]) -> dict[str, str]:
-        """Normalised dynamic configs; raises InvalidRequest for a read-only or unknown broker
-        config, InvalidConfig for a bad value."""
+    def validate(self, configs: Mapping[str, str | None], scope: str = "node") -> dict[str, str]:
+        """Normalised dynamic configs of ``scope``; raises InvalidRequest for a read-only or
+        unknown broker config or one Kafka refuses at that level, InvalidConfig for a bad value."""
         out: dict[str, str] = {}
         for name, raw in configs.items():
             d = BROKER_SYNONYMS.get(name)
             if d is None:
-                raise InvalidRequest(f"cannot update these configs dynamically: {name} (read-only or unknown)")
+                why = kafka_dynamic.refusal(name, scope == "node")
+                if why is None and kafka_dynamic.config_type(name) is None:
+                    why = f"cannot update these configs dynamically: {name} (read-only or unknown)"
+                if why is not None:
+                    raise InvalidRequest(why)
             if raw is None:
                 continue
             try:
-                out[name] = topic_config.normalize(d, raw)
+                out[name] = topic_config.normalize(d, raw) if d is not None else kafka_dynamic.normalize(name, raw)
             except ValueError as exc:
                 raise InvalidConfig(f"invalid value {raw!r} for configuration {name}: {exc}") from None
         return out
@@ -148,10 +156,10 @@ class DynamicBrokerConfigs:
         Returns whether anything changed. Names this broker does not know as dynamic are
         dropped with a log line (a newer broker may have stored them)."""
         def known(configs: Mapping[str, str]) -> dict[str, str]:
-            unknown = sorted(set(configs) - set(BROKER_SYNONYMS))
+            unknown = sorted(k for k in configs if not is_dynamic(k))
             if unknown:
                 log.warning("dynamic broker configs in the store not known here, ignored: %s", ", ".join(unknown))
-            return {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
+            return {k: v for k, v in configs.items() if is_dynamic(k)}
 
         new_default, new_node = known(default), known(node)
         if new_default == self.default and new_node == self.node:
@@ -172,6 +180,16 @@ class DynamicBrokerConfigs:
             pass
         doc["nodes"][str(self.node_id)] = self.node
         write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+
+def is_dynamic(name: str) -> bool:
+    """Whether ``name`` is a dynamic broker config here (a topic synonym or Kafka's others)."""
+    return name in BROKER_SYNONYMS or kafka_dynamic.config_type(name) is not None
+
+
+def dynamic_type(name: str) -> ConfigType:
+    d = BROKER_SYNONYMS.get(name)
+    return d.type if d is not None else (kafka_dynamic.config_type(name) or ConfigType.STRING)
 
 
 def _kafka_type(name: str, value: object) -> ConfigType:
@@ -195,8 +213,9 @@ def broker_config_rows(broker: BrokerConfig, dynamic: DynamicBrokerConfigs, *, d
     resource name ""), by name, under Kafka's names."""
     layers = dynamic.layered()
     if default_only:
-        return [BrokerRow(n, v, BROKER_SYNONYMS[n].type, False, ((n, v, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),),
-                          BROKER_SYNONYMS[n].doc) for n, v in sorted(dynamic.default.items()) if n in BROKER_SYNONYMS]
+        return [BrokerRow(n, _shown(n, v), dynamic_type(n), False,
+                          ((n, _shown(n, v), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),), _doc(n))
+                for n, v in sorted(dynamic.default.items()) if is_dynamic(n)]
     defaults = BrokerConfig()
     rows: dict[str, BrokerRow] = {}
 
@@ -229,7 +248,27 @@ def broker_config_rows(broker: BrokerConfig, dynamic: DynamicBrokerConfigs, *, d
         default = broker.kafka_default(name) or d.default
         syn.append((name, default, ConfigSource.DEFAULT_CONFIG))
         rows[name] = BrokerRow(name, syn[0][1], d.type, False, tuple(syn), d.doc)
+    # Kafka's other dynamic configs: writable; a value set dynamically comes first
+    for name in {n for n in layers if n not in BROKER_SYNONYMS} | {n for n in rows if kafka_dynamic.config_type(n)}:
+        if kafka_dynamic.config_type(name) is None:
+            continue
+        static = rows.get(name)
+        syn = [(name, _shown(name, v), src) for v, src in layers.get(name, ())] + list(static.synonyms if static else ())
+        rows[name] = BrokerRow(name, syn[0][1] if syn else None, dynamic_type(name), False, tuple(syn), _doc(name))
     return [rows[n] for n in sorted(rows)]
+
+
+def _shown(name: str, value: str | None) -> str | None:
+    """A secret is described without its value, as Kafka describes sensitive configs."""
+    return None if name in SENSITIVE or kafka_dynamic.is_secret(name) else value
+
+
+def _doc(name: str) -> str:
+    d = BROKER_SYNONYMS.get(name)
+    if d is not None:
+        return d.doc
+    return "Kafka's dynamic broker config: stored and described here, not applied to the running broker."
+
 
 
 def compatibility_table(broker: BrokerConfig | None = None) -> str:
@@ -239,6 +278,12 @@ def compatibility_table(broker: BrokerConfig | None = None) -> str:
         default = r.synonyms[-1][1]
         d = BROKER_SYNONYMS.get(r.name)
         applied = ("yes" if d.applied else "no: " + d.note) if d is not None else (
-            "oncelog's own" if r.name in _OWN else "yes")
+            "oncelog's own" if r.name in _OWN else
+            "stored and described, not applied live (the value at start applies)" if kafka_dynamic.config_type(r.name)
+            else "yes")
         rows.append(f"| `{r.name}` | {r.type.name} | `{default}` | {'no' if r.read_only else 'yes'} | {applied} |")
+    listed = {r.name for r in broker_config_rows(broker or BrokerConfig(), DynamicBrokerConfigs(Path("/nonexistent"), 1))}
+    for name in sorted({**kafka_dynamic.PER_BROKER, **kafka_dynamic.CLUSTER_WIDE}.keys() - listed):
+        level = "yes, per broker" if name in kafka_dynamic.PER_BROKER else "yes"
+        rows.append(f"| `{name}` | {dynamic_type(name).name} | (Kafka's) | {level} | stored and described, not applied |")
     return "\n".join(rows) + "\n"

@@ -365,6 +365,13 @@ class ShareCoordinator:
             if pk[0] == group_id:
                 self._configure(pk)
 
+    async def groups_with_configs(self) -> list[str]:
+        """The groups with configs of their own (ListConfigResources): this node's, or in
+        cluster mode the store's. Raises the store's KafkaError."""
+        if self.store is None:
+            return sorted(g for g, c in self.configs.items() if c)
+        return await asyncio.to_thread(self.store.config_group_ids)
+
     def config(self, group_id: str, name: str) -> str:
         return self.configs.get(group_id, {}).get(name) or GROUP_CONFIGS[name]
 

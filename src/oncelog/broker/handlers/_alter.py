@@ -55,7 +55,7 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
         def broker_value(key: str) -> str:
             return current.get(key, broker.config.kafka_value(key) or "")
 
-        new = rm.dynamic.validate(change(current, broker_value))
+        new = rm.dynamic.validate(change(current, broker_value), scope)
         rm.check_broker_configs(scope, new)
         if validate_only:
             return

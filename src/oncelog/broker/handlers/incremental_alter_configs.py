@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from oncelog.broker.configuration import dynamic_kafka_configs as kafka_dynamic
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.configuration.dynamic_config import BROKER_SYNONYMS
@@ -23,6 +24,8 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def _is_list(resource_type: int, name: str) -> bool:
+    if resource_type != _alter.TOPIC and name not in BROKER_SYNONYMS:
+        return kafka_dynamic.config_type(name) is topic_config.ConfigType.LIST  # sasl.enabled.mechanisms ...
     d = topic_config.TOPIC_CONFIGS.get(name) if resource_type == _alter.TOPIC else BROKER_SYNONYMS.get(name)
     return d is not None and d.type is topic_config.ConfigType.LIST
 

@@ -53,7 +53,8 @@ class Dispatcher:
                  metrics: "BrokerMetrics | None" = None) -> None:
         self.broker = broker
         self.routes = routes
-        self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in routes}
+        self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in routes}  # served
+        self.advertised = apis.advertised(self.versions)  # what ApiVersions says (Kafka 4.2's)
         self.fence = fence
         self.metrics = metrics
 
@@ -64,16 +65,20 @@ class Dispatcher:
         started = time.perf_counter() if metrics is not None else 0.0
         head = framing.peek_head(frame)
         handler = self.routes.get(head.api_key)
+        # An API or version outside the served table closes the connection, as Kafka 4's network
+        # layer does (Processor.parseRequestHeader throws, and any exception there closes the
+        # channel without an answer): Produce v0-v2 too, which Kafka advertises but refuses so.
         if handler is None:
-            raise CloseConnection(f"unsupported api key {head.api_key} from {client.peer}")
+            raise CloseConnection(f"unsupported api key {head.api_key} ({apis.api_name(head.api_key)}) from {client.peer}")
         lo, hi = self.versions[head.api_key]
         if not lo <= head.api_version <= hi:
             if head.api_key == apis.API_VERSIONS:
                 # KIP-511: answer a too-new ApiVersions with a v0 body listing what we support.
-                body = api_versions.body(self.versions, 0, ErrorCode.unsupported_version)
+                body = api_versions.body(self.advertised, 0, ErrorCode.unsupported_version)
                 return framing.encode_response(apis.API_VERSIONS, 0, head.correlation_id, body)
             raise CloseConnection(
-                f"{apis.api_name(head.api_key)} v{head.api_version} from {client.peer} is outside the supported range {lo}..{hi}"
+                f"{apis.api_name(head.api_key)} v{head.api_version} from {client.peer} is an unsupported version "
+                f"(served: {lo}..{hi})"
             )
         # A large request that is not a Produce (thousands of topics in one Metadata request) is
         # decoded, and its answer encoded, in a worker thread: both are pure, and the event loop
