@@ -366,6 +366,7 @@ def test_random_submits_commits_and_failures_keep_the_log_and_the_state_right(tm
             if engine.queue:
                 engine.commit()
             await _settle(8)
+        await _settle(8)  # the callers' tasks wake one turn after the appends they await
         assert not engine.queue and not part._inflight_pids and not part._unapplied
         by_base = {base: (last, h) for base, last, h in engine.log}
         for pid, seq, out in outs:
