@@ -60,7 +60,11 @@ two ways, chosen once per event loop:
   ``os.pread`` and written through the transport.
 
 On a TLS listener (SSL, SASL_SSL: issue 18) the bytes are encrypted in the process, so slices
-are always copied: sendfile stays the plaintext listeners' path.
+are always copied: sendfile stays the plaintext listeners' path. Whatever is copied (slices, and
+the in-memory batches of the PostgreSQL and diskless engines) goes out in pieces of at most
+``STREAM_CHUNK`` (256 KiB), each written once the socket has taken the ones before (the
+transport's buffer below its high-water mark): a 55 MB fetch answer (``fetch.max.bytes``) to a
+TLS client costs a piece at a time, never the answer as plaintext and again as ciphertext.
 
 Either way a slice is read while its descriptor is valid: the storage layer keeps a retired
 segment's file open for file.delete.delay.ms after it is deleted, and log files only grow under
@@ -92,6 +96,7 @@ from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
+from oncelog.storage.parts import FileSlice
 
 #: The one thing the server knows of the broker: a request frame in, response parts out (None:
 #: no response is due). It raises CloseConnection when the connection must be closed.
@@ -101,6 +106,9 @@ log = logging.getLogger(__name__)
 
 #: File slices at least this long are sent with sendfile(2) when the loop supports it.
 SENDFILE_MIN_BYTES = 16 * 1024
+#: What is copied to a socket (TLS listeners, loops without sendfile) goes in pieces of at most this
+#: many bytes, each once the socket has taken the ones before (``_send``).
+STREAM_CHUNK = 256 * 1024
 #: Hold back Produce responses (coalescing) only up to this many bytes.
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
@@ -514,20 +522,45 @@ class Server:
         return outcome.parts
 
     async def _send(self, conn: Connection, parts: list[Any]) -> None:
-        """Write responses' parts in order, then wait for the transport to drain."""
+        """Write responses' parts in order, then wait for the transport to drain. What is copied
+        goes out in pieces of at most ``STREAM_CHUNK`` bytes, each once the socket has taken the
+        ones before (its write buffer below the high-water mark): a large answer on a TLS
+        listener is never held whole, neither as plaintext nor as ciphertext."""
         transport = conn.transport
         assert transport is not None
-        pending: list[bytes] = []  # consecutive copied parts, written together
+        pending: list[bytes] = []  # consecutive small copied parts, written together
+        pending_bytes = 0
         for part in parts:
-            if isinstance(part, bytes):
+            if isinstance(part, (bytes, bytearray, memoryview)):
+                if len(part) > STREAM_CHUNK:
+                    if pending:
+                        await _write(conn, b"".join(pending))
+                        pending, pending_bytes = [], 0
+                    with memoryview(part) as view:
+                        for pos in range(0, len(view), STREAM_CHUNK):
+                            await _write(conn, view[pos:pos + STREAM_CHUNK])
+                    continue
                 pending.append(part)
+                pending_bytes += len(part)
             elif self.sendfile and part.length >= SENDFILE_MIN_BYTES:
                 if pending:
                     transport.write(b"".join(pending))
-                    pending = []
+                    pending, pending_bytes = [], 0
                 await self._sendfile(transport, part)
-            else:  # a FileSlice to copy
+            elif part.length > STREAM_CHUNK:  # a large FileSlice to copy: read piece by piece
+                if pending:
+                    await _write(conn, b"".join(pending))
+                    pending, pending_bytes = [], 0
+                for pos in range(0, part.length, STREAM_CHUNK):
+                    await _write(conn, _pread(FileSlice(part.fd, part.position + pos,
+                                                        min(STREAM_CHUNK, part.length - pos))))
+                continue
+            else:  # a small FileSlice to copy
                 pending.append(_pread(part))
+                pending_bytes += part.length
+            if pending_bytes >= STREAM_CHUNK:
+                await _write(conn, b"".join(pending))
+                pending, pending_bytes = [], 0
         if pending:
             transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
         await conn.drain()
@@ -559,6 +592,13 @@ async def _readable(sock: socket.socket) -> None:
         await fut
     finally:
         loop.remove_reader(fd)
+
+
+async def _write(conn: Connection, data: bytes | memoryview) -> None:
+    """Write ``data``, then wait until the socket has taken enough of what is queued."""
+    assert conn.transport is not None
+    conn.transport.write(data)
+    await conn.drain()
 
 
 def _pread(part: Any) -> bytes:
