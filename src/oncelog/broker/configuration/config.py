@@ -178,10 +178,10 @@ class BrokerConfig:
     fetch_max_bytes: int = field(default=57_671_680, metadata={"kafka": "fetch.max.bytes", "parse": _positive})
     #: Kafka's: the request bytes all connections together may hold (read, queued or being
     #: handled); the broker stops reading requests while they are used up (a request that starts
-    #: while any are left is read whole). Kafka's default is -1 (no bound); oncelog's is 256 MiB
-    #: (-1: no bound)
+    #: while any are left is read whole). Kafka's default is -1 (no bound); oncelog's is 100 MiB,
+    #: socket.request.max.bytes' default (-1: no bound)
     queued_max_request_bytes: int = field(
-        default=268_435_456, metadata={"kafka": "queued.max.request.bytes", "parse": _bound_or_unbounded})
+        default=104_857_600, metadata={"kafka": "queued.max.request.bytes", "parse": _bound_or_unbounded})
     message_max_bytes: int = field(default=1_048_588, metadata={"kafka": "message.max.bytes", "parse": int})
     #: oncelog's own: the most a produced batch may expand to when decompressed (a batch that
     #: expands further is refused with MESSAGE_TOO_LARGE); bounds the memory a decompression bomb costs.

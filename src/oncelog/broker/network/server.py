@@ -18,7 +18,10 @@ answers still go out in request order; a WriteTxnMarkers from another broker's t
 coordinator is pipelined the same way (issue 28); any other request waits until every earlier
 one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
-a closed connection's queued requests are dropped at once (connection.py). A sweep closes
+a closed connection's queued requests are dropped at once (connection.py). The request bytes
+all connections hold together (read, queued, or being handled: a pipelined Produce until its
+COMMIT) are bounded by ``queued.max.request.bytes`` (request_memory.py, one for all listeners):
+while they are used up, connections stop reading and wait in line. A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
 ``socket.request.receive.timeout.ms`` to send one whole request (slowloris).
 
@@ -94,6 +97,7 @@ from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
+from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
 from oncelog.storage.parts import FileSlice
@@ -144,12 +148,15 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
 class Server:
     def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None,
                  name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 sasl: Callable[[], SaslSession] | None = None) -> None:
+                 sasl: Callable[[], SaslSession] | None = None, memory: RequestMemory | None = None) -> None:
         """``config``: the connection limits and timeouts. ``sendfile``: None (default) uses
         sendfile(2) when the loop supports it; False never (for measurements). ``name``: the
         listener's name (in log lines). ``ssl_context``: TLS on this listener. ``sasl``: a new
-        SASL session per connection (a SASL listener); None: no authentication."""
+        SASL session per connection (a SASL listener); None: no authentication. ``memory``:
+        the request memory (``queued.max.request.bytes``) shared by all the broker's listeners;
+        None: one of this server's own."""
         self.handle = handle
+        self.memory = memory if memory is not None else RequestMemory(config.queued_max_request_bytes)
         self.name = name
         self.ssl_context = ssl_context
         self.new_sasl_session = sasl
@@ -276,7 +283,7 @@ class Server:
         """Make the connection's transport. On a TLS listener the handshake then runs as the
         client's bytes come (TlsProtocol, bounded by ssl.handshake.timeout.ms): nobody waits for it."""
         loop = asyncio.get_running_loop()
-        proto: asyncio.Protocol = Connection(self._start_serving, max_bytes)
+        proto: asyncio.Protocol = Connection(self._start_serving, max_bytes, self.memory)
         if self.ssl_context is not None:
             proto = TlsProtocol(self.ssl_context, proto, self.handshake_timeout_s, self._tls_ready, self._tls_failed)
             self._handshaking[proto] = ip
@@ -335,7 +342,7 @@ class Server:
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
-            if self._closed_since_trim >= TRIM_AFTER_CLOSES:
+            if self._closed_since_trim >= TRIM_AFTER_CLOSES or self.memory.trim_due():
                 self._closed_since_trim = 0
                 heap.trim()
             for conn in list(self._conns):
@@ -415,6 +422,7 @@ class Server:
                         log.info("connection from %s closed in the middle of a request", peer)
                     return
                 conn.busy = True
+                owned = len(frame)  # its request memory, given back once it is handled
                 try:
                     if session is not None and self.reauth_s and session.authenticated and frame[:2] == _HANDSHAKE_KEY:
                         # KIP-368: re-authentication, with the mechanism of the first one
@@ -440,6 +448,8 @@ class Server:
                                                   "expired (connections.max.reauth.ms) without re-authentication")
                         if self.pipeline_produce and frame[:2] in PIPELINED_KEYS:
                             task = await self._start_pipelined(frame, client)
+                            task.add_done_callback(lambda _t, n=owned: conn.release(n))  # after its COMMIT
+                            owned = 0
                             if pending or not task.done():
                                 pending.append(task)  # answered in order above; the next Produce may start
                                 continue
@@ -449,6 +459,8 @@ class Server:
                             parts = await self.handle(frame, client)
                 finally:
                     conn.busy = bool(pending)
+                    if owned:
+                        conn.release(owned)
                 if conn.is_closed:
                     return  # nobody to answer
                 if parts is not None:
