@@ -85,7 +85,7 @@ def _non_negative(v: str) -> int:
     return n
 
 
-def _positive(v: str) -> int:
+def _fetch_max_bytes(v: str) -> int:
     n = int(v)
     if not 1024 <= n <= 2_147_483_647:
         raise ValueError("must be between 1024 and 2147483647")
@@ -175,7 +175,7 @@ class BrokerConfig:
     fetch_max_wait_ms: int = field(default=500, metadata={"kafka": "fetch.max.wait.ms", "parse": int})
     #: Kafka's (KIP-541): the most a Fetch (or ShareFetch) answer holds, whatever max_bytes it asks
     #: for (the first batch is always whole, KIP-74)
-    fetch_max_bytes: int = field(default=57_671_680, metadata={"kafka": "fetch.max.bytes", "parse": _positive})
+    fetch_max_bytes: int = field(default=57_671_680, metadata={"kafka": "fetch.max.bytes", "parse": _fetch_max_bytes})
     #: Kafka's: the request bytes all connections together may hold (read, queued or being
     #: handled); the broker stops reading requests while they are used up (a request that starts
     #: while any are left is read whole). Kafka's default is -1 (no bound); oncelog's is 100 MiB,
