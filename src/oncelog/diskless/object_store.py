@@ -351,7 +351,7 @@ class ObjectStore:
             raise ObjectTruncated(f"object {full} ends before byte {start} (GET [{start}, {end}): 416)") from None
         if len(data) < end - start:
             raise ObjectTruncated(f"object {full} ends at byte {start + len(data)}, before {end} (GET [{start}, {end}): "
-                                  f"{len(data)} bytes returned)", bytes(data))
+                                  f"{len(data)} bytes returned, {end - start} expected)", bytes(data))
         if len(data) != end - start:
             raise ObjectStoreFailed(f"GET {full} [{start}, {end}): {len(data)} bytes returned, "
                                     f"{end - start} expected")

@@ -46,6 +46,10 @@ READ_CHUNK = 16 * 1024
 WRITE_CHUNK = 256 * 1024
 
 
+#: what a closed connection's TLS protocol points to instead of the connection protocol
+_DETACHED = asyncio.Protocol()
+
+
 class TlsTransport(asyncio.Transport):
     """The plaintext side of one TLS connection, as the connection protocol sees it."""
 
@@ -113,11 +117,11 @@ class TlsProtocol(asyncio.Protocol):
         self._on_ready = on_ready
         self._on_failed = on_failed
         self._loop = asyncio.get_running_loop()
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
+        self._incoming: ssl.MemoryBIO | None = ssl.MemoryBIO()
+        self._outgoing: ssl.MemoryBIO | None = ssl.MemoryBIO()
         self.ssl_object: ssl.SSLObject | None = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self.raw: asyncio.Transport | None = None
-        self.transport = TlsTransport(self)
+        self.transport: TlsTransport | None = TlsTransport(self)
         self.handshake_done = False
         self._app_open = False  # the connection protocol was told connection_made, not yet connection_lost
         self.closing = False
@@ -135,7 +139,7 @@ class TlsProtocol(asyncio.Protocol):
         self._timer = self._loop.call_later(self._timeout_s, self._handshake_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        if self.ssl_object is None:
+        if self.ssl_object is None or self._incoming is None:
             return
         self._incoming.write(data)
         if not self.handshake_done:
@@ -144,7 +148,7 @@ class TlsProtocol(asyncio.Protocol):
             self._decrypt()
 
     def eof_received(self) -> bool:
-        if self.handshake_done and self.ssl_object is not None:
+        if self.handshake_done and self.ssl_object is not None and self._incoming is not None:
             self._incoming.write_eof()
             self._decrypt()  # what came before the EOF, then the EOF itself
             return False
@@ -163,8 +167,17 @@ class TlsProtocol(asyncio.Protocol):
         elif not self.handshake_done and not self._failed_reported:
             self._failed_reported = True
             self._on_failed(self, f"the connection was lost during the TLS handshake ({exc or 'EOF'})")
-        self.ssl_object = None  # the SSL object and its BIOs go now, not with the last reference
+        # The SSL object and both BIOs go now, not when the cyclic garbage collector finds this
+        # protocol (it and its transport refer to each other): a memory BIO keeps the largest
+        # buffer it ever held, and thousands of closed connections kept tens of MB that way.
+        self.ssl_object = None
+        self._incoming = self._outgoing = None
         self._pending.clear()
+        # No cycle is left for the collector: the connection protocol, the socket transport
+        # and the plaintext transport are let go (the latter still refers to this protocol).
+        self.app = _DETACHED
+        self.raw = None
+        self.transport = None
 
     def pause_writing(self) -> None:
         if self.handshake_done:
@@ -194,6 +207,7 @@ class TlsProtocol(asyncio.Protocol):
             self._timer = None
         self._on_ready(self)
         self._app_open = True
+        assert self.transport is not None
         self.app.connection_made(self.transport)
 
     def _lose_app(self, exc: Exception | None) -> None:
@@ -299,8 +313,9 @@ class TlsProtocol(asyncio.Protocol):
                 return
 
     def _flush(self) -> None:
-        if self._outgoing.pending and self.raw is not None and not self._lost:
-            self.raw.write(self._outgoing.read())
+        out = self._outgoing
+        if out is not None and out.pending and self.raw is not None and not self._lost:
+            self.raw.write(out.read())
 
     # -- closing ---------------------------------------------------------------------------------
 
