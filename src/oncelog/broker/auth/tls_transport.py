@@ -37,7 +37,7 @@ import asyncio
 import ssl
 from typing import Any, Callable
 
-__all__ = ["READ_CHUNK", "TlsProtocol", "TlsTransport"]
+__all__ = ["READ_CHUNK", "TlsProtocol", "TlsTransport", "let_go"]
 
 #: Plaintext is taken out of the SSL object at most this many bytes at a time (one TLS record).
 READ_CHUNK = 16 * 1024
@@ -48,6 +48,21 @@ WRITE_CHUNK = 256 * 1024
 
 #: what a closed connection's TLS protocol points to instead of the connection protocol
 _DETACHED = asyncio.Protocol()
+
+
+def let_go(transport: object) -> None:
+    """Break the reference cycle a closed asyncio socket transport keeps (call it from its
+    protocol's ``connection_lost``): the standard selector transport holds a bound method of its
+    own (``_read_ready_cb``) after it closed, so it, its socket objects and its extra-info dict
+    are freed only by a full run of the cyclic garbage collector, and meanwhile pin the heap
+    pages around them (9,000 closed TLS connections: 32 MB that ``malloc_trim`` could not give
+    back). Nothing else reads the attribute once the transport is closed; on other loops
+    (uvloop) there is none and this does nothing."""
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        try:
+            transport._read_ready_cb = None  # type: ignore[attr-defined]
+        except AttributeError:  # pragma: no cover - a transport with slots
+            pass
 
 
 class TlsTransport(asyncio.Transport):
@@ -176,6 +191,7 @@ class TlsProtocol(asyncio.Protocol):
         # No cycle is left for the collector: the connection protocol, the socket transport
         # and the plaintext transport are let go (the latter still refers to this protocol).
         self.app = _DETACHED
+        let_go(self.raw)
         self.raw = None
         self.transport = None
 

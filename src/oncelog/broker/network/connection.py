@@ -35,6 +35,7 @@ import asyncio
 import collections
 from typing import Any, Callable
 
+from oncelog.broker.auth.tls_transport import let_go
 from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.protocol import apis, framing
 
@@ -197,6 +198,7 @@ class Connection(asyncio.Protocol):
                 self._memory.give(held)
         self.frames.clear()
         self.queued = 0
+        let_go(self.transport)  # a plaintext socket transport's own cycle (auth/tls_transport.py)
         self.buf.clear()
         self.partial_since = None
         if not self.closed.done():

@@ -117,8 +117,9 @@ STREAM_CHUNK = 256 * 1024
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
 YIELD_AFTER = 0.002
-#: After this many connections have closed, the sweep gives freed heap pages back (heap.trim):
-#: what thousands of TLS connections held is returned once they are gone.
+#: After this many connections have closed, the sweep gives freed memory back
+#: (heap.collect_and_trim, at most every heap.COLLECT_EVERY_S): what thousands of TLS
+#: connections held is returned once they are gone.
 TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
 #: At most this many Produce (or WriteTxnMarkers) requests of one connection are handled at once (pipelining).
@@ -176,7 +177,9 @@ class Server:
         self._reserve_fd: int | None = None
         self._conns: set[Connection] = set()
         self._handshaking: dict[TlsProtocol, str] = {}  # TLS connections not through the handshake -> ip
-        self._closed_since_trim = 0
+        self._closed_since_trim = 0  # connections closed since the sweep last gave memory back
+        self._closed_since_collect = 0  # ... since it last ran heap.collect_and_trim
+        self._collected_at = float("-inf")  # when it did
         self._per_ip: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -307,6 +310,7 @@ class Server:
         if ip is not None:
             self._release_ip(ip)
         self._closed_since_trim += 1
+        self._closed_since_collect += 1
         log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip or "?", reason)
 
     def _release_ip(self, ip: str) -> None:
@@ -342,7 +346,12 @@ class Server:
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
-            if self._closed_since_trim >= TRIM_AFTER_CLOSES or self.memory.trim_due():
+            may_collect = now - self._collected_at >= heap.COLLECT_EVERY_S
+            if self._closed_since_collect >= TRIM_AFTER_CLOSES and may_collect:
+                self._closed_since_trim = self._closed_since_collect = 0
+                self._collected_at = now
+                heap.collect_and_trim()  # what thousands of closed (TLS) connections held (heap.py)
+            elif self._closed_since_trim >= TRIM_AFTER_CLOSES or self.memory.trim_due():
                 self._closed_since_trim = 0
                 heap.trim()
             for conn in list(self._conns):
@@ -490,6 +499,7 @@ class Server:
             self._conns.discard(conn)
             self._release_ip(conn.peer_host)
             self._closed_since_trim += 1
+            self._closed_since_collect += 1
 
     async def _start_pipelined(self, frame: bytes, client: Client) -> "asyncio.Task[Any]":
         """Start handling a Produce frame as a task that may release the connection early
