@@ -182,28 +182,16 @@ def _replay_groups(bootstrap: str, corpus: list[bytes]) -> int:
     (answers read, nothing checked): the members and the share session they name are live when
     the fuzzing starts. Returns how many were sent."""
     frames = [f for f in corpus if _api(f) in GROUP_APIS]
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
+    with ProtocolClient(bootstrap) as c:
         for f in frames:
-            s.sendall(f)
-            size = struct.unpack(">i", _recv(s, 4))[0]
-            _recv(s, size)
-    with ProtocolClient(bootstrap) as c:  # the consumer-protocol group and the share group are live
+            c.send_raw(f)
+            c.recv_frame()
+        # the consumer-protocol group and the share group are live
         m = c.classes(apis.LIST_GROUPS, 5)
         res = c.request(apis.LIST_GROUPS, m["ListGroupsRequest"](states_filter=(), types_filter=()), version=5)
         live = {(g.group_id, g.group_type) for g in res.groups}
         assert {("corpus-group-848", "consumer"), ("corpus-share", "share")} <= live, live
     return len(frames)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def _mutate(rng: random.Random, frame: bytes) -> bytes:

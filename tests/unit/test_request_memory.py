@@ -10,29 +10,9 @@ import struct
 
 from oncelog.broker.network.connection import Connection
 from oncelog.broker.network.request_memory import SMALL_FRAME, TRIM_AFTER_BYTES, RequestMemory
+from test_connection_receive_timeout import _Transport
 
 MIB = 1 << 20
-
-
-class _Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.paused = False
-
-    def get_extra_info(self, name, default=None):  # type: ignore[no-untyped-def]
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 def _frame(n: int) -> bytes:
