@@ -90,7 +90,7 @@ def test_an_unreadable_object_fails_its_partition_only(pg_dsn: str, tmp_path: Pa
                         errors.append(m.error())
                     else:
                         got.append((m.partition(), m.value()))
-                if got and len(errors) == 0 and _ > 50:
+                if got and len(errors) >= 2:  # partition 1 served, partition 0 refused (twice: for good)
                     break
             assert got == [(1, b"kept")]
             assert errors and all(e.code() == KafkaError.INVALID_MSG for e in errors), errors  # CORRUPT_MESSAGE
