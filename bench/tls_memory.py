@@ -35,6 +35,8 @@ def _settle(pid: int, seconds: float = 2.0) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--connections", type=int, default=2000)
+    ap.add_argument("--settle", type=float, default=3.0,
+                    help="seconds to wait after the connections close before measuring (default 3)")
     ap.add_argument("--src", default=None, help="run the broker with PYTHONPATH=SRC (another checkout's src)")
     args = ap.parse_args()
     n = args.connections
@@ -62,7 +64,7 @@ def main() -> None:
             for s in socks:
                 s.close()
             socks.clear()
-            after = _settle(pid, 3.0)
+            after = _settle(pid, args.settle)
             print(f"after they closed: {after / 2**20:.1f} MiB ({(after - base) / 2**20:+.1f} MiB over rest)")
             stalled = []
             for _ in range(n):
@@ -73,7 +75,7 @@ def main() -> None:
             print(f"{n} stalled handshakes: {st / 2**20:.1f} MiB, {(st - after) / n / 1024:.1f} KiB per connection")
             for s in stalled:
                 s.close()
-            end = _settle(pid, 3.0)
+            end = _settle(pid, args.settle)
             print(f"after they closed: {end / 2**20:.1f} MiB ({(end - base) / 2**20:+.1f} MiB over rest)")
         finally:
             b.stop()

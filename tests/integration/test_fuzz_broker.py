@@ -13,6 +13,14 @@ connection goes to one of them at random: on the SASL ones the mutated frames me
 SASL exchanges (handshakes, PLAIN and SCRAM tokens); on SASL_SSL through real TLS, and some
 connections send a mutated TLS ClientHello instead. Two bystanders, one on PLAINTEXT and one
 logged in over SASL_SSL, must be answered within the bound throughout.
+The group and share APIs (ConsumerGroupHeartbeat, ShareGroupHeartbeat, ShareFetch,
+ShareAcknowledge) reach the fuzzed broker's live state: before fuzzing, the recorded frames of
+those APIs are sent to it unmutated, in recorded order (the members join with their own ids, a
+share session opens), and a quarter of the fuzzed frames are mutations of them.
+Diskless reads of damaged objects are fuzzed in process (``test_diskless_reads_of_damaged_
+objects_never_serve_altered_bytes``): objects of real batches, damaged at random (bytes flipped,
+cut short, deleted), read through the real read cache and engine; a batch is served exactly as it
+was written or refused with CORRUPT_MESSAGE, and every batch the damage spared is served.
 Every loop is bounded in count and time; the random generator is seeded, and the seed is in
 the failure message.
 """
@@ -35,10 +43,11 @@ import pytest
 from kafka_clients import consume, create_topic, produce
 from oncelog.client import ProtocolClient
 from oncelog.process import BrokerProcess, free_port
-from oncelog.protocol import apis, framing
-from oncelog.protocol.errors import UnsupportedVersion
+from oncelog.protocol import apis, framing, records
+from oncelog.protocol.errors import CorruptMessage, KafkaError, UnsupportedVersion
 from oncelog_tools.tls_certs import Pki, make_pki
 from oncelog_tools.verify.proxy import Proxy
+from test_groups_share import set_group_configs
 from txn_clients import TxnProducer
 
 pytestmark = pytest.mark.integration
@@ -125,14 +134,64 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     proxy = Proxy(proxy_port, b.port, record=True).start()
     try:
         _drive_clients(f"127.0.0.1:{proxy_port}")
+        _CORPUS_TOPIC_IDS.update(_topic_ids(b.bootstrap))
     finally:
         proxy.close()
         assert b.stop() == 0, b.log_tail()
     frames = proxy.requests
     apis_seen = {struct.unpack(">h", f[4:6])[0] for f in frames}
-    assert len(frames) > 100 and {apis.PRODUCE, apis.FETCH, apis.METADATA, apis.END_TXN,
-                                    apis.CONSUMER_GROUP_HEARTBEAT, apis.SHARE_FETCH} <= apis_seen, apis_seen
+    assert len(frames) > 100 and {apis.PRODUCE, apis.FETCH, apis.METADATA, apis.END_TXN, *GROUP_APIS} <= apis_seen, \
+        apis_seen
     return frames
+
+
+#: the corpus broker's topic ids (name -> 16 bytes), replaced by the fuzzed broker's in the frames
+_CORPUS_TOPIC_IDS: dict[str, bytes] = {}
+CORPUS_TOPICS = ("corpus-confluent", "corpus-kafka-python", "corpus-aiokafka")
+
+
+def _topic_ids(bootstrap: str) -> dict[str, bytes]:
+    from test_groups_share_protocol import _topic_id
+
+    with ProtocolClient(bootstrap) as c:
+        return {t: _topic_id(c, t).bytes for t in CORPUS_TOPICS}
+
+
+def _with_topic_ids(corpus: list[bytes], ids: dict[str, bytes]) -> list[bytes]:
+    """The corpus with the corpus broker's topic ids replaced by ``ids`` (the same names'): the
+    requests that name topics by id (Fetch v13+, ShareFetch, ShareAcknowledge) reach real partitions."""
+    out = []
+    for f in corpus:
+        for name, old in _CORPUS_TOPIC_IDS.items():
+            if old in f:
+                f = f.replace(old, ids[name])
+        out.append(f)
+    return out
+
+
+#: the group and share APIs whose recorded frames are replayed first and fuzzed a quarter of the time
+GROUP_APIS = (apis.CONSUMER_GROUP_HEARTBEAT, apis.SHARE_GROUP_HEARTBEAT, apis.SHARE_FETCH, apis.SHARE_ACKNOWLEDGE)
+
+
+def _api(frame: bytes) -> int:
+    return struct.unpack(">h", frame[4:6])[0]
+
+
+def _replay_groups(bootstrap: str, corpus: list[bytes]) -> int:
+    """Send the corpus's group and share frames unmutated, in recorded order, on one connection
+    (answers read, nothing checked): the members and the share session they name are live when
+    the fuzzing starts. Returns how many were sent."""
+    frames = [f for f in corpus if _api(f) in GROUP_APIS]
+    with ProtocolClient(bootstrap) as c:
+        for f in frames:
+            c.send_raw(f)
+            c.recv_frame()
+        # the consumer-protocol group and the share group are live
+        m = c.classes(apis.LIST_GROUPS, 5)
+        res = c.request(apis.LIST_GROUPS, m["ListGroupsRequest"](states_filter=(), types_filter=()), version=5)
+        live = {(g.group_id, g.group_type) for g in res.groups}
+        assert {("corpus-group-848", "consumer"), ("corpus-share", "share")} <= live, live
+    return len(frames)
 
 
 def _mutate(rng: random.Random, frame: bytes) -> bytes:
@@ -247,14 +306,19 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
     seconds = float(FUZZ_SECONDS) if FUZZ_SECONDS else seconds
     broker, pki, ports = _fuzz_broker(broker_factory, tmp_path)
     for client in ("confluent",):  # the topics the corpus names exist, so requests reach handlers
-        for name in ("corpus-confluent", "corpus-kafka-python", "corpus-aiokafka"):
+        for name in CORPUS_TOPICS:
             create_topic(client, broker.bootstrap, name, 2)
+    produce("confluent", broker.bootstrap, "corpus-confluent", [(i % 2, None, b"r%d" % i) for i in range(40)])
+    set_group_configs(broker.bootstrap, "corpus-share", {"share.auto.offset.reset": "earliest"})
+    corpus = _with_topic_ids(corpus, _topic_ids(broker.bootstrap))
+    assert _replay_groups(broker.bootstrap, corpus) >= 4
+    group_frames = [f for f in corpus if _api(f) in GROUP_APIS]
     rng = random.Random(SEED)
     sasl_corpus = _sasl_corpus()
     auth_frames = [f for f in sasl_corpus if f[4:6] == struct.pack(">h", apis.SASL_AUTHENTICATE)]
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     hello = _client_hello(ctx)
-    sent = closed = 0
+    sent = closed = group_sent = 0
     per_listener = {"PLAINTEXT": 0, "SASL_PLAINTEXT": 0, "SASL_SSL": 0, "TLS hello": 0}
     sock: socket.socket | None = None
     sasl_security = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca), "sasl.mechanism": "SCRAM-SHA-256",
@@ -289,6 +353,9 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
                     continue
                 sock.settimeout(2)
             frames = corpus if target == "PLAINTEXT" or rng.random() < 0.4 else sasl_corpus
+            if frames is corpus and rng.random() < 0.25:
+                frames = group_frames
+                group_sent += 1
             try:
                 sock.sendall(_mutate(rng, rng.choice(frames)))
                 sent += 1
@@ -316,7 +383,7 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
     bugs = [i for i, line in enumerate(lines) if "bug:" in line or "Traceback" in line]
     assert not bugs, f"seed {SEED}: a handler raised:\n" + "\n".join(line[:300] for line in lines[bugs[0]:bugs[0] + 12])
     assert sent > 500 and closed > 10, (sent, closed, per_listener)
-    assert min(per_listener.values()) > 10, (SEED, per_listener)
+    assert min(per_listener.values()) > 10 and group_sent > 10, (SEED, per_listener, group_sent)
     assert bystander.worst < 2.0, f"seed {SEED}: bystander waited {bystander.worst:.2f} s"
     assert tls_bystander.worst < 2.0, f"seed {SEED}: the SASL_SSL bystander waited {tls_bystander.worst:.2f} s"
     produce("confluent", broker.bootstrap, "after-fuzz", [(0, None, b"alive")])
@@ -324,3 +391,131 @@ def test_broker_takes_mutated_client_frames_and_serves_a_bystander(corpus: list[
     with ProtocolClient(f"127.0.0.1:{ports['SASL_PLAINTEXT']}", security={**sasl_security, "security.protocol": "SASL_PLAINTEXT"}) as c:
         assert c.request(apis.API_VERSIONS, apis.message_class(apis.API_VERSIONS, 3, False)(
             client_software_name="x", client_software_version="1"), version=3).error_code == 0
+
+
+# -- diskless reads of damaged objects (in process) ------------------------------------------------
+
+class _DamagedStore:
+    """An object store holding one object, damaged: ``get_range`` answers as S3 would for it."""
+
+    def __init__(self, key: str, data: bytes | None) -> None:
+        self.key, self.data = key, data
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        from oncelog.diskless.object_store import ObjectNotFound, ObjectTruncated
+
+        if self.data is None or key != self.key:
+            raise ObjectNotFound(f"object {key} not found")
+        if start >= len(self.data):
+            raise ObjectTruncated(f"object {key} ends before byte {start}")
+        if end > len(self.data):
+            raise ObjectTruncated(f"object {key} ends at byte {len(self.data)}", self.data[start:])
+        return self.data[start:end]
+
+
+class _NoWriter:
+    def register(self, partition_id: int, listener: object) -> None:
+        pass
+
+    def unregister(self, partition_id: int, listener: object) -> None:
+        pass
+
+
+def _damage(rng: random.Random, obj: bytes) -> bytes | None:
+    b = bytearray(obj)
+    kind = rng.randrange(6)
+    if kind == 0:
+        return None  # deleted (or its bucket)
+    if kind == 1:
+        return bytes(b[:rng.randrange(len(b))])  # cut short
+    for _ in range(rng.randint(1, 8 if kind < 5 else 1)):  # bytes flipped anywhere (kind 5: one byte)
+        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+    return bytes(b)
+
+
+def _read_all(plog, coords, cache) -> dict[int, bytes | str]:  # type: ignore[no-untyped-def]
+    """Every batch of ``plog`` read from offset 0: base offset -> the bytes served, or "refused"."""
+    import asyncio
+
+    out: dict[int, bytes | str] = {}
+
+    async def go() -> None:
+        offset, end = 0, coords[-1].last_offset + 1
+        for _ in range(10 * len(coords) + 10):  # bounded: a read serves, loads or refuses each time
+            if offset >= end:
+                return
+            try:
+                parts = plog.read(offset, 1 << 20)
+            except CorruptMessage:
+                c = next(c for c in coords if c.base_offset <= offset <= c.last_offset)
+                out[c.base_offset] = "refused"
+                offset = c.last_offset + 1
+                continue
+            if not parts:
+                for _ in range(20):  # the background load lands
+                    await asyncio.sleep(0)
+                continue
+            data = parts[0]
+            pos = 0
+            while pos < len(data):
+                h = records.parse_header(data, pos)
+                out[h.base_offset] = data[pos:pos + h.size]
+                pos += h.size
+                offset = h.next_offset
+        raise AssertionError(f"no end to the reads (at offset {offset})")
+
+    asyncio.run(go())
+    return out
+
+
+@pytest.mark.parametrize("seconds", [3.0, pytest.param(20.0, marks=pytest.mark.long)], ids=["3s", "20s"])
+def test_diskless_reads_of_damaged_objects_never_serve_altered_bytes(seconds: float) -> None:
+    """An object of 1-12 real batches, damaged at random, read through the broker's read cache
+    (diskless/cache.py) and the diskless engine: each batch is served exactly as written (its
+    offsets and leader epoch from its coordinates) or refused with CORRUPT_MESSAGE; a batch the
+    damage left whole is served; no other exception comes out."""
+    from oncelog.cluster.leadership import Leadership
+    from oncelog.diskless import layout
+    from oncelog.diskless.cache import ByteCache
+    from oncelog.storage.config import LogConfig
+    from oncelog.storage.engines.diskless.log import Committed, DisklessPartitionLog
+
+    rng = random.Random(SEED)
+    deadline = time.monotonic() + seconds
+    runs = refused = 0
+    while time.monotonic() < deadline and runs < 5_000:
+        batches, coords, base = [], [], 0
+        for _ in range(rng.randint(1, 12)):
+            n = rng.randint(1, 5)
+            recs = [(None, bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))), ()) for _ in range(n)]
+            batches.append(records.build_batch(recs, base_offset=base, timestamp_ms=1_000,
+                                               compression=rng.choice([0, 0, 1, 4])))
+            base += n
+        key = layout.new_key(1, "fuzz", 1_000)
+        obj, entries = layout.build(1, 1_000, [(42, b) for b in batches])
+        base = 0
+        for b, e in zip(batches, entries):
+            h = records.parse_header(b)
+            coords.append(Committed(base, base + h.last_offset_delta, e.size, key, e.byte_offset, 3, None))
+            base += h.last_offset_delta + 1
+        damaged = _damage(rng, obj)
+        cache = ByteCache(_DamagedStore(key, damaged), 1 << 24, coalesce_gap=rng.choice([0, 1 << 16]))  # type: ignore[arg-type]
+        plog = DisklessPartitionLog(None, _NoWriter(), Leadership(42, "dl", 0, 1, 3, 0, base), LogConfig(), cache)  # type: ignore[arg-type]
+        plog._committed(coords)
+        try:
+            served = _read_all(plog, coords, cache)
+        except KafkaError as exc:
+            pytest.fail(f"seed {SEED}, run {runs}: {type(exc).__name__}: {exc}")
+        for c, original in zip(coords, batches):
+            want = records.offset_prefix(original, c.base_offset, 3) + original[16:]
+            got = served.get(c.base_offset)
+            at = c.byte_offset
+            spared = damaged is not None and at + c.size <= len(damaged) and (  # all but the stamped bytes
+                damaged[at + 8:at + 12] == original[8:12] and damaged[at + 16:at + c.size] == original[16:])
+            if got == "refused":
+                refused += 1
+                assert not spared, f"seed {SEED}, run {runs}: a batch the damage spared was refused"
+            else:
+                assert got == want, f"seed {SEED}, run {runs}: batch at {c.base_offset} served altered"
+        runs += 1
+    assert runs > 20 and refused > 0, (runs, refused)

@@ -46,7 +46,7 @@ class _Cache:
     def get(self, key: str, offset: int) -> bytes | None:
         return None
 
-    def error(self, key: str) -> None:
+    def error(self, key: str, offset: int) -> None:
         return None
 
     def load(self, key: str, ranges: object, on_done: object) -> None:

@@ -130,7 +130,7 @@ def test_diskless_families_only_with_an_object_store() -> None:
     ``oncelog_diskless_*`` families; a broker without an object store exports none of them."""
     counters = {"requests_PUT": 7, "requests_GET": 3, "requests_LIST": 1, "put_bytes": 7000, "get_bytes": 900,
                 "retries": 2, "cache_hits": 40, "cache_misses": 3, "cache_bytes": 5000, "objects": 7,
-                "object_bytes": 7000, "commits": 7, "batches": 21}
+                "object_bytes": 7000, "commits": 7, "batches": 21, "damaged_missing": 2, "damaged_corrupt": 1}
     got = _samples(BrokerState(diskless=counters))
     assert got[("oncelog_diskless_object_requests_total", (("request", "PUT"),))] == 7
     assert got[("oncelog_diskless_object_requests_total", (("request", "GET"),))] == 3
@@ -144,6 +144,9 @@ def test_diskless_families_only_with_an_object_store() -> None:
     assert got[("oncelog_diskless_writer_objects_total", ())] == 7
     assert got[("oncelog_diskless_writer_commits_total", ())] == 7
     assert got[("oncelog_diskless_writer_batches_total", ())] == 21
+    assert got[("oncelog_diskless_damaged_batches_total", (("kind", "missing"),))] == 2
+    assert got[("oncelog_diskless_damaged_batches_total", (("kind", "truncated"),))] == 0
+    assert got[("oncelog_diskless_damaged_batches_total", (("kind", "corrupt"),))] == 1
     assert not any(k[0].startswith("oncelog_diskless_") for k in _samples(BrokerState()))
 
 

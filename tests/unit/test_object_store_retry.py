@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
-from oncelog.diskless.object_store import (AlreadyExists, NotFound, ObjectInfo, ObjectNotFound, ObjectStore,
+from oncelog.diskless.object_store import (AlreadyExists, BeyondEnd, NotFound, ObjectInfo, ObjectNotFound, ObjectStore,
                                           ObjectStoreConfig, ObjectStoreFailed, ObjectStoreTimeout,
-                                          ObjectStoreUnavailable, RetryPolicy, Transient)
+                                          ObjectStoreUnavailable, ObjectTruncated, RetryPolicy, Transient)
 
 
 class FakeClock:
@@ -178,8 +178,17 @@ def test_every_call_raises_only_kafka_errors() -> None:
 
 def test_a_short_read_is_refused() -> None:
     store, _, _ = make([b"ab"])
-    with pytest.raises(ObjectStoreFailed, match="2 bytes returned, 4 expected"):
+    with pytest.raises(ObjectStoreFailed, match="2 bytes returned, 4 expected") as exc:
         run(store.get_range("k", 0, 4))
+    assert isinstance(exc.value, ObjectTruncated) and exc.value.available == b"ab"  # the bytes it still has
+
+
+def test_a_range_past_the_end_is_a_truncated_object_not_retried() -> None:
+    """HTTP 416 (the object ends before the range starts): ObjectTruncated at once, no retry."""
+    store, backend, _ = make([BeyondEnd("416 Range Not Satisfiable"), b"never asked"])
+    with pytest.raises(ObjectTruncated, match="ends before byte 4") as exc:
+        run(store.get_range("k", 4, 8))
+    assert exc.value.available == b"" and store.retries == 0
 
 
 def test_bad_ranges_and_keys_are_refused_before_any_call() -> None:
@@ -295,3 +304,18 @@ def test_the_classifier_marks_only_a_503_answer_as_not_acted_on() -> None:
     assert isinstance(slow, Transient) and slow.not_acted
     assert isinstance(reset, Transient) and not reset.not_acted
     assert isinstance(internal, Transient) and not internal.not_acted
+
+
+def test_the_classifier_reads_a_416_answer_as_a_range_past_the_end() -> None:
+    from obstore import exceptions as ox
+
+    from oncelog.diskless.object_store import ObstoreBackend
+
+    past = ObstoreBackend._classify(ox.GenericError(
+        "Generic S3 error: Error performing GET http://127.0.0.1:60811/b/x/a in 550µs - Server returned non-2xx "
+        "status code: 416 Range Not Satisfiable: <Error><Code>InvalidRange</Code></Error>"))
+    forbidden = ObstoreBackend._classify(ox.GenericError(
+        "Generic S3 error: Error performing GET http://127.0.0.1:416/b/x/a in 1ms - Server returned non-2xx "
+        "status code: 403 Forbidden"))
+    assert isinstance(past, BeyondEnd)
+    assert not isinstance(forbidden, (BeyondEnd, Transient))  # a port named 416 is not a status

@@ -34,6 +34,7 @@ from oncelog.broker.membership import (
 )
 from oncelog.broker.membership.peer_client import PeerSecurity
 from oncelog.broker.network.dispatch import Dispatcher
+from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.broker.network.server import Server
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
@@ -99,6 +100,8 @@ class Broker:
         self._schema_ids: SchemaIds | None = None
         self.dispatcher = self._dispatcher(self)
         self.listeners = listeners_mod.resolve(config)  # raises InvalidConfig before anything listens
+        #: queued.max.request.bytes: one bound on the request bytes of every listener's connections
+        self.request_memory = RequestMemory(config.queued_max_request_bytes)
         self.servers = [self._server_for(lst) for lst in self.listeners]
         primary = self._primary_index()
         self.listener = self.listeners[primary]
@@ -180,7 +183,8 @@ class Broker:
                                     f"{', '.join(SUPPORTED_MECHANISMS)}")
             lifetime = cfg.connections_max_reauth_ms
             sasl = lambda: SaslSession(enabled, lambda: self.users.store, lifetime_ms=lifetime)  # noqa: E731
-        server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl)
+        server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl,
+                        memory=self.request_memory)
         server.pipeline_produce = bool(self.store)  # issue 28: Produce waits for a COMMIT only in cluster mode
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
             server.handle = self._dispatcher(ListenerContext(self, lst, server)).handle

@@ -11,6 +11,20 @@ however many fetches miss it), at most ``max_inflight`` GETs run at once and at 
 so nothing a client sizes grows without bound. A load that fails records its error against the
 object for ``error_ttl_s``; reads of that object raise it (KAFKA_STORAGE_ERROR, retriable).
 
+Damage. Every batch a load brings is checked before it is cached, cheaply and per batch: its
+length field must match its coordinates' size, its magic must be 2, and the CRC32C of its bytes
+from the attributes on must be the one in its header (what a consumer would check, and
+confluent-kafka does not by default). A batch that fails, a batch its object no longer holds
+(the object, or its bucket, is gone: HTTP 404; or the object ends before it: a short answer or
+HTTP 416) is *damaged*: never cached nor served; ``error(key, offset)`` answers
+CORRUPT_MESSAGE for it (not retriable: the bytes are not coming back by waiting), as the
+embedded engine does for a damaged region of a segment (storage/engines/local/damage.py). The
+batches of the same load that are sound are cached and served. A damage record is kept for
+``damage_ttl_s`` (then the batch is loaded and checked again: an operator may have restored
+the object); each load that finds damage logs one line naming the object and what is wrong,
+and counts the damaged batches by kind (``damaged``: missing, truncated, corrupt), which
+/metrics shows.
+
 ``get``/``put`` are thread-safe (a lock); ``load`` must be called on the event loop that runs
 the GETs (the broker's).
 """
@@ -24,17 +38,25 @@ import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
-from oncelog.diskless.object_store import ObjectStore
-from oncelog.protocol.errors import KafkaError, KafkaStorageError
+import crc32c
 
-__all__ = ["ByteCache"]
+from oncelog.diskless.object_store import ObjectNotFound, ObjectStore, ObjectTruncated
+from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError
+from oncelog.protocol.records import CRC_START, LOG_OVERHEAD, MAGIC
+
+__all__ = ["ByteCache", "DAMAGE_KINDS", "unsound"]
+
+#: what a damaged batch is, in the ``damaged`` counters
+DAMAGE_KINDS = ("missing", "truncated", "corrupt")
+#: damage records kept at most (the oldest are forgotten first: their batches are checked again)
+MAX_DAMAGE_RECORDS = 100_000
 
 log = logging.getLogger(__name__)
 
 
 class ByteCache:
     def __init__(self, store: ObjectStore | None, max_bytes: int, *, max_inflight: int = 32, max_pending: int = 256,
-                 coalesce_gap: int = 64 << 10, error_ttl_s: float = 1.0,
+                 coalesce_gap: int = 64 << 10, error_ttl_s: float = 1.0, damage_ttl_s: float = 60.0,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self.max_bytes = max_bytes
@@ -47,6 +69,11 @@ class ByteCache:
         self._bytes = 0
         self._loading: dict[tuple[str, int, int], asyncio.Task] = {}
         self._errors: dict[str, tuple[KafkaError, float]] = {}
+        self._damage_ttl_s = damage_ttl_s
+        #: (object key, byte offset) -> (CORRUPT_MESSAGE, until when), oldest first
+        self._damage: OrderedDict[tuple[str, int], tuple[KafkaError, float]] = OrderedDict()
+        #: batches found damaged, by kind (DAMAGE_KINDS): each load that finds one counts it
+        self.damaged: dict[str, int] = dict.fromkeys(DAMAGE_KINDS, 0)
         self._max_inflight = max_inflight
         self._sem: asyncio.Semaphore | None = None
         #: counters (observability, tests)
@@ -82,9 +109,16 @@ class ByteCache:
                 _, gone = self._entries.popitem(last=False)
                 self._bytes -= len(gone)
 
-    def error(self, key: str) -> KafkaError | None:
-        """The error of the last failed load of object ``key``, while it is recent."""
+    def error(self, key: str, offset: int) -> KafkaError | None:
+        """Why the batch at ``offset`` of object ``key`` cannot be read: its damage
+        (CORRUPT_MESSAGE) while recorded, else the error of the last failed load of the object
+        while it is recent (retriable), else None."""
         with self._lock:
+            damage = self._damage.get((key, offset))
+            if damage is not None:
+                if self._monotonic() < damage[1]:
+                    return damage[0]
+                del self._damage[(key, offset)]
             found = self._errors.get(key)
             if found is None:
                 return None
@@ -129,6 +163,11 @@ class ByteCache:
             async with self._sem:
                 self.gets += 1
                 data = await self._store.get_range(key, start, end)
+        except ObjectNotFound as exc:
+            self._damaged(key, [(off, "missing", str(exc)) for off, _ in group])
+            return
+        except ObjectTruncated as exc:
+            data = exc.available  # the batches it still holds are checked and kept below
         except KafkaError as exc:
             log.warning("diskless: reading object %s [%d, %d) failed: %s", key, start, end, exc)
             with self._lock:
@@ -140,5 +179,51 @@ class ByteCache:
                 self._errors[key] = (KafkaStorageError(f"reading object {key}: {exc}"),
                                      self._monotonic() + self._error_ttl_s)
             return
+        damaged: list[tuple[int, str, str]] = []
         for off, size in group:
-            self.put(key, off, data[off - start: off - start + size])
+            rel = off - start
+            if rel + size > len(data):
+                damaged.append((off, "truncated", f"the object ends at byte {start + len(data)}, "
+                                                  f"before this batch's end ({off + size})"))
+                continue
+            piece = data[rel: rel + size]
+            why = unsound(piece, size)
+            if why is not None:
+                damaged.append((off, "corrupt", why))
+                continue
+            self.put(key, off, piece)
+        if damaged:
+            self._damaged(key, damaged)
+
+    def _damaged(self, key: str, batches: list[tuple[int, str, str]]) -> None:
+        """Record ``batches`` ((byte offset, kind, why)) of object ``key`` as damaged; one log line."""
+        until = self._monotonic() + self._damage_ttl_s
+        with self._lock:
+            for off, kind, why in batches:
+                self._damage[(key, off)] = (CorruptMessage(f"diskless object {key}, batch at byte {off}: {why}"), until)
+                self._damage.move_to_end((key, off))
+                self.damaged[kind] += 1
+            while len(self._damage) > MAX_DAMAGE_RECORDS:
+                self._damage.popitem(last=False)
+        kinds = sorted({kind for _, kind, _ in batches})
+        log.error("diskless: object %s is damaged (%s): %d batch(es) from byte %d cannot be served "
+                  "(CORRUPT_MESSAGE to readers); first: %s", key, ", ".join(kinds), len(batches), batches[0][0],
+                  batches[0][2])
+
+
+def unsound(batch: bytes, size: int) -> str | None:
+    """Why ``batch`` (``size`` bytes, as its coordinates say) is not the batch that was written,
+    or None: its length field, its magic and its CRC32C, checked as a consumer would check them
+    (one CRC over the batch, no record parsed)."""
+    if len(batch) != size or size < CRC_START:
+        return f"{len(batch)} bytes, {size} expected"
+    length = int.from_bytes(batch[8:12], "big", signed=True)
+    if length + LOG_OVERHEAD != size:
+        return f"its length field says {length + LOG_OVERHEAD} bytes, its coordinates {size}"
+    if batch[16] != MAGIC:
+        return f"magic {batch[16]}, expected {MAGIC}"
+    stored = int.from_bytes(batch[17:21], "big")
+    actual = crc32c.crc32c(memoryview(batch)[CRC_START:])
+    if stored != actual:
+        return f"CRC32C mismatch: its header says {stored:#010x}, its bytes give {actual:#010x}"
+    return None

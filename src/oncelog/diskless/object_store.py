@@ -24,7 +24,9 @@ a delay drawn with "full jitter" (uniform in ``[0, min(backoff_max, backoff_init
 deadline passes, the call fails with ``ObjectStoreTimeout`` (REQUEST_TIMED_OUT) if its last
 attempt timed out, otherwise ``ObjectStoreUnavailable`` (KAFKA_STORAGE_ERROR); both are
 retriable Kafka errors, so a producer told either retries. Permanent failures are
-``ObjectStoreFailed`` and a missing object ``ObjectNotFound`` (KAFKA_STORAGE_ERROR). Every call
+``ObjectStoreFailed``, a missing object (or bucket) ``ObjectNotFound`` and an object that ends
+before the range asked for ``ObjectTruncated`` (all KAFKA_STORAGE_ERROR here: the read cache
+turns the last two into damage, CORRUPT_MESSAGE, diskless/cache.py). Every call
 raises only these (and ``ValueError`` for a bad key or range, a caller's bug). The clock,
 the sleep and the random source are injected, so the policy is unit-tested without waiting.
 
@@ -53,9 +55,9 @@ from urllib.parse import urlparse
 from oncelog.protocol.errors import InvalidConfig, KafkaStorageError, RequestTimedOut
 
 __all__ = [
-    "AlreadyExists", "Backend", "NotFound", "ObjectInfo", "ObjectNotFound", "ObjectStore", "ObjectStoreConfig",
-    "ObjectStoreFailed", "ObjectStoreTimeout", "ObjectStoreUnavailable", "ObstoreBackend", "RetryPolicy",
-    "Transient",
+    "AlreadyExists", "Backend", "BeyondEnd", "NotFound", "ObjectInfo", "ObjectNotFound", "ObjectStore",
+    "ObjectStoreConfig", "ObjectStoreFailed", "ObjectStoreTimeout", "ObjectStoreUnavailable", "ObjectTruncated",
+    "ObstoreBackend", "RetryPolicy", "Transient",
 ]
 
 
@@ -75,6 +77,15 @@ class ObjectStoreFailed(KafkaStorageError):
 
 class ObjectNotFound(KafkaStorageError):
     """The object asked for is not in the store."""
+
+
+class ObjectTruncated(ObjectStoreFailed):
+    """The object ends before the end of the range asked for (a short answer, or HTTP 416):
+    ``available`` holds the bytes it still has from the range's start (maybe none)."""
+
+    def __init__(self, message: str, available: bytes = b"") -> None:
+        super().__init__(message)
+        self.available = available
 
 
 # -- what a backend raises -----------------------------------------------------------------------
@@ -98,6 +109,10 @@ class NotFound(Exception):
     """No object under the key."""
 
 
+class BeyondEnd(Exception):
+    """A ranged GET starts at or after the object's end (HTTP 416)."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """One listed object: ``key`` relative to the store's prefix."""
@@ -110,7 +125,8 @@ class ObjectInfo:
 
 class Backend(Protocol):
     """The raw calls, one attempt each, keys already prefixed. Raise ``Transient``,
-    ``AlreadyExists``, ``NotFound`` or anything else (permanent)."""
+    ``AlreadyExists``, ``NotFound``, ``BeyondEnd`` (a range past the object's end) or anything
+    else (permanent)."""
 
     async def put_if_absent(self, key: str, data: bytes) -> None: ...
     async def etag(self, key: str) -> str | None: ...
@@ -263,7 +279,7 @@ class ObjectStore:
             self.requests[kind] = self.requests.get(kind, 0) + 1
             try:
                 return await asyncio.wait_for(attempt(left), min(self.config.request_timeout_s, left))
-            except (AlreadyExists, NotFound):
+            except (AlreadyExists, NotFound, BeyondEnd):
                 raise
             except (Transient, asyncio.TimeoutError, TimeoutError, ConnectionError) as exc:
                 timed_out = isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or (
@@ -319,8 +335,8 @@ class ObjectStore:
             return False
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``key``. ``ObjectNotFound`` when absent; a short object is
-        ``ObjectStoreFailed``."""
+        """Bytes ``[start, end)`` of ``key``. ``ObjectNotFound`` when absent (or its bucket is);
+        ``ObjectTruncated`` (with the bytes it has) when it ends before ``end``."""
         if not 0 <= start < end:
             raise ValueError(f"byte range [{start}, {end}) of {key!r}: expected 0 <= start < end")
         full = self._key(key)
@@ -331,6 +347,11 @@ class ObjectStore:
             raise ObjectStoreFailed(f"GET {full}: {exc}") from None
         except NotFound:
             raise ObjectNotFound(f"object {full} not found") from None
+        except BeyondEnd:
+            raise ObjectTruncated(f"object {full} ends before byte {start} (GET [{start}, {end}): 416)") from None
+        if len(data) < end - start:
+            raise ObjectTruncated(f"object {full} ends at byte {start + len(data)}, before {end} (GET [{start}, {end}): "
+                                  f"{len(data)} bytes returned, {end - start} expected)", bytes(data))
         if len(data) != end - start:
             raise ObjectStoreFailed(f"GET {full} [{start}, {end}): {len(data)} bytes returned, "
                                     f"{end - start} expected")
@@ -426,6 +447,8 @@ class ObstoreBackend:
             # a 503 (SlowDown) is S3's "not done, slow down"; a 500 or another 5xx may come
             # after the write happened
             return Transient(text[:500], not_acted=status is not None and status.group(1) == "503")
+        if status is not None and status.group(1) == "416":  # Range Not Satisfiable: the object is shorter
+            return BeyondEnd(text[:500])
         if "status code: 4" in low:  # 4xx other than 408/429: the request itself is wrong
             return exc
         if any(s in low for s in _TRANSIENT_TEXT) or isinstance(exc, (ox.GenericError, ox.JoinError, OSError)):

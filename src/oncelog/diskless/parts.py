@@ -74,12 +74,14 @@ class DisklessParts:
         ``observe.take`` and so the metrics): object-store requests by kind
         (``requests_PUT``, ``requests_GET``, ...: every attempt, as a cloud store bills them),
         bytes PUT and GET, retries; byte-cache hits, misses and the bytes it holds; the
-        writer's objects, commits and batches."""
+        writer's objects, commits and batches; the damaged batches reads found, by kind
+        (``damaged_missing``, ``damaged_truncated``, ``damaged_corrupt``)."""
         out = {f"requests_{kind}": n for kind, n in self.store.requests.items()}
         out.update(put_bytes=self.store.put_bytes, get_bytes=self.store.get_bytes, retries=self.store.retries,
                    cache_hits=self.cache.hits, cache_misses=self.cache.misses, cache_bytes=self.cache.size,
                    objects=self.writer.stats.objects, object_bytes=self.writer.stats.object_bytes,
                    commits=self.writer.stats.commits, batches=self.writer.stats.batches)
+        out.update({f"damaged_{kind}": n for kind, n in self.cache.damaged.items()})
         return out
 
     def engine(self, reader: StoreConnection, lead: Leadership, config: LogConfig) -> DisklessPartitionLog:

@@ -37,13 +37,32 @@ import asyncio
 import ssl
 from typing import Any, Callable
 
-__all__ = ["READ_CHUNK", "TlsProtocol", "TlsTransport"]
+__all__ = ["READ_CHUNK", "TlsProtocol", "TlsTransport", "let_go"]
 
 #: Plaintext is taken out of the SSL object at most this many bytes at a time (one TLS record).
 READ_CHUNK = 16 * 1024
 #: Plaintext is encrypted this many bytes at a time, each piece passed on to the socket at once
 #: (a 50 MB fetch response is never held twice, as plaintext and as ciphertext).
 WRITE_CHUNK = 256 * 1024
+
+
+#: what a closed connection's TLS protocol points to instead of the connection protocol
+_DETACHED = asyncio.Protocol()
+
+
+def let_go(transport: object) -> None:
+    """Break the reference cycle a closed asyncio socket transport keeps (call it from its
+    protocol's ``connection_lost``): the standard selector transport holds a bound method of its
+    own (``_read_ready_cb``) after it closed, so it, its socket objects and its extra-info dict
+    are freed only by a full run of the cyclic garbage collector, and meanwhile pin the heap
+    pages around them (9,000 closed TLS connections: 32 MB that ``malloc_trim`` could not give
+    back). Nothing else reads the attribute once the transport is closed; on other loops
+    (uvloop) there is none and this does nothing."""
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        try:
+            transport._read_ready_cb = None  # type: ignore[attr-defined]
+        except AttributeError:  # pragma: no cover - a transport with slots
+            pass
 
 
 class TlsTransport(asyncio.Transport):
@@ -113,11 +132,11 @@ class TlsProtocol(asyncio.Protocol):
         self._on_ready = on_ready
         self._on_failed = on_failed
         self._loop = asyncio.get_running_loop()
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
+        self._incoming: ssl.MemoryBIO | None = ssl.MemoryBIO()
+        self._outgoing: ssl.MemoryBIO | None = ssl.MemoryBIO()
         self.ssl_object: ssl.SSLObject | None = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self.raw: asyncio.Transport | None = None
-        self.transport = TlsTransport(self)
+        self.transport: TlsTransport | None = TlsTransport(self)
         self.handshake_done = False
         self._app_open = False  # the connection protocol was told connection_made, not yet connection_lost
         self.closing = False
@@ -135,7 +154,7 @@ class TlsProtocol(asyncio.Protocol):
         self._timer = self._loop.call_later(self._timeout_s, self._handshake_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        if self.ssl_object is None:
+        if self.ssl_object is None or self._incoming is None:
             return
         self._incoming.write(data)
         if not self.handshake_done:
@@ -144,7 +163,7 @@ class TlsProtocol(asyncio.Protocol):
             self._decrypt()
 
     def eof_received(self) -> bool:
-        if self.handshake_done and self.ssl_object is not None:
+        if self.handshake_done and self.ssl_object is not None and self._incoming is not None:
             self._incoming.write_eof()
             self._decrypt()  # what came before the EOF, then the EOF itself
             return False
@@ -163,8 +182,18 @@ class TlsProtocol(asyncio.Protocol):
         elif not self.handshake_done and not self._failed_reported:
             self._failed_reported = True
             self._on_failed(self, f"the connection was lost during the TLS handshake ({exc or 'EOF'})")
-        self.ssl_object = None  # the SSL object and its BIOs go now, not with the last reference
+        # The SSL object and both BIOs go now, not when the cyclic garbage collector finds this
+        # protocol (it and its transport refer to each other): a memory BIO keeps the largest
+        # buffer it ever held, and thousands of closed connections kept tens of MB that way.
+        self.ssl_object = None
+        self._incoming = self._outgoing = None
         self._pending.clear()
+        # No cycle is left for the collector: the connection protocol, the socket transport
+        # and the plaintext transport are let go (the latter still refers to this protocol).
+        self.app = _DETACHED
+        let_go(self.raw)
+        self.raw = None
+        self.transport = None
 
     def pause_writing(self) -> None:
         if self.handshake_done:
@@ -194,6 +223,7 @@ class TlsProtocol(asyncio.Protocol):
             self._timer = None
         self._on_ready(self)
         self._app_open = True
+        assert self.transport is not None
         self.app.connection_made(self.transport)
 
     def _lose_app(self, exc: Exception | None) -> None:
@@ -299,8 +329,9 @@ class TlsProtocol(asyncio.Protocol):
                 return
 
     def _flush(self) -> None:
-        if self._outgoing.pending and self.raw is not None and not self._lost:
-            self.raw.write(self._outgoing.read())
+        out = self._outgoing
+        if out is not None and out.pending and self.raw is not None and not self._lost:
+            self.raw.write(out.read())
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -99,6 +99,20 @@ def _compatibility_level(v: str) -> str:
     return v.strip().upper()
 
 
+def _fetch_max_bytes(v: str) -> int:
+    n = int(v)
+    if not 1024 <= n <= 2_147_483_647:
+        raise ValueError("must be between 1024 and 2147483647")
+    return n
+
+
+def _bound_or_unbounded(v: str) -> int:
+    n = int(v)
+    if n != -1 and not 1 <= n <= 9223372036854775807:
+        raise ValueError("must be -1 (no bound) or a positive number of bytes")
+    return n
+
+
 def _opt_int(v: str) -> int | None:
     return None if v.strip() in ("", "none", "null") else int(v)
 
@@ -173,6 +187,15 @@ class BrokerConfig:
     max_connections_per_ip: int = field(default=2_147_483_647, metadata={"kafka": "max.connections.per.ip", "parse": int})
     #: oncelog's own: a Fetch waits for data at most this long, whatever max_wait it asks for
     fetch_max_wait_ms: int = field(default=500, metadata={"kafka": "fetch.max.wait.ms", "parse": int})
+    #: Kafka's (KIP-541): the most a Fetch (or ShareFetch) answer holds, whatever max_bytes it asks
+    #: for (the first batch is always whole, KIP-74)
+    fetch_max_bytes: int = field(default=57_671_680, metadata={"kafka": "fetch.max.bytes", "parse": _fetch_max_bytes})
+    #: Kafka's: the request bytes all connections together may hold (read, queued or being
+    #: handled); the broker stops reading requests while they are used up (a request that starts
+    #: while any are left is read whole). Kafka's default is -1 (no bound); oncelog's is 100 MiB,
+    #: socket.request.max.bytes' default (-1: no bound)
+    queued_max_request_bytes: int = field(
+        default=104_857_600, metadata={"kafka": "queued.max.request.bytes", "parse": _bound_or_unbounded})
     message_max_bytes: int = field(default=1_048_588, metadata={"kafka": "message.max.bytes", "parse": int})
     #: oncelog's own: the most a produced batch may expand to when decompressed (a batch that
     #: expands further is refused with MESSAGE_TOO_LARGE); bounds the memory a decompression bomb costs.

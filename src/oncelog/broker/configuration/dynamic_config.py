@@ -55,7 +55,7 @@ _OWN = {  # oncelog's own broker configs (no Kafka counterpart)
 #: string configs whose default is None (unset), which the type rules below would call INT
 _STRING = {"metrics.listen", "console.listen", "console.client.config", "diskless.storage.url",
            "diskless.storage.endpoint", "diskless.storage.region"}
-_LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes"}
+_LONG = {"log.retention.bytes", "log.flush.interval.messages", "offsets.retention.minutes", "queued.max.request.bytes"}
 _NOT_KAFKA = {"listener.host", "listener.port", "advertised.host", "advertised.port", "listener.name.*",
               "listeners", "advertised.listeners"}
 #: secrets (issue 18): described with no value, as Kafka describes sensitive configs

@@ -574,11 +574,16 @@ class ShareCoordinator:
                     continue
                 batches: list[tuple[records.BatchHeader, bytes]] = []
                 size = 0
+                new = 0  # offsets from the SPEO on read so far: what ``acquire`` takes as new records
                 for h, data in part.log.iter_batches(start):
                     if h.base_offset >= upper or (batches and size + len(data) > budget):
                         break
+                    if new >= records_left and h.last_offset >= sp.speo:
+                        break  # ``acquire`` stops before this batch: the read is bounded by max_records
                     batches.append((h, bytes(data)))
                     size += len(data)
+                    if not h.is_control and h.last_offset >= sp.speo:
+                        new += h.last_offset + 1 - max(h.base_offset, sp.speo)
                 aborted = part.aborted.collect(start, upper) if read_committed else []
                 view = [LogBatch(h.base_offset, h.last_offset, h.is_control or _is_aborted(h, aborted))
                         for h, _ in batches]

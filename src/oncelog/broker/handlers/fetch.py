@@ -2,8 +2,11 @@
 
 Batches are served whole, as file slices of the log or in-memory chunks of a database engine
 (no record parsing, no copy into Python objects). Limits: each partition up to its partition_max_bytes, the response up to max_bytes,
-except that the first non-empty partition always returns at least one whole batch even if it
-is larger than both (KIP-74), so a consumer never gets stuck behind a big batch.
+and never more than the broker's ``fetch.max.bytes`` (55 MB, Kafka's default: a client asking for
+2 GB gets 55 MB), except that the first non-empty partition always returns at least one whole
+batch even if it is larger than all of them (KIP-74), so a consumer never gets stuck behind a big
+batch. The server sends the answer in bounded pieces as the client reads it (sendfile, or on TLS
+listeners pieces read and encrypted one at a time: network/server.py).
 
 Long poll: when fewer than min_bytes are available, the request waits up to max_wait (at most
 the broker's ``fetch.max.wait.ms``, 500 ms: a request asking for 24 days is answered in half a
@@ -100,7 +103,7 @@ def _collect(broker: BrokerContext, req: "FetchRequest", m: Builder, read_commit
     """One pass over the requested partitions: (topic responses, bytes, partitions, any_error).
     ``leaders`` (v16+, cluster mode): collects the node ids named as ``current_leader``.
     ``denied``: topic name -> why it may not be read (TOPIC_AUTHORIZATION_FAILED, issue 18)."""
-    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+    budget = min(getattr(req, "max_bytes", 0x7FFFFFFF), broker.config.fetch_max_bytes)  # Kafka's broker cap
     total = 0
     any_error = False
     first_data = True
@@ -202,11 +205,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     closed = client.closed
     leaders: set[int] | None = set() if request.api_version >= 16 else None
     denied = _authorize(broker, client, req, request.api_version >= 13)  # once, not per long-poll pass
+    min_bytes = min(req.min_bytes, broker.config.fetch_max_bytes)  # as Kafka: never waits for more than it may send
     while True:
         topics, total, parts, any_error = _collect(broker, req, m, read_committed, request.api_version >= 13, leaders,
                                                    denied)
         remaining = deadline - loop.time()
-        if total >= req.min_bytes or any_error or remaining <= 0 or not parts or closed.done():
+        if total >= min_bytes or any_error or remaining <= 0 or not parts or closed.done():
             break
         waiters = [p.waiter() for p in parts]
         try:

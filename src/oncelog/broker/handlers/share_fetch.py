@@ -116,7 +116,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         await svc.close_session(req.group_id, req.member_id)
     elif req.max_records > 0 and session.partitions and not renew:  # a renewal fetches nothing (v2)
         fetched = await svc.fetch(req.group_id, req.member_id, sorted(session.partitions, key=str), req.max_records,
-                                  req.max_bytes, int(req.max_wait.total_seconds() * 1000), client.closed,
+                                  min(req.max_bytes, broker.config.fetch_max_bytes),  # as Fetch: the broker's cap
+                                  int(req.max_wait.total_seconds() * 1000), client.closed,
                                   record_limit=getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT)
     keys = list(dict.fromkeys([*named, *(k for k, r in fetched.items() if r.acquired or r.error), *ack_results]))
     by_topic: dict[uuid.UUID, list[Any]] = {}

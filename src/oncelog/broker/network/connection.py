@@ -21,6 +21,12 @@ Invariants (R22: one client can neither exhaust the broker nor hold it up):
 * ``partial_since`` is when the frame still arriving started (None when none is), and
   ``last_active`` when bytes last moved either way; the server closes connections that take
   too long to send one request (slowloris) or stay idle past ``connections.max.idle.ms``.
+* With a ``RequestMemory`` (request_memory.py: ``queued.max.request.bytes``, one for all the
+  broker's connections) every frame's bytes are taken from it when its size prefix has arrived,
+  before the frame is read; while it has none to give, reading pauses and the connection waits
+  in line (the receive timeout does not run meanwhile). The bytes of a frame taken by the
+  serving task are given back by it (``release``) once the request is handled; those of frames
+  still queued, and of the frame being read, when the connection closes.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import asyncio
 import collections
 from typing import Any, Callable
 
+from oncelog.broker.auth.tls_transport import let_go
+from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.protocol import apis, framing
 
 #: Stop reading from a connection while this many request bytes, or frames, are queued unhandled.
@@ -45,8 +53,14 @@ class Connection(asyncio.Protocol):
     """See the module docstring. ``on_open(conn)`` is called once the transport exists; the
     serving task is started there. Single-threaded: event-loop callbacks only."""
 
-    def __init__(self, on_open: Callable[["Connection"], None], max_request_bytes: int) -> None:
+    def __init__(self, on_open: Callable[["Connection"], None], max_request_bytes: int,
+                 memory: RequestMemory | None = None) -> None:
         self._on_open = on_open
+        self._memory = memory
+        #: bytes taken from ``memory`` for the frame being read (None: none taken yet)
+        self._reserved: int | None = None
+        self._wants_memory = False  # waiting in ``memory``'s line
+        self._wanted = 0  # the size of the frame it waits for
         self.max_bytes = max_request_bytes
         self.limit = "socket.request.max.bytes"  # the property behind max_bytes (in the error)
         self._loop = asyncio.get_running_loop()  # the factory runs inside the loop
@@ -63,7 +77,8 @@ class Connection(asyncio.Protocol):
         self.eof = False  # the peer half-closed (or closed): no more requests will be taken
         self.lost_mid_frame = False  # the peer left in the middle of a request
         self.busy = False  # a request of this connection is being handled (set by its serving task)
-        self._reading_paused = False
+        self._reading_paused = False  # the transport is paused (a full queue, or no request memory)
+        self._queue_full = False
         self._waiter: asyncio.Future[None] | None = None
         self._drained: asyncio.Future[None] | None = None  # set while the transport's buffer is full
 
@@ -90,19 +105,33 @@ class Connection(asyncio.Protocol):
         if self.error is not None or self.is_closed:
             return
         self.last_active = self._loop.time()
+        self.buf += data
+        self._cut()
+
+    def _cut(self) -> None:
+        """Cut the whole frames off ``buf``; stop at a frame whose bytes the request memory
+        cannot give yet (reading pauses until it can)."""
         buf = self.buf
-        buf += data
         pos, end = 0, len(buf)
-        while end - pos >= 4:
+        while end - pos >= 4 and not self._wants_memory:
             try:
                 size = framing.frame_size(bytes(buf[pos : pos + 4]), self.max_bytes, self.limit)
             except framing.FrameError as exc:
                 self.error = exc
                 break
+            if self._memory is not None and self._reserved is None:
+                if self._memory.take(size):
+                    self._reserved = size
+                else:
+                    self._wants_memory = True
+                    self._wanted = size
+                    self._memory.wait(self, size, self._granted)
+                    break
             if end - pos - 4 < size:
                 break
             with memoryview(buf) as view:
                 self.frames.append(bytes(view[pos + 4 : pos + 4 + size]))
+            self._reserved = None  # the frame's bytes are the serving task's to give back (release)
             self.queued += size
             pos += 4 + size
         if pos:
@@ -114,11 +143,42 @@ class Connection(asyncio.Protocol):
             self.partial_since = None
         elif pos or self.partial_since is None:
             self.partial_since = self.last_active
-        if not self._reading_paused and (self.queued > MAX_QUEUED_BYTES or len(self.frames) > MAX_QUEUED_FRAMES):
-            self._reading_paused = True
-            self.transport.pause_reading()  # type: ignore[union-attr]
+        if not self._queue_full and (self.queued > MAX_QUEUED_BYTES or len(self.frames) > MAX_QUEUED_FRAMES):
+            self._queue_full = True
+        self._pace()
         if self.frames or self.error is not None:
             self._wake()
+
+    def _pace(self) -> None:
+        """Pause or resume the transport's reading: paused while the queue is full or the
+        request memory has nothing for this connection."""
+        pause = self._queue_full or self._wants_memory
+        if pause == self._reading_paused or self.transport is None or self.is_closed:
+            return
+        self._reading_paused = pause
+        if pause:
+            self.transport.pause_reading()
+        else:
+            if self.buf:  # the client could not send while we did not read: its time starts again
+                self.partial_since = self._loop.time()
+            self.transport.resume_reading()
+
+    def _granted(self) -> None:
+        """The request memory took this connection's frame bytes for it (called from ``give``)."""
+        self._wants_memory = False
+        self._reserved = self._wanted
+        self._loop.call_soon(self._after_grant)
+
+    def _after_grant(self) -> None:
+        if self.is_closed or self.error is not None:
+            return
+        self._cut()  # what was received before the wait, then reading resumes (``_pace``)
+
+    def release(self, n: int) -> None:
+        """The serving task is done with a frame of ``n`` bytes it took (``next_frame``): its
+        bytes go back to the request memory."""
+        if self._memory is not None:
+            self._memory.give(n)
 
     def eof_received(self) -> bool:
         # As Kafka: a client that stops sending is gone; what it queued is not answered.
@@ -128,8 +188,17 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = True
         self.lost_mid_frame = bool(self.buf)
+        if self._memory is not None:  # the frames nobody took, and the one being read
+            if self._wants_memory:
+                self._memory.cancel(self)
+                self._wants_memory = False
+            held = self.queued + (self._reserved or 0)
+            self._reserved = None
+            if held:
+                self._memory.give(held)
         self.frames.clear()
         self.queued = 0
+        let_go(self.transport)  # a plaintext socket transport's own cycle (auth/tls_transport.py)
         self.buf.clear()
         self.partial_since = None
         if not self.closed.done():
@@ -167,11 +236,9 @@ class Connection(asyncio.Protocol):
             await self._waiter
         frame = self.frames.popleft()
         self.queued -= len(frame)
-        if self._reading_paused and self.queued <= MAX_QUEUED_BYTES // 2 and len(self.frames) <= MAX_QUEUED_FRAMES // 2:
-            self._reading_paused = False
-            if self.buf:  # the client could not send while we did not read: its time starts again
-                self.partial_since = self._loop.time()
-            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self._queue_full and self.queued <= MAX_QUEUED_BYTES // 2 and len(self.frames) <= MAX_QUEUED_FRAMES // 2:
+            self._queue_full = False
+            self._pace()
         return frame
 
     def may_get_frame(self) -> bool:

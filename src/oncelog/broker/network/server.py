@@ -18,7 +18,10 @@ answers still go out in request order; a WriteTxnMarkers from another broker's t
 coordinator is pipelined the same way (issue 28); any other request waits until every earlier
 one is answered. A connection that has requests queued gives the event loop back at least every
 ``YIELD_AFTER`` seconds, so a client pipelining thousands of requests cannot starve the others;
-a closed connection's queued requests are dropped at once (connection.py). A sweep closes
+a closed connection's queued requests are dropped at once (connection.py). The request bytes
+all connections hold together (read, queued, or being handled: a pipelined Produce until its
+COMMIT) are bounded by ``queued.max.request.bytes`` (request_memory.py, one for all listeners):
+while they are used up, connections stop reading and wait in line. A sweep closes
 connections idle past ``connections.max.idle.ms`` and connections that take longer than
 ``socket.request.receive.timeout.ms`` to send one whole request (slowloris).
 
@@ -60,7 +63,11 @@ two ways, chosen once per event loop:
   ``os.pread`` and written through the transport.
 
 On a TLS listener (SSL, SASL_SSL: issue 18) the bytes are encrypted in the process, so slices
-are always copied: sendfile stays the plaintext listeners' path.
+are always copied: sendfile stays the plaintext listeners' path. Whatever is copied (slices, and
+the in-memory batches of the PostgreSQL and diskless engines) goes out in pieces of at most
+``STREAM_CHUNK`` (256 KiB), each written once the socket has taken the ones before (the
+transport's buffer below its high-water mark): a 55 MB fetch answer (``fetch.max.bytes``) to a
+TLS client costs a piece at a time, never the answer as plaintext and again as ciphertext.
 
 Either way a slice is read while its descriptor is valid: the storage layer keeps a retired
 segment's file open for file.delete.delay.ms after it is deleted, and log files only grow under
@@ -90,8 +97,10 @@ from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
+from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
+from oncelog.storage.parts import FileSlice
 
 #: The one thing the server knows of the broker: a request frame in, response parts out (None:
 #: no response is due). It raises CloseConnection when the connection must be closed.
@@ -101,12 +110,16 @@ log = logging.getLogger(__name__)
 
 #: File slices at least this long are sent with sendfile(2) when the loop supports it.
 SENDFILE_MIN_BYTES = 16 * 1024
+#: What is copied to a socket (TLS listeners, loops without sendfile) goes in pieces of at most this
+#: many bytes, each once the socket has taken the ones before (``_send``).
+STREAM_CHUNK = 256 * 1024
 #: Hold back Produce responses (coalescing) only up to this many bytes.
 MAX_HELD_BYTES = 256 * 1024
 #: A connection with queued requests yields to the event loop at least this often (seconds).
 YIELD_AFTER = 0.002
-#: After this many connections have closed, the sweep gives freed heap pages back (heap.trim):
-#: what thousands of TLS connections held is returned once they are gone.
+#: After this many connections have closed, the sweep gives freed memory back
+#: (heap.collect_and_trim, at most every heap.COLLECT_EVERY_S): what thousands of TLS
+#: connections held is returned once they are gone.
 TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
 #: At most this many Produce (or WriteTxnMarkers) requests of one connection are handled at once (pipelining).
@@ -136,12 +149,15 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
 class Server:
     def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None,
                  name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 sasl: Callable[[], SaslSession] | None = None) -> None:
+                 sasl: Callable[[], SaslSession] | None = None, memory: RequestMemory | None = None) -> None:
         """``config``: the connection limits and timeouts. ``sendfile``: None (default) uses
         sendfile(2) when the loop supports it; False never (for measurements). ``name``: the
         listener's name (in log lines). ``ssl_context``: TLS on this listener. ``sasl``: a new
-        SASL session per connection (a SASL listener); None: no authentication."""
+        SASL session per connection (a SASL listener); None: no authentication. ``memory``:
+        the request memory (``queued.max.request.bytes``) shared by all the broker's listeners;
+        None: one of this server's own."""
         self.handle = handle
+        self.memory = memory if memory is not None else RequestMemory(config.queued_max_request_bytes)
         self.name = name
         self.ssl_context = ssl_context
         self.new_sasl_session = sasl
@@ -161,7 +177,9 @@ class Server:
         self._reserve_fd: int | None = None
         self._conns: set[Connection] = set()
         self._handshaking: dict[TlsProtocol, str] = {}  # TLS connections not through the handshake -> ip
-        self._closed_since_trim = 0
+        self._closed_since_trim = 0  # connections closed since the sweep last gave memory back
+        self._closed_since_collect = 0  # ... since it last ran heap.collect_and_trim
+        self._collected_at = float("-inf")  # when it did
         self._per_ip: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -268,7 +286,7 @@ class Server:
         """Make the connection's transport. On a TLS listener the handshake then runs as the
         client's bytes come (TlsProtocol, bounded by ssl.handshake.timeout.ms): nobody waits for it."""
         loop = asyncio.get_running_loop()
-        proto: asyncio.Protocol = Connection(self._start_serving, max_bytes)
+        proto: asyncio.Protocol = Connection(self._start_serving, max_bytes, self.memory)
         if self.ssl_context is not None:
             proto = TlsProtocol(self.ssl_context, proto, self.handshake_timeout_s, self._tls_ready, self._tls_failed)
             self._handshaking[proto] = ip
@@ -292,6 +310,7 @@ class Server:
         if ip is not None:
             self._release_ip(ip)
         self._closed_since_trim += 1
+        self._closed_since_collect += 1
         log.warning("listener %s: TLS handshake with %s failed: %s", self.name, ip or "?", reason)
 
     def _release_ip(self, ip: str) -> None:
@@ -327,7 +346,12 @@ class Server:
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
-            if self._closed_since_trim >= TRIM_AFTER_CLOSES:
+            may_collect = now - self._collected_at >= heap.COLLECT_EVERY_S
+            if self._closed_since_collect >= TRIM_AFTER_CLOSES and may_collect:
+                self._closed_since_trim = self._closed_since_collect = 0
+                self._collected_at = now
+                heap.collect_and_trim()  # what thousands of closed (TLS) connections held (heap.py)
+            elif self._closed_since_trim >= TRIM_AFTER_CLOSES or self.memory.trim_due():
                 self._closed_since_trim = 0
                 heap.trim()
             for conn in list(self._conns):
@@ -407,6 +431,7 @@ class Server:
                         log.info("connection from %s closed in the middle of a request", peer)
                     return
                 conn.busy = True
+                owned = len(frame)  # its request memory, given back once it is handled
                 try:
                     if session is not None and self.reauth_s and session.authenticated and frame[:2] == _HANDSHAKE_KEY:
                         # KIP-368: re-authentication, with the mechanism of the first one
@@ -432,6 +457,8 @@ class Server:
                                                   "expired (connections.max.reauth.ms) without re-authentication")
                         if self.pipeline_produce and frame[:2] in PIPELINED_KEYS:
                             task = await self._start_pipelined(frame, client)
+                            task.add_done_callback(lambda _t, n=owned: conn.release(n))  # after its COMMIT
+                            owned = 0
                             if pending or not task.done():
                                 pending.append(task)  # answered in order above; the next Produce may start
                                 continue
@@ -441,6 +468,8 @@ class Server:
                             parts = await self.handle(frame, client)
                 finally:
                     conn.busy = bool(pending)
+                    if owned:
+                        conn.release(owned)
                 if conn.is_closed:
                     return  # nobody to answer
                 if parts is not None:
@@ -470,6 +499,7 @@ class Server:
             self._conns.discard(conn)
             self._release_ip(conn.peer_host)
             self._closed_since_trim += 1
+            self._closed_since_collect += 1
 
     async def _start_pipelined(self, frame: bytes, client: Client) -> "asyncio.Task[Any]":
         """Start handling a Produce frame as a task that may release the connection early
@@ -514,20 +544,45 @@ class Server:
         return outcome.parts
 
     async def _send(self, conn: Connection, parts: list[Any]) -> None:
-        """Write responses' parts in order, then wait for the transport to drain."""
+        """Write responses' parts in order, then wait for the transport to drain. What is copied
+        goes out in pieces of at most ``STREAM_CHUNK`` bytes, each once the socket has taken the
+        ones before (its write buffer below the high-water mark): a large answer on a TLS
+        listener is never held whole, neither as plaintext nor as ciphertext."""
         transport = conn.transport
         assert transport is not None
-        pending: list[bytes] = []  # consecutive copied parts, written together
+        pending: list[bytes] = []  # consecutive small copied parts, written together
+        pending_bytes = 0
         for part in parts:
-            if isinstance(part, bytes):
+            if isinstance(part, (bytes, bytearray, memoryview)):
+                if len(part) > STREAM_CHUNK:
+                    if pending:
+                        await _write(conn, b"".join(pending))
+                        pending, pending_bytes = [], 0
+                    with memoryview(part) as view:
+                        for pos in range(0, len(view), STREAM_CHUNK):
+                            await _write(conn, view[pos:pos + STREAM_CHUNK])
+                    continue
                 pending.append(part)
+                pending_bytes += len(part)
             elif self.sendfile and part.length >= SENDFILE_MIN_BYTES:
                 if pending:
                     transport.write(b"".join(pending))
-                    pending = []
+                    pending, pending_bytes = [], 0
                 await self._sendfile(transport, part)
-            else:  # a FileSlice to copy
+            elif part.length > STREAM_CHUNK:  # a large FileSlice to copy: read piece by piece
+                if pending:
+                    await _write(conn, b"".join(pending))
+                    pending, pending_bytes = [], 0
+                for pos in range(0, part.length, STREAM_CHUNK):
+                    await _write(conn, _pread(FileSlice(part.fd, part.position + pos,
+                                                        min(STREAM_CHUNK, part.length - pos))))
+                continue
+            else:  # a small FileSlice to copy
                 pending.append(_pread(part))
+                pending_bytes += part.length
+            if pending_bytes >= STREAM_CHUNK:
+                await _write(conn, b"".join(pending))
+                pending, pending_bytes = [], 0
         if pending:
             transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
         await conn.drain()
@@ -559,6 +614,13 @@ async def _readable(sock: socket.socket) -> None:
         await fut
     finally:
         loop.remove_reader(fd)
+
+
+async def _write(conn: Connection, data: bytes | memoryview) -> None:
+    """Write ``data``, then wait until the socket has taken enough of what is queued."""
+    assert conn.transport is not None
+    conn.transport.write(data)
+    await conn.drain()
 
 
 def _pread(part: Any) -> bytes:

@@ -374,7 +374,8 @@ def families(snap: BrokerState, now_ms: int, *, pause: Callable[[], None] | None
 def diskless_families(c: dict[str, int]) -> Iterator[Any]:
     """The diskless parts' families (pure; issue 29, docs/DISKLESS.md): object-store requests
     by kind (every attempt: what a cloud store bills), bytes each way, retries; the read
-    cache's hits, misses and size; the object writer's objects, commits and batches."""
+    cache's hits, misses and size; the object writer's objects, commits and batches; damaged
+    batches found by reads."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     reqs = CounterMetricFamily("oncelog_diskless_object_requests", "Object-store requests sent, by kind "
@@ -400,6 +401,13 @@ def diskless_families(c: dict[str, int]) -> Iterator[Any]:
     yield CounterMetricFamily("oncelog_diskless_writer_commits", "Commits that wrote at least one batch",
                               value=c.get("commits", 0))
     yield CounterMetricFamily("oncelog_diskless_writer_batches", "Batches committed", value=c.get("batches", 0))
+    damaged = CounterMetricFamily("oncelog_diskless_damaged_batches", "Batches a read found damaged and did not "
+                                  "serve (CORRUPT_MESSAGE), by kind: missing (object or bucket gone), truncated "
+                                  "(object cut short), corrupt (CRC32C, length or magic wrong); each check counts",
+                                  labels=["kind"])
+    for kind in ("missing", "truncated", "corrupt"):
+        damaged.add_metric([kind], c.get(f"damaged_{kind}", 0))
+    yield damaged
 
 
 def group_families(snap: BrokerState, ends: dict[tuple[str, int], int],

@@ -30,7 +30,14 @@ Reads never touch PostgreSQL for the tail and never block the event loop on the 
    (one ranged GET per object, coalesced); when it lands ``on_ready`` is called (the leader
    tracker sets it to ``Partition.wake_waiters``), so a long-polling fetch is answered as soon
    as the bytes are here. A load that failed makes the next read of that object raise its
-   KAFKA_STORAGE_ERROR (retriable).
+   KAFKA_STORAGE_ERROR (retriable). A batch the cache found *damaged* when it loaded it (its
+   object or bucket gone, the object cut short, or the batch's CRC32C, length or magic wrong:
+   oncelog/diskless/cache.py) is never served: a read starting in it raises CORRUPT_MESSAGE (not
+   retriable: clients surface it — librdkafka as a consume error, kafka-python by raising, the
+   Java consumer by throwing from poll), a read reaching it stops before it, and a read after it
+   is served, as the embedded engine serves around a damaged region of a segment
+   (storage/engines/local/damage.py); the first read to meet each damaged batch logs one line
+   with the partition and offsets.
 3. Each batch is served with the base offset and leader epoch of its coordinates (bytes 0-7
    and 12-15, outside the CRC); the rest are the producer's bytes.
 
@@ -56,6 +63,7 @@ event loop's: ``hand_over``).
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -65,7 +73,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.leadership import Leadership
-from oncelog.protocol.errors import KafkaError, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
+from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
 from oncelog.protocol.records import BatchHeader, LOG_OVERHEAD, offset_prefix, parse_header
 from oncelog.storage.batch_append import BatchAppend
 from oncelog.storage.config import LogConfig
@@ -74,6 +82,8 @@ from oncelog.storage.engines.diskless.pending import PendingAppend
 from oncelog.storage.parts import ReadPart
 
 __all__ = ["Committed", "DisklessPartitionLog", "ObjectAppend", "ObjectCommitter", "PendingAppend", "ReadCache"]
+
+log = logging.getLogger(__name__)
 
 #: coordinates of the newest batches kept in memory per partition (~100 bytes each)
 TAIL_BATCHES = 1_000
@@ -132,8 +142,9 @@ class ReadCache(Protocol):
         """The cached batch at ``offset`` of object ``key``, or None."""
         ...
 
-    def error(self, key: str) -> KafkaError | None:
-        """The error of the last failed load of ``key`` (None: none pending)."""
+    def error(self, key: str, offset: int) -> KafkaError | None:
+        """Why the batch at ``offset`` of ``key`` cannot be read: CORRUPT_MESSAGE while it is
+        known damaged, else the retriable error of the last failed load of ``key``, else None."""
         ...
 
     def load(self, key: str, ranges: Sequence[tuple[int, int]], on_done: Callable[[], None]) -> None:
@@ -167,6 +178,8 @@ class DisklessPartitionLog:
         self._tail_lock = threading.Lock()
         #: called (on the loop) when bytes a read missed have been loaded
         self.on_ready: Callable[[], None] = lambda: None
+        #: base offsets of the damaged batches already logged (bounded: cleared when large)
+        self._reported: set[int] = set()
         writer.register(self.partition_id, self._committed)
 
     def hand_over(self, store: StoreConnection) -> None:
@@ -344,8 +357,11 @@ class DisklessPartitionLog:
             data = c.inline if c.inline is not None else self._cache.get(c.object_key, c.byte_offset)  # type: ignore[arg-type]
             if data is None:
                 assert c.object_key is not None
-                err = self._cache.error(c.object_key)
-                if err is not None and not out:
+                err = self._cache.error(c.object_key, c.byte_offset)
+                if err is not None:
+                    if out:
+                        break  # what came before is served; the next read starts here
+                    self._report(err, c)
                     raise err
                 missing[c.object_key] = [(c.byte_offset, c.size)]
                 missing_bytes = c.size
@@ -376,10 +392,25 @@ class DisklessPartitionLog:
                 break
             data = c.inline if c.inline is not None else self._cache.get(c.object_key, c.byte_offset)  # type: ignore[arg-type]
             if data is None:
+                err = self._cache.error(c.object_key, c.byte_offset)  # type: ignore[arg-type]
+                if isinstance(err, CorruptMessage):
+                    self._report(err, c)
+                    raise err
                 raise KafkaStorageError(f"{self.what}: batch at {c.base_offset} is not in the read cache")
             out.append(_stamped(data, c))
             total += c.size
         return b"".join(out)
+
+    def _report(self, err: KafkaError, c: Committed) -> None:
+        """One log line per damaged batch (per process): the partition, its offsets, why."""
+        if not isinstance(err, CorruptMessage) or c.base_offset in self._reported:
+            return
+        if len(self._reported) >= 10_000:
+            self._reported.clear()
+        self._reported.add(c.base_offset)
+        log.error("diskless: %s offsets %d..%d cannot be served (CORRUPT_MESSAGE): %s; readers past them go on "
+                  "(seek, or DeleteRecords to offset %d)", self.what, c.base_offset, c.last_offset, err,
+                  c.last_offset + 1)
 
     def iter_batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
         """Not for diskless partitions (coordinator loading reads internal topics, which are
