@@ -741,15 +741,19 @@ class ShareCoordinator:
             turns.append(member_id)
 
     def _leave_turns(self, group_id: str, member_id: str, wanted: list[tuple[uuid.UUID, int]]) -> None:
-        """A fetch that ends gives up its place (the next one queues again)."""
+        """A fetch that ends gives up its place (the next one queues again); when it was first
+        in line and there is room, the parked fetches of the partition look again (the next
+        in line may go). At the lock limit nobody may: nobody is woken."""
         for tid, p in wanted:
-            turns = self._turns.get((group_id, tid, p))
+            pk = (group_id, tid, p)
+            turns = self._turns.get(pk)
             if turns and member_id in turns:
+                first = turns[0] == member_id
                 turns.remove(member_id)
-                if turns:
-                    self._fire([(group_id, tid, p)])  # the next in line may go
-                else:
-                    del self._turns[(group_id, tid, p)]
+                if not turns:
+                    del self._turns[pk]
+                elif first and (sp := self.partitions.get(pk)) is not None and sp.acquired_count() < self.max_locks:
+                    self._fire([pk])
 
     # -- timers -----------------------------------------------------------------------------------
 

@@ -426,19 +426,26 @@ class SharePartition:
     # -- durability --------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The durable part (module docstring): runs of equal (state, delivery count) as one
+        state batch each."""
         out: list[StateBatch] = []
+        A, Q = RecordState.AVAILABLE, RecordState.ACQUIRED
+        run: tuple[RecordState, int] | None = None  # the open run's (state, delivery count)
+        first = last = -1
+        records = self.records
         for off in range(self.spso, self.speo):
-            rec = self.records.get(off)
-            if rec is None:
+            rec = records.get(off)
+            key = None if rec is None else (A if rec.state is Q else rec.state, rec.delivery_count)
+            if key is not None and key[0] is A and key[1] == 0:
+                key = None
+            if key == run and key is not None and last == off - 1:
+                last = off
                 continue
-            state = RecordState.AVAILABLE if rec.state is RecordState.ACQUIRED else rec.state
-            if state is RecordState.AVAILABLE and rec.delivery_count == 0:
-                continue
-            if out and out[-1].last_offset == off - 1 and out[-1].state is state and \
-                    out[-1].delivery_count == rec.delivery_count:
-                out[-1] = out[-1]._replace(last_offset=off)
-            else:
-                out.append(StateBatch(off, off, state, rec.delivery_count))
+            if run is not None:
+                out.append(StateBatch(first, last, run[0], run[1]))
+            run, first, last = key, off, off
+        if run is not None:
+            out.append(StateBatch(first, last, run[0], run[1]))
         return Snapshot(self.spso, self.state_epoch, tuple(out))
 
     @classmethod
