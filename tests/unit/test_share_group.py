@@ -24,9 +24,28 @@ def _topics(name: str):  # type: ignore[no-untyped-def]
     return (T, 2) if name == "t" else None
 
 
+def _ready(group: str) -> dict[uuid.UUID, frozenset[int]]:
+    """Every partition of "t" has its share state initialized already."""
+    return {T: frozenset({0, 1})}
+
+
+def test_partitions_are_assigned_once_their_share_state_is_initialized() -> None:
+    """Kafka assigns only initialized share partitions (isPartitionAssignable): the first member
+    of a new group gets nothing at its first heartbeat, which names what to initialize; a member
+    joining after that gets its share at once, the first at its next heartbeat."""
+    g = ShareGroups()
+    a = g.heartbeat("g", "m1", 0, None, ("t",), _topics, now=0)
+    assert a.assignment == {} and a.uninitialized == {T: frozenset({0, 1})}
+    g.mark_initialized("g", T, frozenset({0, 1}))
+    b = g.heartbeat("g", "m2", 0, None, ("t",), _topics, now=1)
+    assert b.assignment is not None and len(b.assignment[T]) == 1 and not b.uninitialized
+    a = g.heartbeat("g", "m1", a.member_epoch, None, None, _topics, now=2)
+    assert a.assignment is not None and a.assignment[T] == {0, 1} - b.assignment[T]
+
+
 def test_join_heartbeat_leave_and_fencing() -> None:
     g = ShareGroups(session_timeout_ms=100, max_size=2)
-    a = g.heartbeat("g", "m1", 0, None, ("t",), _topics, now=0)
+    a = g.heartbeat("g", "m1", 0, None, ("t",), _topics, now=0, initialized=_ready)
     assert a.member_epoch == 1 and a.assignment == {T: frozenset({0, 1})}
     b = g.heartbeat("g", "m2", 0, None, ("t", "missing"), _topics, now=0)
     assert b.member_epoch == 2 and b.assignment == {T: frozenset({1})}  # two members, two partitions: one each
@@ -49,11 +68,15 @@ def test_join_heartbeat_leave_and_fencing() -> None:
 def test_the_assignment_follows_the_topics_partition_count() -> None:
     counts = {"t": 2}
     g = ShareGroups()
-    g.heartbeat("g", "m1", 0, None, ("t",), lambda n: (T, counts[n]) if n in counts else None, now=0)
-    g.heartbeat("g", "m2", 0, None, ("t",), lambda n: (T, counts[n]) if n in counts else None, now=0)
+    a = g.heartbeat("g", "m1", 0, None, ("t",), lambda n: (T, counts[n]) if n in counts else None, now=0,
+                    initialized=_ready)
+    b = g.heartbeat("g", "m2", 0, None, ("t",), lambda n: (T, counts[n]) if n in counts else None, now=0)
     counts["t"] = 6
-    a = g.heartbeat("g", "m2", 2, None, None, lambda n: (T, counts[n]), now=1)
-    b = g.heartbeat("g", "m1", 1, None, None, lambda n: (T, counts[n]), now=1)
+    b = g.heartbeat("g", "m2", b.member_epoch, None, None, lambda n: (T, counts[n]), now=1)
+    assert b.uninitialized == {T: frozenset(range(2, 6))}  # the new partitions: assigned once initialized
+    g.mark_initialized("g", T, b.uninitialized[T])
+    a = g.heartbeat("g", "m1", a.member_epoch, None, None, lambda n: (T, counts[n]), now=1)
+    b = g.heartbeat("g", "m2", b.member_epoch, None, None, lambda n: (T, counts[n]), now=1)
     assert a.assignment is not None and b.assignment is not None
     assert len(a.assignment[T]) == len(b.assignment[T]) == 3 and a.assignment[T] | b.assignment[T] == set(range(6))
 
@@ -73,7 +96,7 @@ def test_member_expiry_costs_the_deadlines_due_not_the_members() -> None:
     (heartbeats push one each; a member that heartbeat since has a stale one, skipped)."""
     g = ShareGroups(session_timeout_ms=100)
     for i in range(100_000):
-        g.heartbeat(f"g{i}", "m", 0, None, ("t",), _topics, now=i)
+        g.heartbeat(f"g{i}", "m", 0, None, ("t",), _topics, now=i, initialized=_ready)
         g.heartbeat(f"g{i}", "m", -1, None, None, _topics, now=i)
     assert g.groups == {} and len(g._deadlines) < 2000
     g.heartbeat("g", "m", 0, None, ("t",), _topics, now=0)

@@ -477,10 +477,27 @@ class ShareCoordinator:
                         subscribed: tuple[str, ...] | None, client_id: str, client_host: str) -> HeartbeatAnswer:
         await self.ready()
         answer = self.groups.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed, self._resolve,
-                                       self.clock.now_ms(), client_id=client_id, client_host=client_host)
+                                       self.clock.now_ms(), client_id=client_id, client_host=client_host,
+                                       initialized=self._initialized)
+        # Kafka's coordinator initializes the share state of newly subscribed partitions between
+        # two heartbeats and assigns them only then; here a share partition's state is
+        # initialized at its first fetch, and the partitions become assignable after the
+        # heartbeat that first subscribed them: members of a new group get their first
+        # partitions at their second heartbeat, balanced among all who joined meanwhile
+        for topic_id, partitions in answer.uninitialized.items():
+            self.groups.mark_initialized(group_id, topic_id, partitions)
         if member_epoch == -1:
             await self._member_gone(group_id, member_id)
         return answer
+
+    def _initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]]:
+        """The group's share partitions whose state is initialized here (embedded: durable;
+        cluster mode: those this broker leads and has read)."""
+        out: dict[uuid.UUID, set[int]] = {}
+        for pk in self._by_group.get(group_id, ()):
+            if self.partitions[pk].initialized:
+                out.setdefault(pk[1], set()).add(pk[2])
+        return {tid: frozenset(ps) for tid, ps in out.items()}
 
     async def _member_gone(self, group_id: str, member_id: str, *, drop_session: bool = True) -> None:
         """The member left, timed out or lost its session: its session closes (unless

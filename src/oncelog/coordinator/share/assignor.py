@@ -30,7 +30,7 @@ heartbeat.
 from __future__ import annotations
 
 import uuid
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 __all__ = ["Assignment", "assign", "balance"]
 
@@ -40,11 +40,13 @@ TP = tuple[uuid.UUID, int]
 
 
 def assign(subscriptions: Mapping[str, frozenset[uuid.UUID]], current: Mapping[str, Assignment],
-           partitions: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+           partitions: Mapping[uuid.UUID, int | Sequence[int]]) -> dict[str, Assignment]:
     """The target assignment of every member of ``subscriptions`` (member id -> the ids of the
     topics it subscribes to that exist). ``current``: each member's assignment now (the
-    stickiness); ``partitions``: topic id -> partition count. A member with no partition gets
-    an empty assignment."""
+    stickiness); ``partitions``: topic id -> its partition count, or the partitions that may be
+    assigned (Kafka's ``isPartitionAssignable``: those whose share state is initialized). A
+    member with no partition gets an empty assignment."""
+    ids = {t: range(v) if isinstance(v, int) else v for t, v in partitions.items()}
     if not subscriptions:
         return {}
     held: dict[str, set[TP]] = {m: {(t, p) for t, ps in current.get(m, {}).items() for p in ps}
@@ -53,13 +55,13 @@ def assign(subscriptions: Mapping[str, frozenset[uuid.UUID]], current: Mapping[s
     kinds = set(subscriptions.values())
     if len(kinds) == 1:
         topics = sorted(next(iter(kinds)), key=str)
-        pools = [(sorted(subscriptions), [(t, p) for t in topics for p in range(partitions.get(t, 0))])]
+        pools = [(sorted(subscriptions), [(t, p) for t in topics for p in ids.get(t, ())])]
     else:
         by_topic: dict[uuid.UUID, list[str]] = {}
         for m in sorted(subscriptions):
             for t in subscriptions[m]:
                 by_topic.setdefault(t, []).append(m)
-        pools = [(members, [(t, p) for p in range(partitions.get(t, 0))])
+        pools = [(members, [(t, p) for p in ids.get(t, ())])
                  for t, members in sorted(by_topic.items(), key=lambda kv: str(kv[0]))]
     for members, pool in pools:
         for m, got in balance(members, pool, held).items():

@@ -8,7 +8,12 @@ member, the group's target assignment is computed once for every member (assigno
 ``simple`` assignor: partitions spread over the members, a partition shared only when members
 outnumber partitions; the records of a shared partition are divided at acquisition) and the
 assignment epoch follows. A member's epoch follows the assignment epoch when it heartbeats, and
-that answer carries its assignment (none otherwise). A member whose session timeout passes
+that answer carries its assignment (none otherwise). Only partitions whose share state is
+initialized are assigned (Kafka's ``isPartitionAssignable``): a heartbeat names the subscribed
+partitions that are not (``HeartbeatAnswer.uninitialized``), the caller initializes them and
+says so (``mark_initialized``, which moves the group epoch). So the members of a new group get
+their first partitions at their second heartbeat, balanced among all who joined meanwhile, as
+on Kafka (there the share coordinator initializes them between the two). A member whose session timeout passes
 without a heartbeat is removed (``expire``, in the order of a deadline heap: nothing walks every
 member). A group whose last member leaves is dropped from memory (its durable state, share-
 partition state and configs, is the caller's: ``ShareGroups`` holds membership only);
@@ -77,6 +82,8 @@ class ShareGroup:
     #: subscribed topic name -> how many members subscribe to it
     subscriptions: Counter[str] = field(default_factory=Counter)
     metadata: Metadata = ()
+    #: topic id -> the partitions whose share state is initialized: those that may be assigned
+    initialized: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -91,6 +98,9 @@ class HeartbeatAnswer:
     member_id: str
     member_epoch: int
     assignment: Assignment | None  # None: unchanged since the last answer
+    #: the group's subscribed partitions whose share state is not initialized yet (topic id ->
+    #: partitions): the caller initializes them and calls ``mark_initialized``
+    uninitialized: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,10 +117,12 @@ class ShareGroups:
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                   subscribed: tuple[str, ...] | None, topics: TopicResolver, now: int, *,
-                  client_id: str = "", client_host: str = "") -> HeartbeatAnswer:
-        """One ShareGroupHeartbeat. Raises InvalidRequest, UnknownMemberId, FencedMemberEpoch,
-        GroupMaxSizeReached (the group is full, or ``max_groups`` groups have members) with a
-        message."""
+                  client_id: str = "", client_host: str = "",
+                  initialized: Callable[[str], dict[uuid.UUID, frozenset[int]]] = lambda g: {}) -> HeartbeatAnswer:
+        """One ShareGroupHeartbeat. ``initialized(group)``: the partitions whose share state is
+        initialized already (durable), asked when the group starts (here). Raises
+        InvalidRequest, UnknownMemberId, FencedMemberEpoch, GroupMaxSizeReached (the group is
+        full, or ``max_groups`` groups have members) with a message."""
         if not member_id:
             raise InvalidRequest("MemberId can't be empty.")
         if member_epoch < LEAVE_EPOCH:
@@ -129,7 +141,7 @@ class ShareGroups:
                 if len(self.groups) >= self.max_groups:
                     raise GroupMaxSizeReached(f"this broker coordinates {len(self.groups)} share groups with members, "
                                               f"its maximum (group.share.max.groups): {group_id} cannot start")
-                group = self.groups[group_id] = ShareGroup(group_id)
+                group = self.groups[group_id] = ShareGroup(group_id, initialized=dict(initialized(group_id)))
             member = group.members.get(member_id)
             if member is None:
                 if len(group.members) >= self.max_size:
@@ -163,11 +175,28 @@ class ShareGroups:
             group.group_epoch += 1
         if group.assignment_epoch != group.group_epoch:
             self._assign(group)
+        pending = {}
+        for _, found in group.metadata:
+            if found is not None and found[1] > 0:
+                missing = frozenset(range(found[1])) - group.initialized.get(found[0], frozenset())
+                if missing:
+                    pending[found[0]] = missing
         if member_epoch == 0 or member.member_epoch != group.assignment_epoch:
             member.member_epoch = group.assignment_epoch
             member.assigned = member.target
-            return HeartbeatAnswer(member_id, member.member_epoch, member.assigned)
-        return HeartbeatAnswer(member_id, member.member_epoch, None)
+            return HeartbeatAnswer(member_id, member.member_epoch, member.assigned, pending)
+        return HeartbeatAnswer(member_id, member.member_epoch, None, pending)
+
+    def mark_initialized(self, group_id: str, topic_id: uuid.UUID, partitions: frozenset[int]) -> None:
+        """The share state of ``partitions`` of ``topic_id`` is initialized for the group: they
+        may be assigned (the group epoch moves; members get them at their next heartbeat)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        have = group.initialized.get(topic_id, frozenset())
+        if not partitions <= have:
+            group.initialized[topic_id] = have | partitions
+            group.group_epoch += 1
 
     def _assign(self, group: ShareGroup) -> None:
         """The group's target assignment at its current epoch (assignor.py), from the topics as
@@ -175,8 +204,9 @@ class ShareGroups:
         resolved = {name: found for name, found in group.metadata if found is not None and found[1] > 0}
         subscriptions = {mid: frozenset(resolved[n][0] for n in m.subscribed if n in resolved)
                          for mid, m in group.members.items()}
-        targets = assign(subscriptions, {mid: m.target for mid, m in group.members.items()},
-                         {tid: count for tid, count in resolved.values()})
+        assignable = {tid: sorted(p for p in group.initialized.get(tid, ()) if p < count)
+                      for tid, count in resolved.values()}
+        targets = assign(subscriptions, {mid: m.target for mid, m in group.members.items()}, assignable)
         for mid, m in group.members.items():
             m.target = targets.get(mid, {})
         group.assignment_epoch = group.group_epoch
