@@ -40,7 +40,7 @@ partitions (records there became available again) and on its log partitions (new
 an acknowledgement wakes only the fetches of its partition.
 
 Share sessions are the members' only: embedded, the member must be in the group here; in
-cluster mode the group's coordinator is asked (``members``: RemoteShareMembers, a
+cluster mode the group's coordinator is asked (``members``: membership/share_members.py, a
 ShareGroupDescribe to it) when a session opens, and the sessions of groups coordinated
 elsewhere are checked against it every third of a session timeout (those of members gone are
 closed, their records released). A session also ends with its connection (as Kafka ties it to
@@ -63,10 +63,9 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
-from oncelog.broker.coordinators.share_members import RemoteShareMembers
 from oncelog.clock import Clock
 from oncelog.cluster.share_state import ConfigRow, SnapshotRow, StoreShareState
 from oncelog.coordinator.load_report import SkipReport, batch_records
@@ -175,6 +174,13 @@ class _Signal:
             self._fut.set_result(None)
 
 
+class ShareMembers(Protocol):
+    """Cluster mode: who the members of a share group are, at its coordinator
+    (membership/share_members.py)."""
+
+    async def members(self, group_id: str) -> set[str] | None: ...
+
+
 class _Shard:
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -204,7 +210,7 @@ class ShareCoordinator:
         #: share partition -> the signal of its parked fetches (records there became available)
         self._signals: dict[PartKey, _Signal] = {}
         #: cluster mode: asks a group's coordinator for its members (``start_cluster``)
-        self.members: RemoteShareMembers | None = None
+        self.members: ShareMembers | None = None
         #: cluster mode: (group, member) -> when its coordinator last confirmed it (ms)
         self._confirmed: dict[tuple[str, str], int] = {}
         self._watched: set[asyncio.Future[Any]] = set()  # connections whose close ends their sessions
@@ -236,7 +242,7 @@ class ShareCoordinator:
         self._loaded = asyncio.Event()
         self._tasks = [loop.create_task(self._timer_loop()), loop.create_task(self._load())]
 
-    def start_cluster(self, store: "StoreShareState", members: RemoteShareMembers | None = None) -> None:
+    def start_cluster(self, store: "StoreShareState", members: ShareMembers | None = None) -> None:
         """Cluster mode: the share state lives in the store (cluster/share_state.py), read per
         share partition when this broker, leading its topic partition, first serves it;
         ``members`` asks a group's coordinator who its members are."""
@@ -836,7 +842,7 @@ class ShareCoordinator:
         finally:
             self._checking = False
 
-    async def _check_sessions_once(self, members: RemoteShareMembers) -> None:
+    async def _check_sessions_once(self, members: ShareMembers) -> None:
         by_group: dict[str, list[str]] = {}
         for group_id, member_id in list(self.sessions.sessions):
             if not self.groups.is_member(group_id, member_id):

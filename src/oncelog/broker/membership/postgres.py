@@ -36,7 +36,7 @@ from oncelog.broker.membership.cluster_parts import ClusterParts
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
-from oncelog.broker.coordinators.share_members import RemoteShareMembers
+from oncelog.broker.membership.share_members import RemoteShareMembers
 from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
 from oncelog.broker.membership.inbox import Inbox
 from oncelog.broker.membership.interface import Election, Node
