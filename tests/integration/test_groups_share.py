@@ -361,5 +361,6 @@ def test_two_members_on_four_partitions_both_receive_records(broker_factory) -> 
     finally:
         implicit.close()
         explicit.close()
+    print(f"records per member: {got}")
     assert len(seen) == 400 and sum(got.values()) == 400, got
     assert got["implicit"] > 0 and got["explicit"] > 0, got

@@ -440,6 +440,8 @@ def test_renewing_a_record_for_ever_does_not_pin_the_window(broker_factory) -> N
             if mine:
                 _fetch(other, "rg", "other", o_epoch, tid, acks=tuple((f, last, (1,)) for f, last in mine), max_records=0)
                 o_epoch += 1
+        print(f"the other member got {len(seen)} records in {20 - (deadline - time.monotonic()):.1f} s; "
+              f"{refused} renewals refused")
         assert refused, "every renewal was accepted"
         assert 0 in seen and len(seen) == 2001, f"the other member got {len(seen)} of 2,001 records"
 
