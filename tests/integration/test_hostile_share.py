@@ -49,29 +49,13 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages import make
 from share_load import Member, run_members
 from test_groups_share import poll_records, set_group_configs, share_consumer
+from test_groups_share_protocol import _heartbeat, _topic_id
 
 pytestmark = pytest.mark.integration
 #: these tests measure how fast the broker answers: no spare broker starts next to them (conftest.py)
 START_SPARE_BROKER_DURING_TESTS = False
 MS = datetime.timedelta(milliseconds=1)
 FAST = {"group.share.heartbeat.interval.ms": "500", "group.share.session.timeout.ms": "6000"}
-
-
-def _topic_id(c: ProtocolClient, topic: str) -> uuid.UUID:
-    v = c.version_for(apis.METADATA)
-    m = c.classes(apis.METADATA, v)
-    res = c.request(apis.METADATA, make(m["MetadataRequest"], topics=(make(m["MetadataRequestTopic"], name=topic,
-                                                                             topic_id=uuid.UUID(int=0)),),
-                                        allow_auto_topic_creation=False, include_topic_authorized_operations=False),
-                    version=v)
-    return res.topics[0].topic_id
-
-
-def _heartbeat(c: ProtocolClient, group: str, member: str, epoch: int, topics: tuple[str, ...] | None) -> Any:
-    m = c.classes(apis.SHARE_GROUP_HEARTBEAT, 1)
-    return c.request(apis.SHARE_GROUP_HEARTBEAT, make(m["ShareGroupHeartbeatRequest"], group_id=group, member_id=member,
-                                                      member_epoch=epoch, rack_id=None, subscribed_topic_names=topics),
-                     version=1)
 
 
 def _fetch(c: ProtocolClient, group: str, member: str, epoch: int, tid: uuid.UUID | None, *, acks: tuple = (),
@@ -155,8 +139,10 @@ def test_a_member_may_not_subscribe_to_or_be_shown_topics_it_may_not_describe(ac
                 name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),),
                 timeout=10000 * MS, validate_only=False), version=5)
             assert res.topics[0].error_code == ErrorCode.none
-        # the admin's member is assigned the hidden topic
-        assert _heartbeat(admin, "sgd", "admin-m", 0, ("hidden-t",)).error_code == ErrorCode.none
+        # the admin's member is assigned the hidden topic (at its second heartbeat: once initialized)
+        hb = _heartbeat(admin, "sgd", "admin-m", 0, ("hidden-t",))
+        assert hb.error_code == ErrorCode.none
+        assert _heartbeat(admin, "sgd", "admin-m", hb.member_epoch, None).assignment.topic_partitions
     grants.grant(grants.binding(ResourceType.GROUP, "sgd", AclOperation.READ),
                  grants.binding(ResourceType.GROUP, "sgd", AclOperation.DESCRIBE),
                  grants.binding(ResourceType.TOPIC, "open-t", AclOperation.DESCRIBE))

@@ -106,6 +106,9 @@ _CHOICES = {"share.auto.offset.reset": ("latest", "earliest"),
             "share.renew.acknowledge.enable": ("true", "false")}
 #: how often idle share sessions are expired (s)
 SESSION_SWEEP_S = 1.0
+#: how long a member whose ShareFetch ended keeps its place in a turn queue (ms; clients send
+#: the next one at once)
+TURN_GRACE_MS = 1000
 
 PartKey = tuple[str, uuid.UUID, int]  # (group, topic id, partition)
 
@@ -218,6 +221,7 @@ class ShareCoordinator:
         self._next_sweep = 0
         self._next_check = 0
         self._checking = False
+        self._stopping = False
         self.configs: dict[str, dict[str, str]] = {}
         self.runtime: CoordinatorRuntime[_Shard] = CoordinatorRuntime("share coordinator", STATE_TOPIC, replicas,
                                                                       clock, logger=log)
@@ -225,8 +229,11 @@ class ShareCoordinator:
         self._loaded: asyncio.Event | None = None
         #: share partition -> members whose fetch waits for room under the lock limit, first come
         #: first served: a member that frees room by acknowledging does not take it back at once
-        #: while others wait (else the first members to fill the limit would starve the rest)
-        self._turns: dict[PartKey, list[str]] = {}
+        #: while others wait (else the first members to fill the limit would starve the rest).
+        #: Each member maps to 0 while its fetch is parked, else to when it loses its place: a
+        #: fetch that ends keeps its member's place for TURN_GRACE_MS, until the next one comes
+        #: (a member between two fetches when room appears is not passed over, every time)
+        self._turns: dict[PartKey, dict[str, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: cluster mode (``start_cluster``): the share state in the store, and the leader epoch of
         #: the topic partition at which each share partition here was loaded from it
@@ -318,6 +325,7 @@ class ShareCoordinator:
             await self._loaded.wait()
 
     async def stop(self) -> None:
+        self._stopping = True
         for task in [*self._tasks, *self._background]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
@@ -511,6 +519,8 @@ class ShareCoordinator:
         if drop_session:
             self.sessions.drop_member(group_id, member_id)
         self._confirmed.pop((group_id, member_id), None)
+        for pk in self.group_partitions(group_id):
+            self._drop_turn(pk, member_id)
         async with self.lock:
             now = self.clock.now_ms()
             changed = [pk for pk in self.group_partitions(group_id)
@@ -569,6 +579,9 @@ class ShareCoordinator:
         connection.add_done_callback(closed)
 
     def _spawn(self, coro: Any) -> None:
+        if self._stopping:
+            coro.close()
+            return
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -718,8 +731,8 @@ class ShareCoordinator:
                         self._drop(pk)
                         res.error = exc
                         continue
-                turns = self._turns.get(pk)
-                if sp.acquired_count() >= self.max_locks or (turns and turns[0] != member_id):
+                first = self._first_turn(pk, now)
+                if sp.acquired_count() >= self.max_locks or (first is not None and first != member_id):
                     self._wait_turn(pk, member_id)
                     continue
                 start = sp.next_fetch_offset()
@@ -747,8 +760,8 @@ class ShareCoordinator:
                     if sp.acquired_count():  # records there, but held up to the lock limit: wait for room
                         self._wait_turn(pk, member_id)
                     continue
-                if turns and turns[0] == member_id:
-                    turns.pop(0)
+                if first == member_id:
+                    self._drop_turn(pk, member_id)
                 self._watch_locks(pk, sp)
                 records_left -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
                 for h, data in batches:
@@ -759,24 +772,35 @@ class ShareCoordinator:
         return out, parts
 
     def _wait_turn(self, pk: PartKey, member_id: str) -> None:
-        turns = self._turns.setdefault(pk, [])
-        if member_id not in turns:
-            turns.append(member_id)
+        """The member's fetch waits for its turn: queued last, or back at the place it kept."""
+        self._turns.setdefault(pk, {})[member_id] = 0
+
+    def _first_turn(self, pk: PartKey, now: int) -> str | None:
+        """The member whose turn it is (None: nobody waits); those whose place ran out go."""
+        turns = self._turns.get(pk)
+        while turns:
+            member_id, until = next(iter(turns.items()))
+            if until == 0 or until > now:
+                return member_id
+            del turns[member_id]
+        self._turns.pop(pk, None)
+        return None
+
+    def _drop_turn(self, pk: PartKey, member_id: str) -> None:
+        turns = self._turns.get(pk)
+        if turns is not None:
+            turns.pop(member_id, None)
+            if not turns:
+                del self._turns[pk]
 
     def _leave_turns(self, group_id: str, member_id: str, wanted: list[tuple[uuid.UUID, int]]) -> None:
-        """A fetch that ends gives up its place (the next one queues again); when it was first
-        in line and there is room, the parked fetches of the partition look again (the next
-        in line may go). At the lock limit nobody may: nobody is woken."""
+        """A fetch that ends keeps its member's place for TURN_GRACE_MS: its next fetch takes it
+        back; once the place runs out the next in line goes (at its next look)."""
+        until = self.clock.now_ms() + TURN_GRACE_MS
         for tid, p in wanted:
-            pk = (group_id, tid, p)
-            turns = self._turns.get(pk)
+            turns = self._turns.get((group_id, tid, p))
             if turns and member_id in turns:
-                first = turns[0] == member_id
-                turns.remove(member_id)
-                if not turns:
-                    del self._turns[pk]
-                elif first and (sp := self.partitions.get(pk)) is not None and sp.acquired_count() < self.max_locks:
-                    self._fire([pk])
+                turns[member_id] = until
 
     # -- timers -----------------------------------------------------------------------------------
 
