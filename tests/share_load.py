@@ -1,10 +1,10 @@
 """Many share-group members in one process, by raw frames on asyncio connections (the broker's
 own pipelined inter-broker client, membership/peer_client.py): for the hostile share-group
-tests (tests/integration/test_hostile_share.py) and bench/share_groups.py.
+tests (tests/integration/test_hostile_share.py) and bench/share_hostile.py.
 
 A ``Member`` joins its group (ShareGroupHeartbeat), keeps heartbeating, and share-fetches in a
 loop; what it acquires it holds (explicit mode that never acknowledges) unless ``ack`` is set.
-Every loop is bounded in time.
+Every loop is bounded in time. bench/share_hostile.py runs the same load outside pytest.
 """
 
 from __future__ import annotations

@@ -366,7 +366,7 @@ def test_many_share_groups_with_pinned_windows_do_not_stall_a_bystander(broker_f
     assert by.worst < (2.0 if groups > 8 else 0.6), f"bystander waited {by.worst:.2f} s"
     # what a parked fetch costs does not grow with the records in flight or the log past them
     # (before: 2-3 ms each, the log read past the window; now 0.3-0.4 ms)
-    assert cpu / fetches < 0.0012, f"{cpu / fetches * 1000:.2f} ms of broker CPU per share fetch"
+    assert cpu / fetches < 0.0015, f"{cpu / fetches * 1000:.2f} ms of broker CPU per share fetch"
     assert b.proc.poll() is None
 
 
