@@ -171,3 +171,83 @@ def test_share_group_survives_a_sigkill_of_the_partition_leader(pg_dsn: str, tmp
     again = sorted({o for o, t in delivered if t > killed_at and o in confirmed_before})
     assert not again, f"records confirmed before the kill delivered again: {again[:20]}"
     assert held <= {o for o, t in delivered if t > killed_at}, "the held records were not delivered again"
+
+
+def _share_fetch(c: Any, group: str, member: str, epoch: int, tid: uuid.UUID | None, *, max_records: int = 10) -> Any:
+    import datetime
+
+    from oncelog.protocol import apis
+    from oncelog.protocol.messages import make
+
+    m = c.classes(apis.SHARE_FETCH, 1)
+    topics = () if tid is None else (make(m["FetchTopic"], topic_id=tid, partitions=(
+        make(m["FetchPartition"], partition_index=0, acknowledgement_batches=()),)),)
+    return c.request(apis.SHARE_FETCH, make(m["ShareFetchRequest"], group_id=group, member_id=member,
+                                            share_session_epoch=epoch, max_wait=datetime.timedelta(0), min_bytes=1,
+                                            max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+                                            topics=topics, forgotten_topics_data=()), version=1)
+
+
+def _share_heartbeat(c: Any, group: str, member: str, epoch: int, topics: tuple[str, ...] | None) -> Any:
+    from oncelog.protocol import apis
+    from oncelog.protocol.messages import make
+
+    m = c.classes(apis.SHARE_GROUP_HEARTBEAT, 1)
+    return c.request(apis.SHARE_GROUP_HEARTBEAT, make(m["ShareGroupHeartbeatRequest"], group_id=group, member_id=member,
+                                                      member_epoch=epoch, rack_id=None, subscribed_topic_names=topics),
+                     version=1)
+
+
+def test_only_members_open_share_sessions_and_sessions_of_members_gone_close(pg_dsn: str, tmp_path: Path) -> None:
+    """Issue 35 row 10. Two brokers; the group's coordinator is not its partition's leader, so the
+    leader asks the coordinator (ShareGroupDescribe) who the members are. 51 ShareFetch requests
+    with made-up member ids are UNKNOWN_MEMBER_ID (``group.share.max.share.sessions`` is 50 here),
+    and a real member then opens its session and gets records; when it leaves (at the
+    coordinator), its session at the leader closes within a third of a session timeout and its
+    records go back. Before: any member id opened a session, the made-up ones filled the cache
+    and the real member got SHARE_SESSION_LIMIT_REACHED, still after a minute."""
+    from oncelog.client import ProtocolClient
+    from oncelog.protocol.errors import ErrorCode
+
+    with brokers(pg_dsn, tmp_path, {**SESSION, "group.share.max.share.sessions": "50"}, (1, 2)) as procs:
+        bootstrap = ",".join(b.bootstrap for b in procs)
+        kc.create_topic("confluent", bootstrap, TOPIC, 1)
+        kc.produce("confluent", bootstrap, TOPIC, [(0, None, b"v%d" % i) for i in range(20)])
+        leader = _leader(bootstrap)
+        group = next(g for g in (f"{GROUP}-{i}" for i in range(64)) if _coordinator(bootstrap, g) != leader)
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        res = ConfigResource("GROUP", group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(30)
+        lead = next(b for b in procs if b.node_id == leader)
+        coord = next(b for b in procs if b.node_id != leader)
+        with ProtocolClient(lead.bootstrap) as at_leader, ProtocolClient(coord.bootstrap) as at_coord:
+            md = at_leader.request(3, at_leader.classes(3, 12)["MetadataRequest"](
+                topics=(at_leader.classes(3, 12)["MetadataRequestTopic"](name=TOPIC, topic_id=uuid.UUID(int=0)),),
+                allow_auto_topic_creation=False, include_topic_authorized_operations=False), version=12)
+            tid = md.topics[0].topic_id
+            codes = [_share_fetch(at_leader, group, f"made-up-{i}", 0, tid).error_code for i in range(51)]
+            assert set(codes) == {ErrorCode.unknown_member_id}, codes
+            hb = _share_heartbeat(at_coord, group, "real", 0, (TOPIC,))
+            assert hb.error_code == ErrorCode.none, hb
+            res = _share_fetch(at_leader, group, "real", 0, tid)
+            assert res.error_code == ErrorCode.none, res
+            held = [(r.first_offset, r.last_offset) for t in res.responses for p in t.partitions
+                    for r in p.acquired_records]
+            assert held, res
+            assert _share_heartbeat(at_coord, group, "real", -1, None).error_code == ErrorCode.none
+            assert _share_heartbeat(at_coord, group, "other", 0, (TOPIC,)).error_code == ErrorCode.none
+            deadline = time.monotonic() + 15
+            code, epoch = ErrorCode.none, 1
+            while code == ErrorCode.none and time.monotonic() < deadline:
+                time.sleep(0.5)
+                code = _share_fetch(at_leader, group, "real", epoch, None, max_records=0).error_code
+                epoch += 1
+            assert code == ErrorCode.share_session_not_found, code
+            res = _share_fetch(at_leader, group, "other", 0, tid, max_records=100)
+            again = [(r.first_offset, r.delivery_count) for t in res.responses for p in t.partitions
+                     for r in p.acquired_records]
+            assert (held[0][0], 2) in again, again  # the records the member held went back

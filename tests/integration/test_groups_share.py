@@ -328,3 +328,39 @@ def test_at_the_lock_limit_every_consumer_gets_its_turn(broker_factory) -> None:
             c.close()
     assert len(seen) == n
     assert all(k > 0 for k in per), per
+
+
+def test_two_members_on_four_partitions_both_receive_records(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """librdkafka's 0172 ``do_test_mixed_ack_mode_same_group``: an implicit and an explicit member
+    of one group on a topic of 4 partitions, created together and polled in turn, share the 400
+    records, each getting some. Kafka's simple assignor gives each member 2 partitions
+    (coordinator/share/assignor.py). Before: every member was assigned every partition and the
+    first to poll acquired all 400 (0 to the other)."""
+    from confluent_kafka import AcknowledgeType
+
+    b = broker_factory("share-assign", FAST)
+    create_topic("confluent", b.bootstrap, "q8", 4)
+    produce("confluent", b.bootstrap, "q8", [(i % 4, None, b"v%d" % i) for i in range(400)])
+    _earliest_group(b, "sg8")
+    implicit = share_consumer(b.bootstrap, "sg8", ["q8"])
+    explicit = share_consumer(b.bootstrap, "sg8", ["q8"], explicit=True)
+    got = {"implicit": 0, "explicit": 0}
+    seen: set[tuple[int, int]] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen) < 400 and time.monotonic() < deadline:
+            for m in poll_records(implicit, 1.0):
+                got["implicit"] += 1
+                seen.add((m.partition(), m.offset()))
+            for m in poll_records(explicit, 1.0):
+                explicit.acknowledge(m, AcknowledgeType.ACCEPT)
+                got["explicit"] += 1
+                seen.add((m.partition(), m.offset()))
+        explicit.commit_sync(30)
+        poll_records(implicit, 1.0)  # the implicit member's last records are accepted by this poll
+    finally:
+        implicit.close()
+        explicit.close()
+    print(f"records per member: {got}")
+    assert len(seen) == 400 and sum(got.values()) == 400, got
+    assert got["implicit"] > 0 and got["explicit"] > 0, got

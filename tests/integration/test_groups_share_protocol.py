@@ -73,6 +73,8 @@ def test_hostile_share_requests_get_their_error_codes(broker_factory) -> None:  
         assert _heartbeat(c, "sgp", "", 0, ("qh",)).error_code == ErrorCode.invalid_request
         hb = _heartbeat(c, "sgp", "m1", 0, ("qh",))
         assert hb.error_code == ErrorCode.none and hb.member_epoch >= 1
+        assert hb.assignment.topic_partitions == ()  # as Kafka: assigned once its share state is initialized
+        hb = _heartbeat(c, "sgp", "m1", hb.member_epoch, None)
         assert [t.topic_id for t in hb.assignment.topic_partitions] == [tid]
         assert _heartbeat(c, "sgp", "m1", hb.member_epoch + 5, None).error_code == ErrorCode.fenced_member_epoch
         assert _heartbeat(c, "sgp", "ghost", 3, None).error_code == ErrorCode.unknown_member_id

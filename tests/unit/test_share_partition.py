@@ -107,6 +107,61 @@ def test_renew_extends_the_lock() -> None:
     assert not sp.expire_locks(now=150) and sp.expire_locks(now=190)
 
 
+def test_renewal_is_bounded_by_the_delivery_count_limit() -> None:
+    """A record is granted at most ``delivery_limit`` locks by acquisitions and renewals together:
+    a member renewing for ever cannot pin the in-flight window (before: renewed without end).
+    Kafka's SharePartition (core/src/main/java/kafka/server/share/SharePartition.java) renews
+    without a bound; its only switch is the group config share.renew.acknowledge.enable."""
+    sp = _sp(lock_ms=100, delivery_limit=3)
+    sp.acquire("a", [LogBatch(0, 1)], 10, now=0)  # delivery 1: one lock granted
+    sp.acknowledge("a", [(0, 0, (AckType.RENEW,))], now=50)  # 2
+    sp.acknowledge("a", [(0, 0, (AckType.RENEW,))], now=100)  # 3: the limit
+    with pytest.raises(InvalidRecordState, match="3 acquisition locks"):
+        sp.acknowledge("a", [(0, 1, (AckType.RENEW,))], now=150)  # all or nothing: 1 is not renewed either
+    assert sp.state_of(1).deadline == 100
+    assert sp.expire_locks(now=199) and sp.state_of(0).state is Q  # 1's first lock ran out; 0 is renewed
+    assert sp.expire_locks(now=200)  # the last renewal's lock runs out
+    assert sp.state_of(0).state is A and sp.state_of(0).delivery_count == 1
+    assert sp.acquire("b", [LogBatch(0, 1)], 10, now=200) == [AcquiredRange(0, 1, 2)]  # another member gets them
+    with pytest.raises(InvalidRecordState):
+        sp.acknowledge("b", [(0, 0, (AckType.RENEW,))], now=210)  # 2 deliveries + 2 renewals: no more
+    sp.acknowledge("b", [(1, 1, (AckType.RENEW,))], now=210)  # its neighbour has a lock left
+
+
+def test_renewal_can_be_turned_off() -> None:
+    sp = _sp(lock_ms=100)
+    sp.renew_enabled = False
+    sp.acquire("a", [LogBatch(0, 0)], 1, now=0)
+    with pytest.raises(InvalidRecordState, match="share.renew.acknowledge.enable"):
+        sp.acknowledge("a", [(0, 0, (AckType.RENEW,))], now=10)
+
+
+class _NoWalk(dict):  # type: ignore[type-arg]
+    """The records of a share partition, refusing to be walked."""
+
+    def _walk(self, *a: object) -> None:
+        raise AssertionError("the records in flight were walked")
+
+    __iter__ = items = values = keys = _walk  # type: ignore[assignment]
+
+
+def test_timers_fetches_and_releases_never_walk_the_records_in_flight() -> None:
+    """2,000 records in flight: the lock timer (``next_deadline``, ``expire_locks``), where a
+    fetch starts (``next_fetch_offset``) and a member's release cost what is due or held, not
+    the window (before: each walked every record, every 100 ms tick and every fetch)."""
+    sp = _sp(lock_ms=1000, max_in_flight=2000)
+    sp.acquire("a", [LogBatch(0, 999)], 1000, now=0)
+    sp.acquire("b", [LogBatch(1000, 1999)], 1000, now=500)
+    sp.acknowledge("b", [(1000, 1000, (AckType.RELEASE,))], now=600)
+    sp.records = _NoWalk(sp.records)
+    for _ in range(1000):
+        assert sp.next_deadline() == 1000 and not sp.expire_locks(now=999)
+        assert sp.next_fetch_offset() == 1000
+    assert sp.expire_locks(now=1000)  # "a"'s 1,000 locks, popped from the heap
+    assert sp.next_fetch_offset() == 0 and sp.next_deadline() == 1500
+    assert sp.release_member("b", now=1001) and sp.next_deadline() is None
+
+
 def test_release_member_and_in_flight_cap() -> None:
     sp = _sp(max_in_flight=3)
     assert sp.acquire("a", [LogBatch(0, 9)], 100, now=0) == [AcquiredRange(0, 2, 1)]  # never past spso + 3
@@ -218,6 +273,20 @@ class SharePartitionMachine(RuleBasedStateMachine):
         if t == AckType.ACCEPT:
             self.accepted.add(off)
 
+    @rule(member=st.sampled_from(MEMBERS), data=st.data())
+    def renew(self, member: str, data: st.DataObject) -> None:
+        mine = sorted(o for o, r in self.sp.records.items() if r.state is Q and r.member_id == member)
+        if not mine:
+            return
+        off = data.draw(st.sampled_from(mine))
+        rec = self.sp.records[off]
+        if rec.delivery_count + rec.renewals >= self.LIMIT:
+            with pytest.raises(InvalidRecordState):
+                self.sp.acknowledge(member, [(off, off, (AckType.RENEW,))], self.now)
+        else:
+            self.sp.acknowledge(member, [(off, off, (AckType.RENEW,))], self.now)
+            assert self.sp.records[off].deadline == self.now + 50
+
     @rule(member=st.sampled_from(MEMBERS), off=st.integers(0, 40))
     def foreign_acknowledge_is_refused(self, member: str, off: int) -> None:
         r = self.sp.records.get(off)
@@ -263,6 +332,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
         trimmed = self.sp.spso if self.trimmed else 0
         for o in range(trimmed, self.sp.speo):
             assert o in self.deliveries or o in skipped, f"offset {o} below the SPEO never delivered"
+
+    @invariant()
+    def indexes(self) -> None:
+        """The heaps and the per-member index agree with a walk of the records."""
+        sp = self.sp
+        walk = next((o for o in range(sp.spso, sp.speo) if o in sp.records and sp.records[o].state is A), sp.speo)
+        assert sp.next_fetch_offset() == walk
+        deadlines = [r.deadline for r in sp.records.values() if r.state is Q]
+        assert sp.next_deadline() == (min(deadlines) if deadlines else None)
+        for m in self.MEMBERS:
+            held = {o for o, r in sp.records.items() if r.state is Q and r.member_id == m}
+            assert sp.holds(m) == bool(held) and sp._held.get(m, set()) == held
 
     @invariant()
     def consistent(self) -> None:

@@ -81,8 +81,12 @@ RULES: dict[int, dict[str, Need]] = {
     apis.SYNC_GROUP: _MEMBER,
     apis.DESCRIBE_GROUPS: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},
     apis.CONSUMER_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},  # issue 30
-    apis.SHARE_GROUP_HEARTBEAT: _MEMBER,  # issue 30 (KIP-932): READ on the group
-    apis.SHARE_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},
+    apis.SHARE_GROUP_HEARTBEAT: {**_MEMBER,  # issue 30 (KIP-932): READ on the group
+                                 "topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, REQ, "every subscribed topic name")},
+    apis.SHARE_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM),
+                                "topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, ITEM,
+                                              "every topic assigned to a member: else the group answers it, "
+                                              "without members")},
     apis.SHARE_FETCH: {"group": Need(R.GROUP, Op.READ, _GROUP, REQ), "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},
     apis.SHARE_ACKNOWLEDGE: {"group": Need(R.GROUP, Op.READ, _GROUP, REQ),
                              "topic": Need(R.TOPIC, Op.READ, _TOPIC, ITEM)},

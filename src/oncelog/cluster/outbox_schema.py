@@ -151,7 +151,7 @@ BEGIN
         RAISE EXCEPTION 'oncelog.send: UNKNOWN_TOPIC_OR_PARTITION: topic "%" does not exist', topic
             USING ERRCODE = '42704';
     END IF;
-    IF topic IN ('__consumer_offsets', '__transaction_state') THEN
+    IF topic IN ('__consumer_offsets', '__transaction_state', '__share_group_state') THEN
         RAISE EXCEPTION 'oncelog.send: topic "%" is internal', topic USING ERRCODE = '42501';
     END IF;
     who := coalesce((SELECT r.principal FROM oncelog.role_principal r WHERE r.role = session_user),

@@ -20,7 +20,7 @@ from oncelog.protocol.errors import InvalidConfig
 __all__ = ["ENABLE", "check_alter", "check_new_topic", "is_diskless"]
 
 ENABLE = "diskless.enable"
-INTERNAL = ("__consumer_offsets", "__transaction_state")
+INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state")
 
 
 def is_diskless(configs: Mapping[str, str | None] | None) -> bool:

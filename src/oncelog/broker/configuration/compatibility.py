@@ -44,7 +44,8 @@ NOTES: dict[int, str] = {
     16: "every group with state; v4 state filter, v5 type filter (every group is 'classic')",
     17: "served (issue 18): v0 (then bare tokens) and v1 (KIP-152) on SASL listeners, and to re-authenticate (KIP-368); ILLEGAL_SASL_STATE elsewhere",
     18: "this table; a too-new request gets a v0 answer (KIP-511); v3+: finalized feature transaction.version=2",
-    19: "partitions, configs (see COMPATIBILITY-configs.md), validate_only; replication factor 1 (cluster mode: up to the live brokers)",
+    19: "partitions, configs (see COMPATIBILITY-configs.md), validate_only; replication factor 1 (cluster mode: up to the live brokers); "
+        "the internal topics' names (`__consumer_offsets`, `__transaction_state`, `__share_group_state`, `__cluster_metadata`) are INVALID_REQUEST",
     20: "by name or topic id; cluster mode: deleted in the store (rows and batches, one transaction), leaders close its partitions",
     21: "moves the log start offset",
     22: "producer ids and epochs, transactional ids (KIP-360 epoch bump); v5 (TRANSACTION_ABORTABLE allowed, not sent); v6 KIP-939 two-phase commit (enable_2pc, keep_prepared_txn: docs/TRANSACTIONS.md): served, not advertised (unstable in Kafka 4.2)",
@@ -101,14 +102,18 @@ NOTES: dict[int, str] = {
     73: _KRAFT_INTERNAL,
     74: "KIP-1142: v0 client-metrics resources (none); v1 topics, live brokers (BROKER and BROKER_LOGGER), groups with configs; an unlisted type UNSUPPORTED_VERSION as Kafka",
     75: "topics and partitions paged by response_partition_limit with a cursor; eligible leader replicas empty",
-    76: "share groups (KIP-932, issue 30), embedded and cluster mode (at the group's coordinator): members get every partition of their topics (the "
-        "records are divided at acquisition); member epochs, session timeout `group.share.session.timeout.ms`",
+    76: "share groups (KIP-932, issue 30), embedded and cluster mode (at the group's coordinator): Kafka's simple assignor (partitions spread over "
+        "the members, shared only when members outnumber them, the records of a shared partition divided at acquisition; assigned once "
+        "initialized: a new group's members get them at their second heartbeat); member epochs, session timeout "
+        "`group.share.session.timeout.ms`; `group.share.max.groups`, `group.share.max.size`; DESCRIBE on every subscribed topic",
     77: "share groups as the broker has them: state, epochs, members and assignments (cluster mode: at the "
         "group's coordinator)",
     78: "records acquired per member with acquisition locks (`group.share.record.lock.duration.ms`) and delivery "
         "counts (`group.share.delivery.count.limit`); share sessions; acknowledgements durable in "
         "`__share_group_state` before the answer; `share.isolation.level=read_committed` never acquires aborted or "
-        "open transactions' records; v2: lock renewal; cluster mode: "
+        "open transactions' records; v2: lock renewal, a record granted at most `share.delivery.count.limit` locks; READ checked on "
+        "every partition of the session; sessions only for members (cluster mode: confirmed by the group's coordinator), ended with "
+        "their connection or after a session timeout unused; cluster mode: "
         "at each partition's leader, the state in the store fenced by its leader epoch",
     79: "ACCEPT / RELEASE / REJECT / GAP (v2: RENEW) per record range, all or nothing per partition, durable before "
         "the answer",

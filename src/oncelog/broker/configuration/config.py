@@ -262,6 +262,8 @@ class BrokerConfig:
     group_share_heartbeat_interval_ms: int = field(
         default=5_000, metadata={"kafka": "group.share.heartbeat.interval.ms", "parse": int})
     group_share_max_size: int = field(default=200, metadata={"kafka": "group.share.max.size", "parse": int})
+    #: share groups with members a broker coordinates at once (Kafka 4.0's name and default)
+    group_share_max_groups: int = field(default=10, metadata={"kafka": "group.share.max.groups", "parse": int})
     group_share_max_share_sessions: int = field(
         default=2000, metadata={"kafka": "group.share.max.share.sessions", "parse": int})
     offset_metadata_max_bytes: int = field(default=4096, metadata={"kafka": "offset.metadata.max.bytes", "parse": int})

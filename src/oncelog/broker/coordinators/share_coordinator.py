@@ -33,7 +33,24 @@ when it exists (created at the first write otherwise); until it is loaded, the s
 for it.
 
 A timer expires acquisition locks (``group.share.record.lock.duration.ms``) and members whose
-session timed out (their acquired records are released, their share sessions closed).
+session timed out (their acquired records are released, their share sessions closed), from
+deadline heaps (the share partitions' and the groups'): a tick costs what came due, never a walk
+of every record or member. A parked ShareFetch waits on the signals of its own share
+partitions (records there became available again) and on its log partitions (new records), so
+an acknowledgement wakes only the fetches of its partition.
+
+Share sessions are the members' only: embedded, the member must be in the group here; in
+cluster mode the group's coordinator is asked (``members``: membership/share_members.py, a
+ShareGroupDescribe to it) when a session opens, and the sessions of groups coordinated
+elsewhere are checked against it every third of a session timeout (those of members gone are
+closed, their records released). A session also ends with its connection (as Kafka ties it to
+the connection) and after a session timeout unused.
+
+Bounds: ``group.share.max.groups`` groups with members, ``group.share.max.size`` members each,
+``group.share.partition.max.record.locks`` records acquired per share partition (and read per
+ShareFetch: ``max_records`` is capped to it, and the log is read only as far as the records
+to acquire need). A group whose last member leaves is dropped from memory; its share-partition
+state and configs (durable) stay.
 
 Single-threaded: everything runs on the broker's event loop.
 """
@@ -41,11 +58,12 @@ Single-threaded: everything runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.clock import Clock
@@ -56,7 +74,15 @@ from oncelog.coordinator.share import records as srec
 from oncelog.coordinator.share.group import HeartbeatAnswer, Sessions, ShareGroups
 from oncelog.coordinator.share.partition import AcquiredRange, LogBatch, SharePartition, Snapshot
 from oncelog.protocol import records
-from oncelog.protocol.errors import InvalidConfig, InvalidRecordState, InvalidRequest, KafkaError
+from oncelog.protocol.errors import (
+    CoordinatorNotAvailable,
+    InvalidConfig,
+    InvalidRecordState,
+    InvalidRequest,
+    KafkaError,
+    UnknownMemberId,
+    UnknownTopicId,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +99,16 @@ GROUP_CONFIGS: dict[str, str] = {
     "share.isolation.level": "read_uncommitted",
     "share.record.lock.duration.ms": "",  # "": the broker's group.share.record.lock.duration.ms
     "share.delivery.count.limit": "",  # "": the broker's group.share.delivery.count.limit
+    "share.renew.acknowledge.enable": "true",  # RENEW (KIP-1222) accepted
 }
 _CHOICES = {"share.auto.offset.reset": ("latest", "earliest"),
-            "share.isolation.level": ("read_uncommitted", "read_committed")}
+            "share.isolation.level": ("read_uncommitted", "read_committed"),
+            "share.renew.acknowledge.enable": ("true", "false")}
+#: how often idle share sessions are expired (s)
+SESSION_SWEEP_S = 1.0
+#: how long a member whose ShareFetch ended keeps its place in a turn queue (ms; clients send
+#: the next one at once)
+TURN_GRACE_MS = 1000
 
 PartKey = tuple[str, uuid.UUID, int]  # (group, topic id, partition)
 
@@ -89,7 +122,7 @@ def check_group_config(name: str, value: str | None) -> None:
     if name == "share.auto.offset.reset" and value.startswith(BY_DURATION):
         by_duration_ms(value)  # raises InvalidConfig
         return
-    if name in _CHOICES and value not in _CHOICES[name]:
+    if name in _CHOICES and value.lower() not in _CHOICES[name]:
         raise InvalidConfig(f"{name}={value!r}: one of {', '.join(_CHOICES[name])}"
                             f"{' or by_duration:<ISO-8601 duration>' if name == 'share.auto.offset.reset' else ''}")
     if name not in _CHOICES:
@@ -144,6 +177,13 @@ class _Signal:
             self._fut.set_result(None)
 
 
+class ShareMembers(Protocol):
+    """Cluster mode: who the members of a share group are, at its coordinator
+    (membership/share_members.py)."""
+
+    async def members(self, group_id: str) -> set[str] | None: ...
+
+
 class _Shard:
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -161,19 +201,39 @@ class ShareCoordinator:
         self.max_wait_ms = config.fetch_max_wait_ms
         self.groups = ShareGroups(session_timeout_ms=config.group_share_session_timeout_ms,
                                   heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
-                                  max_size=config.group_share_max_size)
-        self.sessions = Sessions(max_sessions=config.group_share_max_share_sessions)
+                                  max_size=config.group_share_max_size, max_groups=config.group_share_max_groups)
+        self.sessions = Sessions(max_sessions=config.group_share_max_share_sessions,
+                                 idle_ms=config.group_share_session_timeout_ms)
         self.partitions: dict[PartKey, SharePartition] = {}
+        #: group -> the keys of its share partitions in ``partitions`` (kept by ``_put``/``_drop``)
+        self._by_group: dict[str, set[PartKey]] = {}
+        #: (lock deadline, share partition) per change that may have moved a partition's earliest
+        #: lock; stale entries are skipped when they come due
+        self._lock_heap: list[tuple[int, PartKey]] = []
+        #: share partition -> the signal of its parked fetches (records there became available)
+        self._signals: dict[PartKey, _Signal] = {}
+        #: cluster mode: asks a group's coordinator for its members (``start_cluster``)
+        self.members: ShareMembers | None = None
+        #: cluster mode: (group, member) -> when its coordinator last confirmed it (ms)
+        self._confirmed: dict[tuple[str, str], int] = {}
+        self._watched: set[asyncio.Future[Any]] = set()  # connections whose close ends their sessions
+        self._background: set[asyncio.Task[None]] = set()
+        self._next_sweep = 0
+        self._next_check = 0
+        self._checking = False
+        self._stopping = False
         self.configs: dict[str, dict[str, str]] = {}
         self.runtime: CoordinatorRuntime[_Shard] = CoordinatorRuntime("share coordinator", STATE_TOPIC, replicas,
                                                                       clock, logger=log)
         self.lock = asyncio.Lock()
-        self.available = _Signal()  # fired when records become AVAILABLE again (wakes parked fetches)
         self._loaded: asyncio.Event | None = None
         #: share partition -> members whose fetch waits for room under the lock limit, first come
         #: first served: a member that frees room by acknowledging does not take it back at once
-        #: while others wait (else the first members to fill the limit would starve the rest)
-        self._turns: dict[PartKey, list[str]] = {}
+        #: while others wait (else the first members to fill the limit would starve the rest).
+        #: Each member maps to 0 while its fetch is parked, else to when it loses its place: a
+        #: fetch that ends keeps its member's place for TURN_GRACE_MS, until the next one comes
+        #: (a member between two fetches when room appears is not passed over, every time)
+        self._turns: dict[PartKey, dict[str, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: cluster mode (``start_cluster``): the share state in the store, and the leader epoch of
         #: the topic partition at which each share partition here was loaded from it
@@ -189,10 +249,12 @@ class ShareCoordinator:
         self._loaded = asyncio.Event()
         self._tasks = [loop.create_task(self._timer_loop()), loop.create_task(self._load())]
 
-    def start_cluster(self, store: "StoreShareState") -> None:
+    def start_cluster(self, store: "StoreShareState", members: ShareMembers | None = None) -> None:
         """Cluster mode: the share state lives in the store (cluster/share_state.py), read per
-        share partition when this broker, leading its topic partition, first serves it."""
+        share partition when this broker, leading its topic partition, first serves it;
+        ``members`` asks a group's coordinator who its members are."""
         self.store = store
+        self.members = members
         self._loaded = asyncio.Event()
         self._loaded.set()
         self._tasks = [asyncio.get_running_loop().create_task(self._timer_loop())]
@@ -214,7 +276,7 @@ class ShareCoordinator:
             self.configs[pk[0]] = configs
         else:
             self.configs.pop(pk[0], None)
-        self.partitions.pop(pk, None)
+        self._drop(pk)
         if raw is not None:
             self.replay(srec.SnapshotKey(*pk), srec.decode_value(srec.SnapshotKey(*pk), raw))
         self._epochs[pk] = epoch
@@ -238,16 +300,22 @@ class ShareCoordinator:
         """Cluster mode: drop what may be ahead of the store (a write that failed, a leadership
         lost): the next use reads the store again."""
         for pk in pks:
-            self.partitions.pop(pk, None)
+            self._drop(pk)
             self._epochs.pop(pk, None)
             self._versions.pop(pk, None)
 
     async def _load(self) -> None:
         assert self._loaded is not None
         try:
-            if STATE_TOPIC in self.replicas.topics:
-                n = self.replicas.topics[STATE_TOPIC].num_partitions
-                await self.runtime.load(range(n), _Shard, self._replay_batch)
+            meta = self.replicas.topics.get(STATE_TOPIC)
+            if meta is not None and not meta.internal:
+                # a client's topic of that name (created before the name was reserved): never
+                # read as share state; writes fail (ensure_internal_topic) until it is deleted
+                log.error("topic %s exists but the broker did not create it as internal: its records are not read "
+                          "as share-group state, and share groups cannot write theirs until the topic is deleted",
+                          STATE_TOPIC)
+            elif meta is not None:
+                await self.runtime.load(range(meta.num_partitions), _Shard, self._replay_batch)
                 log.info("share coordinator loaded %d share partition(s)", len(self.partitions))
         finally:
             self._loaded.set()
@@ -257,9 +325,10 @@ class ShareCoordinator:
             await self._loaded.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        self._stopping = True
+        for task in [*self._tasks, *self._background]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         if self.store is not None:
             self.store.conn.drop()
 
@@ -291,11 +360,32 @@ class ShareCoordinator:
             return
         pk = (key.group, key.topic_id, key.partition)
         if value is None:
-            self.partitions.pop(pk, None)
+            self._drop(pk)
         else:
             assert isinstance(value, Snapshot)
-            self.partitions[pk] = SharePartition.restore(value, max_in_flight=self.max_locks)
-            self._configure(pk)
+            self._put(pk, SharePartition.restore(value, max_in_flight=self.max_locks))
+
+    def _put(self, pk: PartKey, sp: SharePartition) -> SharePartition:
+        self.partitions[pk] = sp
+        self._by_group.setdefault(pk[0], set()).add(pk)
+        self._configure(pk)
+        return sp
+
+    def _drop(self, pk: PartKey) -> None:
+        if self.partitions.pop(pk, None) is None:
+            return
+        keys = self._by_group.get(pk[0])
+        if keys is not None:
+            keys.discard(pk)
+            if not keys:
+                del self._by_group[pk[0]]
+        signal = self._signals.pop(pk, None)
+        if signal is not None:
+            signal.fire()  # its parked fetches look again (and find it gone or new)
+
+    def group_partitions(self, group_id: str) -> list[PartKey]:
+        """The keys of the group's share partitions held here."""
+        return sorted(self._by_group.get(group_id, ()), key=str)
 
     # -- durability -------------------------------------------------------------------------------
 
@@ -361,9 +451,8 @@ class ShareCoordinator:
             self.configs[group_id] = configs
         else:
             self.configs.pop(group_id, None)
-        for pk in self.partitions:
-            if pk[0] == group_id:
-                self._configure(pk)
+        for pk in self.group_partitions(group_id):
+            self._configure(pk)
 
     async def groups_with_configs(self) -> list[str]:
         """The groups with configs of their own (ListConfigResources): this node's, or in
@@ -381,6 +470,7 @@ class ShareCoordinator:
         limit = self.config(pk[0], "share.delivery.count.limit")
         sp.lock_ms = int(lock) if lock else self.lock_ms
         sp.delivery_limit = int(limit) if limit else self.delivery_limit
+        sp.renew_enabled = self.config(pk[0], "share.renew.acknowledge.enable").lower() == "true"
 
     async def alter_configs(self, group_id: str, configs: dict[str, str], validate_only: bool) -> None:
         """The group's configs become ``configs`` (IncrementalAlterConfigs, the whole new set)."""
@@ -395,9 +485,8 @@ class ShareCoordinator:
                 self.configs[group_id] = dict(configs)
             else:
                 self.configs.pop(group_id, None)
-            for pk in self.partitions:
-                if pk[0] == group_id:
-                    self._configure(pk)
+            for pk in self.group_partitions(group_id):
+                self._configure(pk)
 
     # -- membership -------------------------------------------------------------------------------
 
@@ -409,18 +498,42 @@ class ShareCoordinator:
                         subscribed: tuple[str, ...] | None, client_id: str, client_host: str) -> HeartbeatAnswer:
         await self.ready()
         answer = self.groups.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed, self._resolve,
-                                       self.clock.now_ms(), client_id=client_id, client_host=client_host)
+                                       self.clock.now_ms(), client_id=client_id, client_host=client_host,
+                                       initialized=self._initialized)
+        # Kafka's coordinator initializes the share state of newly subscribed partitions between
+        # two heartbeats and assigns them only then; here a share partition's state is
+        # initialized at its first fetch, and the partitions become assignable after the
+        # heartbeat that first subscribed them: members of a new group get their first
+        # partitions at their second heartbeat, balanced among all who joined meanwhile
+        for topic_id, partitions in answer.uninitialized.items():
+            self.groups.mark_initialized(group_id, topic_id, partitions)
         if member_epoch == -1:
             await self._member_gone(group_id, member_id)
         return answer
 
-    async def _member_gone(self, group_id: str, member_id: str) -> None:
-        self.sessions.drop_member(group_id, member_id)
+    def _initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]]:
+        """The group's share partitions whose state is initialized here (embedded: durable;
+        cluster mode: those this broker leads and has read)."""
+        out: dict[uuid.UUID, set[int]] = {}
+        for pk in self._by_group.get(group_id, ()):
+            if self.partitions[pk].initialized:
+                out.setdefault(pk[1], set()).add(pk[2])
+        return {tid: frozenset(ps) for tid, ps in out.items()}
+
+    async def _member_gone(self, group_id: str, member_id: str, *, drop_session: bool = True) -> None:
+        """The member left, timed out or lost its session: its session closes (unless
+        ``drop_session`` is false: the caller closed it) and its acquired records go back."""
+        if drop_session:
+            self.sessions.drop_member(group_id, member_id)
+        self._confirmed.pop((group_id, member_id), None)
+        for pk in self.group_partitions(group_id):
+            self._drop_turn(pk, member_id)
         async with self.lock:
             now = self.clock.now_ms()
-            changed = [pk for pk, sp in self.partitions.items() if pk[0] == group_id and sp.release_member(member_id, now)]
+            changed = [pk for pk in self.group_partitions(group_id)
+                       if (sp := self.partitions[pk]).holds(member_id) and sp.release_member(member_id, now)]
             if changed:
-                self.available.fire()
+                self._fire(changed)
                 try:
                     await self._persist(changed)
                 except KafkaError as exc:
@@ -433,19 +546,79 @@ class ShareCoordinator:
     # -- share fetch / acknowledge ----------------------------------------------------------------
 
     def is_member(self, group_id: str, member_id: str) -> bool:
-        """Whether a share session may be opened for ``member_id``. In cluster mode the group's
-        members are known to its group coordinator, not to the leaders of its partitions, which
-        take the member id of the share session as it comes (as Kafka's share-partition leaders)."""
-        if self.store is not None:
+        """Whether ``member_id`` is (as far as this broker knows now) a member of the group: one
+        here, or in cluster mode one its coordinator confirmed within a session timeout. Used to
+        evict sessions at the limit; ``check_member`` is what a new session must pass."""
+        if self.groups.is_member(group_id, member_id):
             return True
-        group = self.groups.groups.get(group_id)
-        return group is not None and member_id in group.members
+        seen = self._confirmed.get((group_id, member_id))
+        return seen is not None and seen + self.groups.session_timeout_ms > self.clock.now_ms()
+
+    async def check_member(self, group_id: str, member_id: str) -> None:
+        """A share session may be opened only by a member of the group: embedded, one here; in
+        cluster mode, one here or one the group's coordinator has. Raises UnknownMemberId, or
+        CoordinatorNotAvailable when the coordinator cannot be asked now."""
+        if self.groups.is_member(group_id, member_id):
+            return
+        if self.store is not None and self.members is not None:
+            found = await self.members.members(group_id)
+            if found is None:
+                raise CoordinatorNotAvailable(f"the coordinator of share group {group_id} cannot confirm member "
+                                              f"{member_id} now")
+            if member_id in found:
+                self._confirmed[(group_id, member_id)] = self.clock.now_ms()
+                return
+        raise UnknownMemberId(f"member {member_id} is not in share group {group_id}: join it first "
+                              f"(ShareGroupHeartbeat)")
+
+    def session_connection(self, connection: "asyncio.Future[Any]") -> None:
+        """A share session was opened on ``connection`` (its ``closed`` future): when it closes,
+        its sessions end and their members' records go back (as Kafka does)."""
+        if connection in self._watched or connection.done():
+            return
+        self._watched.add(connection)
+
+        def closed(_: "asyncio.Future[Any]") -> None:
+            self._watched.discard(connection)
+            for group_id, member_id in self.sessions.drop_connection(connection):
+                self._spawn(self._member_gone(group_id, member_id, drop_session=False))
+
+        connection.add_done_callback(closed)
+
+    def _spawn(self, coro: Any) -> None:
+        if self._stopping:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _fire(self, pks: Iterable[PartKey]) -> None:
+        """Records of ``pks`` may be available now: their parked fetches look again."""
+        for pk in pks:
+            signal = self._signals.pop(pk, None)
+            if signal is not None:
+                signal.fire()
+
+    def _signal(self, pk: PartKey) -> "asyncio.Future[None]":
+        signal = self._signals.get(pk)
+        if signal is None:
+            signal = self._signals[pk] = _Signal()
+        return signal.next()
+
+    def _watch_locks(self, pk: PartKey, sp: SharePartition) -> None:
+        deadline = sp.next_deadline()
+        if deadline is None:
+            return
+        heapq.heappush(self._lock_heap, (deadline, pk))
+        if len(self._lock_heap) > 4 * len(self.partitions) + 1024:  # mostly stale: one entry per partition
+            self._lock_heap = [(d, k) for k, p in self.partitions.items() if (d := p.next_deadline()) is not None]
+            heapq.heapify(self._lock_heap)
 
     def _partition(self, pk: PartKey, part: Any) -> SharePartition:
         sp = self.partitions.get(pk)
         if sp is None:
-            sp = self.partitions[pk] = SharePartition(max_in_flight=self.max_locks)
-            self._configure(pk)
+            sp = self._put(pk, SharePartition(max_in_flight=self.max_locks))
         if not sp.initialized:
             sp.initialize(self._reset_offset(pk[0], part))
         sp.trim_to(part.log_start_offset)
@@ -478,7 +651,6 @@ class ShareCoordinator:
                     if self.store is not None:  # cluster mode: only the leader's, as of its epoch
                         meta = self.replicas.topic_by_id(tid)
                         if meta is None:
-                            from oncelog.protocol.errors import UnknownTopicId
                             raise UnknownTopicId(f"topic id {tid} is unknown")
                         await self._ensure_loaded((group_id, tid, p), self.replicas.partition(meta.name, p))
                     sp = self.partitions.get((group_id, tid, p))
@@ -487,12 +659,13 @@ class ShareCoordinator:
                     sp.acknowledge(member_id, batches, now)
                     out[(tid, p)] = None
                     changed.append((group_id, tid, p))
+                    self._watch_locks((group_id, tid, p), sp)  # a renewal moved a deadline
                 except ValueError as exc:
                     out[(tid, p)] = InvalidRequest(str(exc))
                 except KafkaError as exc:
                     out[(tid, p)] = exc
             if changed:
-                self.available.fire()
+                self._fire(changed)
                 try:
                     await self._persist(changed)
                 except KafkaError as exc:
@@ -513,7 +686,8 @@ class ShareCoordinator:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(wait_ms, 0), self.max_wait_ms) / 1000
         while True:
-            avail = self.available.next()  # taken before looking: a fire while we look is not missed
+            # taken before looking: a fire while we look is not missed
+            avail = [self._signal((group_id, tid, p)) for tid, p in wanted]
             out, parts = await self._acquire(group_id, member_id, wanted, max_records, max_bytes, record_limit)
             remaining = deadline - loop.time()
             if any(r.acquired or r.error for r in out.values()) or remaining <= 0 or closed.done() or not parts:
@@ -521,7 +695,7 @@ class ShareCoordinator:
                 return out
             waiters = [p.waiter() for p in parts]
             try:
-                await asyncio.wait([*waiters, avail, closed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([*waiters, *avail, closed], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waiters:
                     w.cancel()
@@ -531,7 +705,8 @@ class ShareCoordinator:
         out: dict[tuple[uuid.UUID, int], PartitionFetch] = {}
         parts = []
         budget = max(max_bytes, 1)
-        records_left = max(max_records, 1)
+        # no fetch acquires more than a share partition may hold (group.share.partition.max.record.locks)
+        records_left = min(max(max_records, 1), self.max_locks)
         read_committed = self.config(group_id, "share.isolation.level") == "read_committed"
         async with self.lock:
             now = self.clock.now_ms()
@@ -540,7 +715,6 @@ class ShareCoordinator:
                 try:
                     meta = self.replicas.topic_by_id(tid)
                     if meta is None:
-                        from oncelog.protocol.errors import UnknownTopicId
                         raise UnknownTopicId(f"topic id {tid} is unknown")
                     part = self.replicas.partition(meta.name, p)
                 except KafkaError as exc:
@@ -561,11 +735,11 @@ class ShareCoordinator:
                     try:
                         await self._persist([pk])
                     except KafkaError as exc:
-                        self.partitions.pop(pk, None)
+                        self._drop(pk)
                         res.error = exc
                         continue
-                turns = self._turns.get(pk)
-                if sp.acquired_count() >= self.max_locks or (turns and turns[0] != member_id):
+                first = self._first_turn(pk, now)
+                if sp.acquired_count() >= self.max_locks or (first is not None and first != member_id):
                     self._wait_turn(pk, member_id)
                     continue
                 start = sp.next_fetch_offset()
@@ -575,8 +749,9 @@ class ShareCoordinator:
                 batches: list[tuple[records.BatchHeader, bytes]] = []
                 size = 0
                 new = 0  # offsets from the SPEO on read so far: what ``acquire`` takes as new records
+                limit = sp.spso + sp.max_in_flight
                 for h, data in part.log.iter_batches(start):
-                    if h.base_offset >= upper or (batches and size + len(data) > budget):
+                    if h.base_offset >= upper or h.base_offset >= limit or (batches and size + len(data) > budget):
                         break
                     if new >= records_left and h.last_offset >= sp.speo:
                         break  # ``acquire`` stops before this batch: the read is bounded by max_records
@@ -592,8 +767,9 @@ class ShareCoordinator:
                     if sp.acquired_count():  # records there, but held up to the lock limit: wait for room
                         self._wait_turn(pk, member_id)
                     continue
-                if turns and turns[0] == member_id:
-                    turns.pop(0)
+                if first == member_id:
+                    self._drop_turn(pk, member_id)
+                self._watch_locks(pk, sp)
                 records_left -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
                 for h, data in batches:
                     if any(r.first_offset <= h.last_offset and h.base_offset <= r.last_offset for r in ranges):
@@ -603,20 +779,35 @@ class ShareCoordinator:
         return out, parts
 
     def _wait_turn(self, pk: PartKey, member_id: str) -> None:
-        turns = self._turns.setdefault(pk, [])
-        if member_id not in turns:
-            turns.append(member_id)
+        """The member's fetch waits for its turn: queued last, or back at the place it kept."""
+        self._turns.setdefault(pk, {})[member_id] = 0
+
+    def _first_turn(self, pk: PartKey, now: int) -> str | None:
+        """The member whose turn it is (None: nobody waits); those whose place ran out go."""
+        turns = self._turns.get(pk)
+        while turns:
+            member_id, until = next(iter(turns.items()))
+            if until == 0 or until > now:
+                return member_id
+            del turns[member_id]
+        self._turns.pop(pk, None)
+        return None
+
+    def _drop_turn(self, pk: PartKey, member_id: str) -> None:
+        turns = self._turns.get(pk)
+        if turns is not None:
+            turns.pop(member_id, None)
+            if not turns:
+                del self._turns[pk]
 
     def _leave_turns(self, group_id: str, member_id: str, wanted: list[tuple[uuid.UUID, int]]) -> None:
-        """A fetch that ends gives up its place (the next one queues again)."""
+        """A fetch that ends keeps its member's place for TURN_GRACE_MS: its next fetch takes it
+        back; once the place runs out the next in line goes (at its next look)."""
+        until = self.clock.now_ms() + TURN_GRACE_MS
         for tid, p in wanted:
             turns = self._turns.get((group_id, tid, p))
             if turns and member_id in turns:
-                turns.remove(member_id)
-                if turns:
-                    self.available.fire()  # the next in line may go
-                else:
-                    del self._turns[(group_id, tid, p)]
+                turns[member_id] = until
 
     # -- timers -----------------------------------------------------------------------------------
 
@@ -633,27 +824,87 @@ class ShareCoordinator:
                 log.exception("bug: share coordinator timer failed")
 
     async def _tick(self) -> None:
+        """Member expiry, lock timeouts (what came due in the heaps), and once a second the idle
+        share sessions; in cluster mode, every third of a session timeout, the sessions of
+        groups coordinated elsewhere checked against their coordinator (in the background)."""
         now = self.clock.now_ms()
         for group_id, member_id in self.groups.expire(now):
             log.info("share group %s: member %s left (session timeout)", group_id, member_id)
             await self._member_gone(group_id, member_id)
-        due = [pk for pk, sp in self.partitions.items()
-               if (d := sp.next_deadline()) is not None and d <= now]
+        if now >= self._next_sweep:
+            self._next_sweep = now + int(SESSION_SWEEP_S * 1000)
+            for group_id, member_id in self.sessions.expire_idle(now):
+                log.info("share group %s: member %s's share session expired (unused for %d ms)", group_id, member_id,
+                         self.sessions.idle_ms)
+                await self._member_gone(group_id, member_id, drop_session=False)
+            for key in [k for k, seen in self._confirmed.items() if seen + self.groups.session_timeout_ms <= now]:
+                del self._confirmed[key]
+            if self.members is not None and now >= self._next_check and not self._checking:
+                self._next_check = now + max(self.groups.session_timeout_ms // 3, 1000)
+                self._checking = True
+                self._spawn(self._check_sessions())
+        due: set[PartKey] = set()
+        while self._lock_heap and self._lock_heap[0][0] <= now:
+            due.add(heapq.heappop(self._lock_heap)[1])
         if not due:
             return
         async with self.lock:
             now = self.clock.now_ms()
-            changed = [pk for pk in due if pk in self.partitions and self.partitions[pk].expire_locks(now)]
+            changed = []
+            for pk in sorted(due, key=str):
+                sp = self.partitions.get(pk)
+                if sp is None:
+                    continue
+                if sp.expire_locks(now):
+                    changed.append(pk)
+                self._watch_locks(pk, sp)
             if changed:
-                self.available.fire()
+                self._fire(changed)
                 await self._persist(changed)
+
+    async def _check_sessions(self) -> None:
+        """Cluster mode: each group with sessions here of members this broker does not have is
+        described by its coordinator (one request per group); the sessions of members it does
+        not have are closed and their records released. A coordinator that cannot answer leaves
+        its groups' sessions as they are (they still expire when unused)."""
+        assert self.members is not None
+        try:
+            await self._check_sessions_once(self.members)
+        finally:
+            self._checking = False
+
+    async def _check_sessions_once(self, members: ShareMembers) -> None:
+        by_group: dict[str, list[str]] = {}
+        for group_id, member_id in list(self.sessions.sessions):
+            if not self.groups.is_member(group_id, member_id):
+                by_group.setdefault(group_id, []).append(member_id)
+        for group_id, member_ids in sorted(by_group.items()):
+            found = await members.members(group_id)
+            if found is None:
+                continue
+            now = self.clock.now_ms()
+            for member_id in member_ids:
+                if member_id in found:
+                    self._confirmed[(group_id, member_id)] = now
+                elif (group_id, member_id) in self.sessions.sessions:
+                    log.info("share group %s: member %s is not a member at the coordinator: its share session "
+                             "closes", group_id, member_id)
+                    await self._member_gone(group_id, member_id)
 
     # -- administration (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) --
 
     def known(self, group_id: str) -> bool:
         """A share group this broker has: members, configs or share-partition state."""
-        return group_id in self.groups.groups or group_id in self.configs or any(
-            pk[0] == group_id for pk in self.partitions)
+        return group_id in self.groups.groups or group_id in self.configs or group_id in self._by_group
+
+    def listed(self) -> list[tuple[str, str]]:
+        """(group, state) of the share groups ListGroups shows: those with members here, and
+        (embedded: the state is this broker's) those without members that have durable state
+        (share-partition state or configs): Empty."""
+        out = [(gid, grp.state) for gid, grp in self.groups.groups.items()]
+        if self.store is None:
+            out += [(gid, "Empty") for gid in sorted({*self._by_group, *self.configs}) if gid not in self.groups.groups]
+        return out
 
     async def exists(self, group_id: str) -> bool:
         """Embedded: a share group this broker has (``known``). Cluster mode: one this broker
@@ -685,7 +936,7 @@ class ShareCoordinator:
 
     def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], SharePartition]:
         """(topic id, partition) -> the group's share partition, for those initialized."""
-        return {(tid, p): sp for (g, tid, p), sp in self.partitions.items() if g == group_id and sp.initialized}
+        return {(pk[1], pk[2]): sp for pk in self.group_partitions(group_id) if (sp := self.partitions[pk]).initialized}
 
     def _check_empty(self, group_id: str) -> None:
         """Raises NonEmptyGroup while the group has members (this broker must coordinate the
@@ -708,8 +959,7 @@ class ShareCoordinator:
                 pk = (group_id, tid, p)
                 sp = self.partitions.get(pk)
                 if sp is None:
-                    sp = self.partitions[pk] = SharePartition(max_in_flight=self.max_locks)
-                    self._configure(pk)
+                    sp = self._put(pk, SharePartition(max_in_flight=self.max_locks))
                 sp.reset_to(offset)
             await self._persist([(group_id, tid, p) for tid, p in offsets])
 
@@ -724,13 +974,13 @@ class ShareCoordinator:
             self.groups.groups.pop(group_id, None)
             return
         async with self.lock:
-            gone = [pk for pk in self.partitions if pk[0] == group_id]
+            gone = self.group_partitions(group_id)
             recs: list[tuple[srec.Key, srec.Value | None]] = [(srec.SnapshotKey(*pk), None) for pk in gone]
             if group_id in self.configs:
                 recs.append((srec.ConfigKey(group_id), None))
             await self._write(recs)
             for pk in gone:
-                del self.partitions[pk]
+                self._drop(pk)
             self.configs.pop(group_id, None)
             self.groups.groups.pop(group_id, None)
 
@@ -743,10 +993,10 @@ class ShareCoordinator:
             await self._admin_write(group_id, {}, topic_ids)
             return
         async with self.lock:
-            gone = [pk for pk in self.partitions if pk[0] == group_id and pk[1] in topic_ids]
+            gone = [pk for pk in self.group_partitions(group_id) if pk[1] in topic_ids]
             await self._write([(srec.SnapshotKey(*pk), None) for pk in gone])
             for pk in gone:
-                del self.partitions[pk]
+                self._drop(pk)
 
 
     async def _admin_write(self, group_id: str, offsets: dict[tuple[uuid.UUID, int], int],

@@ -11,8 +11,8 @@ from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.membership import Node
-from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS, NewTopic, TopicMeta
+from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.types import TopicPartition
 
 __all__ = ["Node", "controller_id", "create_topics", "nodes", "partition_leader"]
@@ -36,8 +36,21 @@ def controller_id(broker: BrokerContext) -> int:
     return broker.metadata.controller_id()
 
 
+#: names no client may create: the internal topics (the broker creates each, compacted and marked
+#: internal, when its coordinator first needs it) and KRaft's metadata log
+RESERVED_TOPICS = (*INTERNAL_TOPICS, "__cluster_metadata")
+
+
 async def create_topics(broker: BrokerContext, new: Sequence[NewTopic], *,
                         validate_only: bool = False) -> list[TopicMeta | KafkaError]:
     """Create topics (CreateTopics, Metadata auto-creation): one result per request, in order
-    (``TopicStore.create``)."""
-    return await broker.topics.create(new, validate_only=validate_only)
+    (``TopicStore.create``). A reserved name is INVALID_REQUEST, Kafka's answer for its
+    metadata log ("Creation of internal topic ... is prohibited."), here for every internal
+    topic: a client's topic of that name would be read as a coordinator's state."""
+    refused = {i: InvalidRequest(f"Creation of internal topic {t.name} is prohibited.")
+               for i, t in enumerate(new) if t.name in RESERVED_TOPICS and not t.internal}
+    if not refused:
+        return await broker.topics.create(new, validate_only=validate_only)
+    made = iter(await broker.topics.create([t for i, t in enumerate(new) if i not in refused],
+                                           validate_only=validate_only) if len(refused) < len(new) else [])
+    return [refused[i] if i in refused else next(made) for i in range(len(new))]

@@ -45,7 +45,7 @@ def acks_of(topics: Any, renew: bool = False) -> dict[tuple[uuid.UUID, int], lis
 
 
 _GROUP_CONFIG, _DEFAULT_CONFIG, _STATIC_BROKER_CONFIG = 8, 6, 5  # DescribeConfigs config sources
-_STRING, _INT = 2, 3  # config types
+_BOOLEAN, _STRING, _INT = 1, 2, 3  # config types
 _BROKER_SYNONYM = {"share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
                    "share.delivery.count.limit": "group.share.delivery.count.limit"}
 
@@ -68,8 +68,9 @@ def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, s
         else:
             synonyms.append((name, default, _DEFAULT_CONFIG))
         value, source = synonyms[0][1], synonyms[0][2]
-        rows.append((name, value, False, source, synonyms, _STRING if name in ("share.auto.offset.reset",
-                     "share.isolation.level") else _INT, ""))
+        kind = _STRING if name in ("share.auto.offset.reset", "share.isolation.level") else \
+            _BOOLEAN if name == "share.renew.acknowledge.enable" else _INT
+        rows.append((name, value, False, source, synonyms, kind, ""))
     return rows
 
 

@@ -25,7 +25,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     m = Builder(API_KEY, request.api_version)
     groups, loading = broker.groups.list_groups()
     shares = broker.shares  # share groups (KIP-932) with members here: type and protocol type "share"
-    groups = groups + [(gid, "share", grp.state, "share") for gid, grp in shares.groups.groups.items()]
+    groups = groups + [(gid, "share", state, "share") for gid, state in shares.listed()]
     g = _acl.gate(broker, client, API_KEY)
     if g is not None and not g.allowed("cluster"):  # ACLs (issue 18): the groups it may describe
         groups = [row for row in groups if g.allowed("group", row[0])]

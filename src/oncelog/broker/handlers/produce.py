@@ -43,6 +43,7 @@ from typing import Any, Awaitable, Callable
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.broker import pipelining
 from oncelog.broker.partitions.partition import AppendResult, Ready, await_appends
+from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
@@ -90,7 +91,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                                     + (f" with transactional id {txn_id}" if request_denied else ""))
                 if acks not in (-1, 0, 1):
                     raise InvalidRequiredAcks(f"acks={acks} (must be -1, 0 or 1)")
-                if meta is not None and meta.internal:
+                if meta is not None and (meta.internal or name in INTERNAL_TOPICS):
                     raise InvalidTopic(f"cannot append to internal topic {name}")
                 part = broker.replicas.partition(name, p.index)
                 if not p.records:

@@ -37,7 +37,8 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         _acl.check(g, "group", req.group_id)
         acks = _share.acks_of(req.topics, bool(getattr(req, "is_renew_ack", False)))
         await svc.ready()
-        session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch, svc.is_member)
+        session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch, svc.is_member,
+                                    now=broker.clock.now_ms())
     except KafkaError as exc:
         return m.ShareAcknowledgeResponse(error_code=exc.code, error_message=str(exc) or None,
                                           acquisition_lock_timeout=0 * _MS, responses=(), node_endpoints=())

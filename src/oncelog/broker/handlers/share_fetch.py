@@ -12,11 +12,21 @@ When nothing could be acquired the request waits up to ``max_wait`` (at most
 only to renew locks (acknowledge type 4; nothing is fetched), ``share_acquire_mode`` 1 caps the
 records acquired at ``max_records`` (a batch is split).
 
+Only a member of the group opens a session (epoch 0): one this broker has, or in cluster mode
+one the group's coordinator confirms (UNKNOWN_MEMBER_ID otherwise); the session ends with the
+connection that opened it, or after a session timeout unused.
+
+ACLs, as Kafka's ``handleShareFetchRequest``: READ on the group, then READ on the topic of every
+partition of the session and of the request, at each request: a partition whose topic the
+principal may no longer read stays in the session but is neither fetched nor acknowledged, and
+answers TOPIC_AUTHORIZATION_FAILED in every response until the ACL allows it again.
+
 Errors: top level INVALID_REQUEST (no group or member id; acknowledgements on epoch 0),
-SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
-GROUP_AUTHORIZATION_FAILED; per partition UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER,
-TOPIC_AUTHORIZATION_FAILED, and the acknowledgements' INVALID_RECORD_STATE / INVALID_REQUEST
-in ``acknowledge_error_code``.
+UNKNOWN_MEMBER_ID, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH,
+SHARE_SESSION_LIMIT_REACHED, GROUP_AUTHORIZATION_FAILED, COORDINATOR_NOT_AVAILABLE (cluster mode:
+the group's coordinator cannot confirm the member now); per partition UNKNOWN_TOPIC_ID,
+NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, and the acknowledgements'
+INVALID_RECORD_STATE / INVALID_REQUEST in ``acknowledge_error_code``.
 """
 
 from __future__ import annotations
@@ -97,29 +107,37 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if req.share_session_epoch == 0 and acks:
             raise InvalidRequest("acknowledgements cannot be sent on a request that opens a share session (epoch 0)")
         await svc.ready()
-        session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch, svc.is_member)
+        if req.share_session_epoch == 0:
+            await svc.check_member(req.group_id, req.member_id)
+        session = svc.sessions.open(req.group_id, req.member_id, req.share_session_epoch, svc.is_member,
+                                    now=broker.clock.now_ms(), connection=client.closed)
         if req.share_session_epoch == 0:  # what an administrator changed meanwhile is read again
+            svc.session_connection(client.closed)
             await svc.session_opened(req.group_id)
     except KafkaError as exc:
         return failed(exc)
     named = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]
-    denied = topic_denied(broker, g, {tid for tid, _ in named})
     missing = {k: e for k in named if (e := _missing(broker, *k)) is not None}
     if session is not None:  # only partitions that exist: a session's size is bounded by the topics
-        session.partitions.update(k for k in named if k[0] not in denied and k not in missing)
+        session.partitions.update(k for k in named if k not in missing)
         for t in req.forgotten_topics_data:
             session.partitions.difference_update((t.topic_id, p) for p in t.partitions)
+    in_session = sorted(session.partitions, key=str) if session is not None else []
+    # READ on the topics of the whole session, not only of the partitions this request names
+    denied = topic_denied(broker, g, {tid for tid, _ in named} | {tid for tid, _ in in_session} | {tid for tid, _ in acks})
     ack_results = await svc.acknowledge(req.group_id, req.member_id,
                                         {k: v for k, v in acks.items() if k[0] not in denied})
     fetched: dict[Any, Any] = {}
+    allowed = [k for k in in_session if k[0] not in denied]
     if session is None:
         await svc.close_session(req.group_id, req.member_id)
-    elif req.max_records > 0 and session.partitions and not renew:  # a renewal fetches nothing (v2)
-        fetched = await svc.fetch(req.group_id, req.member_id, sorted(session.partitions, key=str), req.max_records,
+    elif req.max_records > 0 and allowed and not renew:  # a renewal fetches nothing (v2)
+        fetched = await svc.fetch(req.group_id, req.member_id, allowed, req.max_records,
                                   min(req.max_bytes, broker.config.fetch_max_bytes),  # as Fetch: the broker's cap
                                   int(req.max_wait.total_seconds() * 1000), client.closed,
                                   record_limit=getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT)
-    keys = list(dict.fromkeys([*named, *(k for k, r in fetched.items() if r.acquired or r.error), *ack_results]))
+    keys = list(dict.fromkeys([*named, *(k for k, r in fetched.items() if r.acquired or r.error), *ack_results,
+                               *(k for k in in_session if k[0] in denied)]))
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for tid, p in keys:
         res = fetched.get((tid, p))

@@ -5,7 +5,11 @@ with -1 (its acquired records are released). The answer carries the member's epo
 heartbeat interval (``group.share.heartbeat.interval.ms``) and, when it changed, its assignment
 by topic id (coordinator/share/group.py). A group id a classic or consumer group has is
 GROUP_ID_NOT_FOUND with a message, as Kafka. Errors: INVALID_REQUEST,
-UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, with a message.
+UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED (the group is full, or the
+broker coordinates ``group.share.max.groups`` groups with members), with a message. ACLs, as
+Kafka's ``handleShareGroupHeartbeat``: READ on the group, and DESCRIBE on every subscribed topic
+name (TOPIC_AUTHORIZATION_FAILED for the heartbeat otherwise: no topic a member may not describe
+is subscribed, assigned or shown).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from oncelog.broker.handlers import _acl, _share
 from oncelog.broker.handlers._group import client_host
 from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol import apis
-from oncelog.protocol.errors import ErrorCode, GroupIdNotFound, InvalidRequest, KafkaError
+from oncelog.protocol.errors import ErrorCode, GroupIdNotFound, InvalidRequest, KafkaError, TopicAuthorizationFailed
 from oncelog.protocol.framing import Request
 from oncelog.protocol.messages import Builder
 
@@ -41,7 +45,11 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if not req.group_id:
             raise InvalidRequest("GroupId can't be empty.")
         validate_group_id(req.group_id)
-        _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)
+        g = _acl.gate(broker, client, API_KEY)
+        _acl.check(g, "group", req.group_id)
+        if g is not None and req.subscribed_topic_names and any(
+                not g.allowed("topic", name) for name in set(req.subscribed_topic_names)):
+            raise TopicAuthorizationFailed("The member may not describe every topic it subscribes to.")
         broker.groups.check_coordinator(req.group_id)  # cluster mode: the members are kept at the coordinator
         if req.member_epoch == 0:
             _refuse_other_kinds(broker, req.group_id)

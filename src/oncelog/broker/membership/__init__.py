@@ -11,7 +11,8 @@ against the interface; ``membership_for`` is the one place that picks an impleme
 The PostgreSQL implementation's parts: registration and the cluster view
 (``cluster_member.py``, ``cluster_parts.py``), leading the partitions the store assigns
 (``leader_tracker.py``), the store-backed credentials (``cluster_credentials.py``), requests to
-the other brokers (``peer_client.py``), the database outbox's drain (``outbox_drainer.py``) and
+the other brokers (``peer_client.py``; ``share_members.py`` asks a share group's coordinator for
+its members), the database outbox's drain (``outbox_drainer.py``) and
 the group coordinator's side of the database inbox (``inbox.py``).
 They need psycopg (the 'cluster' extra): nothing imports them until a broker starts with a store.
 

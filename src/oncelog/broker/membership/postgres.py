@@ -36,6 +36,7 @@ from oncelog.broker.membership.cluster_parts import ClusterParts
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
+from oncelog.broker.membership.share_members import RemoteShareMembers
 from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
 from oncelog.broker.membership.inbox import Inbox
 from oncelog.broker.membership.interface import Election, Node
@@ -276,7 +277,10 @@ class StoreMembership:
         groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
         groups.start(load_all=False)
         shares.start_cluster(StoreShareState(StoreConnection(connector(self.dsn), f"node {self.node_id} share state"),
-                                             self.node_id))
+                                             self.node_id),
+                             RemoteShareMembers(self.node_id, lambda g: member.view.leader(
+                                 TopicPartition(OFFSETS_TOPIC, groups.partition_for(g)))[0], self._peers,
+                                 lambda g: set(grp.members) if (grp := shares.groups.groups.get(g)) else set()))
         transactions.remote = RemoteVerifier(lambda: member.view, self._peers, transactions.partition_of)
 
         def on_lead(tp: TopicPartition, leader_epoch: int) -> None:

@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITIONS = 10_000
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state")
 _PARTITION_METADATA = "partition.metadata"
 
 
@@ -408,9 +408,15 @@ class ReplicaManager:
         return meta
 
     def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMeta:
-        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) unless it
-        exists; an existing one keeps its partition count (changing it would move every key)."""
+        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``,
+        ``__share_group_state``) unless it exists; an existing one keeps its partition count
+        (changing it would move every key). A topic of that name the broker did not create as
+        internal (a client's, from before the names were reserved) is never adopted: raises
+        InvalidTopic, its records are never read as the coordinator's state."""
         meta = self.topics.get(name)
+        if meta is not None and not meta.internal:
+            raise InvalidTopic(f"topic {name} exists but the broker did not create it as internal (a client did): its "
+                               f"records are not trusted; delete the topic to let the broker create its own")
         if meta is not None:
             return meta
         return self.create_topic(name, num_partitions, 1, configs, internal=True)

@@ -15,6 +15,19 @@ ARCHIVED, and their entries are dropped, so memory is bounded by ``max_in_flight
 ``group.share.partition.max.record.locks``): ``acquire`` never takes a record at or past
 ``spso + max_in_flight``.
 
+Indexes, so that no timer or fetch walks the records in flight: a heap of acquisition-lock
+deadlines (``next_deadline``, ``expire_locks``), a heap of the offsets that became AVAILABLE
+again (``next_fetch_offset``), and per member the offsets it holds (``release_member``). Heap
+entries are checked against the record when they come up (a record acknowledged or
+re-acquired since leaves a stale entry, skipped), and a heap mostly stale is rebuilt.
+
+Lock renewal (RENEW, KIP-1222) keeps an ACQUIRED record's lock for another ``lock_ms``. Kafka
+renews without a bound; here a record is granted at most ``delivery_limit`` lock durations by
+acquisitions and renewals together (its delivery count plus its renewals): past that a RENEW is
+INVALID_RECORD_STATE, the lock runs out, and the record goes back (or is archived at the
+delivery limit), so a member renewing for ever cannot pin the in-flight window. A group may turn
+renewal off (``renew_enabled``: Kafka's ``share.renew.acknowledge.enable``).
+
 Durability: ``snapshot`` is what a restart must find (as Kafka's ShareSnapshot record): the
 SPSO, the state epoch and the in-flight ranges that are not AVAILABLE with a delivery count of
 0. An ACQUIRED record is written AVAILABLE (a lock does not outlive the broker, as in Kafka),
@@ -24,6 +37,7 @@ with its delivery count. ``restore`` builds the partition back from it.
 from __future__ import annotations
 
 import enum
+import heapq
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
@@ -93,6 +107,7 @@ class InFlight:
     delivery_count: int = 0
     member_id: str | None = None  # who holds it (ACQUIRED only)
     deadline: int = 0  # when its acquisition lock expires (ACQUIRED only)
+    renewals: int = 0  # locks renewed (RENEW), all deliveries together
 
 
 class LogBatch(NamedTuple):
@@ -143,6 +158,14 @@ class SharePartition:
     #: partition was built or loaded: counters for the metrics, not durable
     acknowledged_total: int = 0
     archived_total: int = 0
+    #: a RENEW is accepted (Kafka's group config ``share.renew.acknowledge.enable``)
+    renew_enabled: bool = True
+    #: (deadline, offset) per lock granted (module docstring: the indexes)
+    _locks: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    #: offsets that became AVAILABLE in flight
+    _available: list[int] = field(default_factory=list, repr=False)
+    #: member -> the offsets it holds ACQUIRED
+    _held: dict[str, set[int]] = field(default_factory=dict, repr=False)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -154,6 +177,7 @@ class SharePartition:
         self.spso = self.speo = offset
         self.records.clear()
         self.acquired = 0
+        self._locks, self._available, self._held = [], [], {}
 
     def state_of(self, offset: int) -> InFlight:
         """The record's state (a record from SPEO on is AVAILABLE, never delivered; one below the
@@ -174,17 +198,48 @@ class SharePartition:
             nxt = RecordState.ARCHIVED
         if event is Event.ACQUIRE:
             rec.delivery_count += 1
+        elif event is Event.RENEW:
+            rec.renewals += 1
         self.acquired += (nxt is RecordState.ACQUIRED) - (rec.state is RecordState.ACQUIRED)
         if nxt is not rec.state:
             if nxt is RecordState.ACKNOWLEDGED:
                 self.acknowledged_total += 1
             elif nxt is RecordState.ARCHIVED:
                 self.archived_total += 1
+        if rec.state is RecordState.ACQUIRED and rec.member_id is not None:
+            self._unhold(rec.member_id, offset)
         if nxt is RecordState.ACQUIRED:
+            assert member is not None
             rec.member_id, rec.deadline = member, now + self.lock_ms
+            self._held.setdefault(member, set()).add(offset)
+            self._push_lock(rec.deadline, offset)
         else:
             rec.member_id, rec.deadline = None, 0
+            if nxt is RecordState.AVAILABLE:
+                self._push_available(offset)
         rec.state = nxt
+
+    def _unhold(self, member: str, offset: int) -> None:
+        held = self._held.get(member)
+        if held is not None:
+            held.discard(offset)
+            if not held:
+                del self._held[member]
+
+    def _push_lock(self, deadline: int, offset: int) -> None:
+        heapq.heappush(self._locks, (deadline, offset))
+        if len(self._locks) > 2 * self.acquired + 1024:  # mostly stale: rebuild from the records held
+            self._locks = [(self.records[o].deadline, o) for held in self._held.values() for o in held]
+            heapq.heapify(self._locks)
+
+    def _push_available(self, offset: int) -> None:
+        heapq.heappush(self._available, offset)
+        if len(self._available) > 2 * self.max_in_flight + 1024:
+            self._rebuild_available()
+
+    def _rebuild_available(self) -> None:
+        self._available = [o for o, r in self.records.items() if r.state is RecordState.AVAILABLE]
+        heapq.heapify(self._available)
 
     def _advance(self) -> None:
         """Move the SPSO past the done records at its head."""
@@ -199,11 +254,14 @@ class SharePartition:
 
     def next_fetch_offset(self) -> int:
         """Where the shell should start reading the log: the first AVAILABLE in-flight record,
-        else SPEO."""
-        for off in range(self.spso, self.speo):
+        else SPEO (from the heap of AVAILABLE offsets: no walk of the records in flight)."""
+        heap = self._available
+        while heap:
+            off = heap[0]
             rec = self.records.get(off)
-            if rec is not None and rec.state is RecordState.AVAILABLE:
+            if self.spso <= off < self.speo and rec is not None and rec.state is RecordState.AVAILABLE:
                 return off
+            heapq.heappop(heap)
         return self.speo
 
     def acquire(self, member: str, batches: Iterable[LogBatch], max_records: int, now: int, *,
@@ -280,33 +338,62 @@ class SharePartition:
                     raise InvalidRecordState(
                         f"record {off} is {state.state.name}{'' if state.member_id in (None, member) else ' by another member'}"
                         f": member {member} cannot acknowledge it")
+                if event is Event.RENEW:
+                    self._check_renewal(off, rec)
                 seen.add(off)
                 plan.append((off, event))
         for off, event in plan:
             self._move(off, event, now, member)
         self._advance()
 
+    def _check_renewal(self, offset: int, rec: InFlight) -> None:
+        """Raises InvalidRecordState unless the lock of ``rec`` may be renewed (module docstring)."""
+        if not self.renew_enabled:
+            raise InvalidRecordState("Renewing acquisition locks is not enabled for the group "
+                                     "(share.renew.acknowledge.enable=false).")
+        granted = rec.delivery_count + rec.renewals
+        if granted >= self.delivery_limit:
+            raise InvalidRecordState(
+                f"record {offset} has been granted {granted} acquisition locks ({rec.delivery_count} deliveries, "
+                f"{rec.renewals} renewals), the delivery count limit {self.delivery_limit}: its lock is not "
+                f"renewed again")
+
     def release_member(self, member: str, now: int) -> bool:
         """A member left (or its share session closed): its records go back (RELEASE). True when
-        anything changed."""
-        mine = [off for off, r in self.records.items() if r.state is RecordState.ACQUIRED and r.member_id == member]
+        anything changed. Costs the records the member holds."""
+        mine = sorted(self._held.get(member, ()))
         for off in mine:
             self._move(off, Event.RELEASE, now)
         self._advance()
         return bool(mine)
 
+    def holds(self, member: str) -> bool:
+        return member in self._held
+
     def expire_locks(self, now: int) -> bool:
         """Acquisition locks whose deadline passed: their records become AVAILABLE again (ARCHIVED
-        at the delivery limit). True when anything changed."""
-        due = [off for off, r in self.records.items() if r.state is RecordState.ACQUIRED and r.deadline <= now]
-        for off in due:
+        at the delivery limit). True when anything changed. Costs the locks that came due."""
+        changed = False
+        while self._locks and self._locks[0][0] <= now:
+            deadline, off = heapq.heappop(self._locks)
+            rec = self.records.get(off)
+            if rec is None or rec.state is not RecordState.ACQUIRED or rec.deadline != deadline:
+                continue  # acknowledged, released or renewed since
             self._move(off, Event.LOCK_TIMEOUT, now)
+            changed = True
         self._advance()
-        return bool(due)
+        return changed
 
     def next_deadline(self) -> int | None:
-        deadlines = [r.deadline for r in self.records.values() if r.state is RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        """The earliest lock deadline (None: nothing acquired)."""
+        heap = self._locks
+        while heap:
+            deadline, off = heap[0]
+            rec = self.records.get(off)
+            if rec is not None and rec.state is RecordState.ACQUIRED and rec.deadline == deadline:
+                return deadline
+            heapq.heappop(heap)
+        return None
 
     def acquired_count(self) -> int:
         return self.acquired
@@ -325,6 +412,8 @@ class SharePartition:
             rec = self.records.pop(off, None)
             if rec is not None and rec.state is RecordState.ACQUIRED:
                 self.acquired -= 1
+                if rec.member_id is not None:
+                    self._unhold(rec.member_id, off)
         self.spso = log_start
         self.speo = max(self.speo, log_start)
         self._advance()
@@ -337,19 +426,26 @@ class SharePartition:
     # -- durability --------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The durable part (module docstring): runs of equal (state, delivery count) as one
+        state batch each."""
         out: list[StateBatch] = []
+        A, Q = RecordState.AVAILABLE, RecordState.ACQUIRED
+        run: tuple[RecordState, int] | None = None  # the open run's (state, delivery count)
+        first = last = -1
+        records = self.records
         for off in range(self.spso, self.speo):
-            rec = self.records.get(off)
-            if rec is None:
+            rec = records.get(off)
+            key = None if rec is None else (A if rec.state is Q else rec.state, rec.delivery_count)
+            if key is not None and key[0] is A and key[1] == 0:
+                key = None
+            if key == run and key is not None and last == off - 1:
+                last = off
                 continue
-            state = RecordState.AVAILABLE if rec.state is RecordState.ACQUIRED else rec.state
-            if state is RecordState.AVAILABLE and rec.delivery_count == 0:
-                continue
-            if out and out[-1].last_offset == off - 1 and out[-1].state is state and \
-                    out[-1].delivery_count == rec.delivery_count:
-                out[-1] = out[-1]._replace(last_offset=off)
-            else:
-                out.append(StateBatch(off, off, state, rec.delivery_count))
+            if run is not None:
+                out.append(StateBatch(first, last, run[0], run[1]))
+            run, first, last = key, off, off
+        if run is not None:
+            out.append(StateBatch(first, last, run[0], run[1]))
         return Snapshot(self.spso, self.state_epoch, tuple(out))
 
     @classmethod
@@ -365,6 +461,7 @@ class SharePartition:
         for off in range(sp.spso, sp.speo):
             sp.records.setdefault(off, InFlight())
         sp._advance()
+        sp._rebuild_available()
         return sp
 
 
