@@ -241,7 +241,10 @@ class GroupCoordinator:
         ``_execute``. Returns the response (a future for a parked one). ``drain``: an offset
         write, which first moves the group's database inbox commits into the log (issue 31);
         checked before the lock: a database commit after the check is the newer one, and its
-        drain comes after this write."""
+        drain comes after this write. A group id the database inbox cannot keep is refused
+        (InvalidGroupId) before anything changes."""
+        if self.inbox is not None:
+            self.inbox.check_group_id(group_id)
         try:
             pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
         except KafkaError as exc:  # the store: the client retries, as after a failed append
