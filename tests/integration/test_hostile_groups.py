@@ -6,11 +6,18 @@ keeps, and (where the harm was latency) a bystander's round trips."""
 from __future__ import annotations
 
 import datetime
+import random
+import statistics
+import string
+import threading
+import time
 import uuid
 from typing import Any
 
+import psutil
 import pytest
 
+from bystander import Bystander
 from kafka_clients import create_topic
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis
@@ -74,3 +81,213 @@ def test_offset_commit_and_fetch_v10_with_the_all_zero_topic_id_answer_unknown_t
         fetched = _fetch_v10(c, "g-zero", [(tid, 0), (ZERO, 0)])
         assert fetched == {(tid, 0): (7, ErrorCode.none), (ZERO, 0): (-1, ErrorCode.unknown_topic_id)}
     assert "bug:" not in broker.log_tail(10**7)
+
+
+# -- the consumer rebalance protocol (KIP-848) under hostile members -------------------------------
+
+
+def _create_topics(c: ProtocolClient, names: list[str], partitions: int = 1) -> None:
+    m = c.classes(apis.CREATE_TOPICS, 5)
+    for i in range(0, len(names), 500):
+        r = c.request(apis.CREATE_TOPICS, m["CreateTopicsRequest"](topics=tuple(
+            m["CreatableTopic"](name=n, num_partitions=partitions, replication_factor=1, assignments=(), configs=())
+            for n in names[i:i + 500]), timeout=60_000 * MS, validate_only=False), version=5)
+        bad = [t for t in r.topics if t.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists)]
+        assert not bad, bad[:3]
+
+
+def _heartbeat(c: ProtocolClient, group: str, member: str, epoch: int, *, names: tuple[str, ...] | None = None,
+               regex: str | None = None, owned: Any = None, assignor: str | None = None) -> Any:
+    m = c.classes(apis.CONSUMER_GROUP_HEARTBEAT, 1)
+    if owned is not None:
+        owned = tuple(m["TopicPartitions"](topic_id=t, partitions=tuple(ps)) for t, ps in owned)
+    return c.request(apis.CONSUMER_GROUP_HEARTBEAT, m["ConsumerGroupHeartbeatRequest"](
+        group_id=group, member_id=member, member_epoch=epoch, rebalance_timeout=60_000 * MS if epoch == 0 else -1 * MS,
+        subscribed_topic_names=names, subscribed_topic_regex=regex, server_assignor=assignor,
+        topic_partitions=() if epoch == 0 else owned), version=1)
+
+
+def _owned(answer: Any) -> list[tuple[uuid.UUID, list[int]]]:
+    if answer.assignment is None:
+        return []
+    return [(t.topic_id, list(t.partitions)) for t in answer.assignment.topic_partitions]
+
+
+class _Members:
+    """Members of one group, each on its own connection, heartbeating as a client does (their
+    epoch and owned partitions echoed) from ``threads`` threads until stopped."""
+
+    def __init__(self, bootstrap: str, group: str, joins: list[dict[str, Any]], threads: int = 4) -> None:
+        self.bootstrap, self.group, self.joins, self.threads = bootstrap, group, joins, threads
+        self.state: list[tuple[str, int, list]] = []
+        self.errors: list[ErrorCode] = []
+        self.beats = 0
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+
+    def join_all(self) -> list[float]:
+        """Every member joins (epoch 0), one after the other: the seconds each join took."""
+        took = []
+        with ProtocolClient(self.bootstrap, timeout=120) as c:
+            for i, fields in enumerate(self.joins):
+                member = fields.pop("member", f"member-{i:05d}")
+                t0 = time.monotonic()
+                a = _heartbeat(c, self.group, member, 0, **fields)
+                took.append(time.monotonic() - t0)
+                assert a.error_code == ErrorCode.none, a
+                self.state.append((a.member_id, a.member_epoch, _owned(a)))
+        return took
+
+    def _run(self, k: int) -> None:
+        mine = list(range(k, len(self.state), self.threads))
+        with ProtocolClient(self.bootstrap, timeout=120) as c:
+            for _ in range(1_000_000):  # bounded; stopped long before
+                for i in mine:
+                    if self._stop.is_set():
+                        return
+                    member, epoch, owned = self.state[i]
+                    a = _heartbeat(c, self.group, member, epoch, owned=owned)
+                    self.beats += 1
+                    if a.error_code != ErrorCode.none:
+                        self.errors.append(a.error_code)
+                        continue
+                    self.state[i] = (member, a.member_epoch, _owned(a) if a.assignment is not None else owned)
+
+    def __enter__(self) -> "_Members":
+        self._workers = [threading.Thread(target=self._run, args=(k,), daemon=True) for k in range(self.threads)]
+        for w in self._workers:
+            w.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for w in self._workers:
+            w.join(timeout=120)
+
+
+def _bystander_under(members: _Members, bootstrap: str, seconds: float) -> tuple[float, float, int]:
+    """A bystander's p50 and worst round trip (ms) while ``members`` heartbeat for ``seconds``;
+    the heartbeats sent meanwhile."""
+    with members:
+        with Bystander(bootstrap) as bystander:
+            time.sleep(seconds)
+    lat = sorted(bystander.latencies)
+    assert len(lat) > 10
+    return statistics.median(lat) * 1000, lat[-1] * 1000, members.beats
+
+
+@pytest.mark.parametrize("members, topics", [(60, 400), pytest.param(300, 2_000, marks=pytest.mark.long)],
+                         ids=["60x400", "300x2000"])
+def test_distinct_regexes_are_matched_once_not_at_every_heartbeat(broker, members: int, topics: int) -> None:  # type: ignore[no-untyped-def]
+    """Members subscribed by distinct regular expressions heartbeat while nothing changes: the
+    topics are matched against each regex when it arrives (and when topics change), never at a
+    heartbeat that changes nothing. Before: every heartbeat matched every member's regex against
+    every topic on the event loop (300 x 2,000: bystander p50 1.0 -> 576 ms)."""
+    with ProtocolClient(broker.bootstrap, timeout=120) as c:
+        _create_topics(c, [f"rt-{i:05d}" for i in range(topics)])
+    joins = [{"regex": f"rt-{i:05d}|rt-0*{i}[0-9]*x?"} for i in range(members)]
+    group = _Members(broker.bootstrap, "g-regex", joins)
+    group.join_all()
+    p50, worst, beats = _bystander_under(group, broker.bootstrap, 4.0)
+    assert not group.errors, group.errors[:5]
+    assert p50 < 20 and worst < 1_000 and beats > 100, \
+        f"bystander p50 {p50:.1f} ms, worst {worst:.0f} ms ({beats} heartbeats)"
+
+
+@pytest.mark.parametrize("members, topics", [(60, 600), pytest.param(300, 2_000, marks=pytest.mark.long)],
+                         ids=["60x600", "300x2000"])
+def test_range_assignment_of_many_subscribed_names_stays_linear(broker, members: int, topics: int) -> None:  # type: ignore[no-untyped-def]
+    """Members of a range-assigned group each subscribe to every topic by name: a join costs
+    about the partitions and members, not topics^2 x members. Before: 0.9 s per join (300
+    members, 2,000 names)."""
+    names = [f"rg-{i:05d}" for i in range(topics)]
+    with ProtocolClient(broker.bootstrap, timeout=120) as c:
+        _create_topics(c, names)
+    group = _Members(broker.bootstrap, "g-range", [{"names": tuple(names), "assignor": "range"}
+                                                    for _ in range(members)])
+    took = group.join_all()
+    last = statistics.median(took[-10:]) * 1000
+    assert last < 50, f"a join into {members - 1} members took {last:.0f} ms (median of the last 10)"
+
+
+@pytest.mark.parametrize("members, names", [(10, 20_000), pytest.param(20, 99_000, marks=pytest.mark.long)],
+                         ids=["10x20k", "20x99k"])
+def test_heartbeats_of_members_with_huge_subscriptions_are_cheap(broker, members: int, names: int) -> None:  # type: ignore[no-untyped-def]
+    """Members subscribed to tens of thousands of (mostly missing) topic names send 60-byte
+    heartbeats that change nothing: each costs about the same as any heartbeat. Before: every
+    heartbeat looked every member's names up again (20 x 99,000: 156 ms a heartbeat, bystander
+    p50 0.9 -> 105 ms)."""
+    with ProtocolClient(broker.bootstrap, timeout=120) as c:
+        _create_topics(c, ["hs-real"])
+    subscription = ("hs-real", *(f"h{i:05x}" for i in range(names - 1)))  # 99,000 x 7 bytes: a record holds them
+    group = _Members(broker.bootstrap, "g-huge", [{"names": subscription} for _ in range(members)])
+    group.join_all()
+    p50, worst, beats = _bystander_under(group, broker.bootstrap, 4.0)
+    assert not group.errors, group.errors[:5]
+    assert beats > 100 and p50 < 20, f"bystander p50 {p50:.1f} ms, worst {worst:.0f} ms ({beats} heartbeats)"
+
+
+def _rss_mb(broker) -> float:  # type: ignore[no-untyped-def]
+    return psutil.Process(broker.pid).memory_info().rss / 1e6
+
+
+def _alternation(seed: int, size: int) -> str:
+    """A regex of ``size`` characters that RE2 cannot shrink: an alternation of random words."""
+    rnd = random.Random(seed)
+    words = ["".join(rnd.choices(string.ascii_lowercase, k=12)) for _ in range(size // 13 + 1)]
+    return "(" + "|".join(words) + ")"
+
+
+def test_regexes_are_bounded_in_size_and_their_compiled_forms_in_memory(broker) -> None:  # type: ignore[no-untyped-def]
+    """A regex longer than a record can hold (32,767 bytes) or whose RE2 program exceeds its
+    memory bound is INVALID_REGULAR_EXPRESSION before anything changes; the compiled regexes the
+    broker keeps are bounded in memory, however many distinct ones members send. Before: 600
+    distinct 400 KB regexes took RSS from 40 to 3,957 MB (a cache of 1,024 compiled patterns of
+    any size), and each could not be written to __consumer_offsets (UNKNOWN_SERVER_ERROR)."""
+    with ProtocolClient(broker.bootstrap, timeout=120) as c:
+        _create_topics(c, [f"rx-{i:03d}" for i in range(50)])
+        before = _rss_mb(broker)
+        for i in range(25):
+            a = _heartbeat(c, "g-big-rx", f"big-{i}", 0, regex=_alternation(i, 400_000))
+            assert a.error_code == ErrorCode.invalid_regular_expression, a
+        huge = _rss_mb(broker) - before
+        ok = _heartbeat(c, "g-big-rx", "fine", 0, regex="rx-00[0-9]")
+        assert ok.error_code == ErrorCode.none, ok
+        assert len(_owned(ok)) == 10
+        for i in range(120):  # distinct regexes that fit: accepted, their compiled forms not all kept
+            a = _heartbeat(c, "g-many-rx", f"many-{i}", 0, regex=_alternation(1_000 + i, 30_000))
+            assert a.error_code == ErrorCode.none, a
+        many = _rss_mb(broker) - before
+    assert huge < 50 and many < 120, f"RSS grew {huge:.0f} MB (25 x 400 KB refused), {many:.0f} MB (+120 x 30 KB)"
+    assert "bug:" not in broker.log_tail(10**7)
+
+
+def test_a_member_id_too_long_for_a_record_is_refused_before_the_group_changes(broker) -> None:  # type: ignore[no-untyped-def]
+    """A member id (or instance id, rack id, topic name) longer than a record string can hold
+    (32,767 bytes; Kafka's request parser refuses such strings) is INVALID_REQUEST before the
+    group changes. Before: the member was added, its records could not be encoded (a plain
+    ValueError: UNKNOWN_SERVER_ERROR), and every later member of the group got
+    UNKNOWN_SERVER_ERROR until the bad one's session expired (45 s)."""
+    with ProtocolClient(broker.bootstrap, timeout=120) as c:
+        _create_topics(c, ["long-ids"], partitions=4)
+        a = _heartbeat(c, "g-long", "x" * 40_000, 0, names=("long-ids",))
+        assert a.error_code == ErrorCode.invalid_request, a
+        for field in ({"names": ("y" * 40_000,)},):
+            a = _heartbeat(c, "g-long", "other", 0, **field)
+            assert a.error_code == ErrorCode.invalid_request, a
+        b = _heartbeat(c, "g-long", "fine", 0, names=("long-ids",))
+        assert b.error_code == ErrorCode.none and len(_owned(b)[0][1]) == 4, b
+    assert "bug:" not in broker.log_tail(10**7)
+
+
+@pytest.mark.parametrize("joins", [1_500, pytest.param(40_000, marks=pytest.mark.long)], ids=["1500", "40000"])
+def test_many_joins_with_long_member_ids_cost_what_changed(broker, joins: int) -> None:  # type: ignore[no-untyped-def]
+    """Thousands of members with 1 KB member ids join one group: a join writes the records of
+    what changed (the new member, the targets that moved), not the whole group again."""
+    with ProtocolClient(broker.bootstrap, timeout=120) as c:
+        _create_topics(c, ["many-joins"], partitions=6)
+    group = _Members(broker.bootstrap, "g-many", [{"member": f"{i:06d}-" + "m" * 1_000, "names": ("many-joins",)}
+                                                   for i in range(joins)])
+    took = group.join_all()
+    last = statistics.median(took[-50:]) * 1000
+    assert last < 15, f"a join into {joins - 1} members took {last:.0f} ms (median of the last 50)"

@@ -1,0 +1,288 @@
+"""What the members of a consumer group (KIP-848) subscribe to, resolved once per change: the
+topic image, the subscription regexes (RE2) and their bounded compile cache, and the matching
+work, done when a subscription or the topics change and never at a heartbeat that changes
+nothing (Kafka's GroupMetadataManager keeps resolved regular expressions and a subscribed-topic
+count for the same reason).
+
+* ``TopicImage``: the topics a consumer group may subscribe to (name -> topic id, partition
+  count) at one version, with the version at which each name appeared, so the names that are
+  new since any older version are found without scanning (``born_after``). The coordinator
+  builds one per change of the broker's topics; every group of every shard shares it.
+* Regexes: a subscription regex is at most ``MAX_REGEX_BYTES`` (32,767: the longest string a
+  ``__consumer_offsets`` record holds, and Kafka's request parser refuses longer ones) and
+  compiles within ``RE2_MAX_MEM`` (RE2 refuses a larger program: "pattern too large"), else
+  INVALID_REGULAR_EXPRESSION before anything changes. Compiled regexes are kept in a cache
+  bounded by their RE2 program sizes (``CACHE_PROGRAM_BUDGET``) and count; a refusal is cached
+  too (a client repeating a bad pattern is not compiled again).
+* ``RegexResolution``: the topic names one regex of a group matches, complete for a version of
+  the image. When the image moves on, only the names born since are matched; when a regex is
+  new to the group (or at a periodic full refresh, which picks up ACL changes) every name is.
+  The work is done in steps of at most ``REFRESH_BUDGET`` units per heartbeat (a unit is about
+  half a microsecond: compiling costs the pattern's length, matching a name a little more than
+  the pattern's length / 1,024), so a group with hundreds of large regexes spreads a refresh
+  over its members' heartbeats instead of stopping the broker for seconds.
+* Names a member subscribes to by name are looked up in the image when its subscription or the
+  image changes: its whole list once, then only the names born since (a binary search in its
+  sorted names), ``member_names``.
+
+Topics a regex matches are filtered by ``may_describe`` (the heartbeating member's DESCRIBE on
+the topic, when ACLs are on), as Kafka's ``filterTopicDescribeAuthorizedTopics`` filters each
+resolution with the context of the member whose heartbeat triggered it.
+
+Pure and synchronous: no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import re2  # google-re2: the RE2 library Kafka's RE2/J ports
+
+from oncelog.protocol.errors import InvalidRegularExpression
+
+__all__ = ["CACHE_PROGRAM_BUDGET", "MAX_REGEX_BYTES", "REFRESH_BUDGET", "RE2_MAX_MEM", "RegexResolution",
+           "TopicImage", "compile_regex", "member_names", "refresh"]
+
+#: the longest subscription regex, in UTF-8 bytes: what a record string holds (Kafka's parser
+#: refuses any longer protocol string)
+MAX_REGEX_BYTES = 0x7FFF
+#: RE2's memory budget for one compiled regex (program, reverse program and DFA caches); a
+#: pattern whose program does not fit is refused ("pattern too large - compile failed")
+RE2_MAX_MEM = 1 << 20
+#: the compile cache keeps at most this many RE2 instructions in all (about 16-32 bytes each)
+CACHE_PROGRAM_BUDGET = 1 << 18
+#: and at most this many patterns
+CACHE_MAX_PATTERNS = 1_024
+#: work units (~0.5 us each) one heartbeat may spend on other members' regexes
+REFRESH_BUDGET = 40_000
+#: a step of a resolution matches at least this many names (so it always progresses)
+MIN_STEP_NAMES = 64
+#: Kafka's group.consumer.regex.refresh.interval.ms default: every regex of a group is resolved
+#: again from scratch this often (new ACLs apply), in budgeted steps
+FULL_REFRESH_MS = 600_000
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a client's bad pattern is its error answer, not a broker log line
+_RE2_OPTIONS.max_mem = RE2_MAX_MEM
+#: RE2 (C++) syntax that RE2/J, which Kafka uses, does not have: ``\C`` (any byte)
+_NOT_RE2J = ("\\C",)
+
+
+# -- the topic image --------------------------------------------------------------------------------
+
+
+class TopicImage:
+    """The topics consumer groups may subscribe to (internal ones are not given), as of
+    ``version`` (versions grow with each change). A name is *born* at the version it appeared
+    (or came back with another topic id); ``previous`` carries the births of names it already had."""
+
+    __slots__ = ("topics", "version", "_born", "_order", "_versions")
+
+    def __init__(self, topics: Mapping[str, tuple[uuid.UUID, int]], version: int,
+                 previous: "TopicImage | None" = None) -> None:
+        self.topics: dict[str, tuple[uuid.UUID, int]] = dict(topics)
+        self.version = version
+        born: dict[str, int] = {}
+        order: list[tuple[int, str]] = []
+        if previous is not None:
+            for v, name in previous._order:  # in birth order already
+                now, then = self.topics.get(name), previous.topics.get(name)
+                if now is not None and then is not None and now[0] == then[0]:
+                    born[name] = v
+                    order.append((v, name))
+        for name in self.topics:
+            if name not in born:
+                born[name] = version
+                order.append((version, name))
+        self._born = born
+        self._order = order
+        self._versions = [v for v, _ in order]
+
+    def born(self, name: str) -> int | None:
+        """The version ``name`` appeared at (None: not a topic now)."""
+        return self._born.get(name)
+
+    def born_after(self, version: int) -> list[str]:
+        """The names that appeared after ``version`` (every name for -1)."""
+        i = bisect.bisect_right(self._versions, version)
+        return [name for _v, name in self._order[i:]]
+
+    @classmethod
+    def following(cls, topics: Mapping[str, tuple[uuid.UUID, int]], previous: "TopicImage | None") -> "TopicImage":
+        """``previous`` again when ``topics`` equals it, else the next version."""
+        if previous is not None and previous.topics == topics:
+            return previous
+        return cls(topics, 0 if previous is None else previous.version + 1, previous)
+
+
+# -- regexes -----------------------------------------------------------------------------------------
+
+
+class _CompileCache:
+    """Compiled regexes (or the refusal) by pattern, least recently used first out, bounded by
+    the sum of their RE2 program sizes and by count."""
+
+    def __init__(self, budget: int, max_patterns: int) -> None:
+        self.budget, self.max_patterns = budget, max_patterns
+        self._entries: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self.cost = 0
+
+    def get(self, pattern: str) -> tuple[Any, bool]:
+        """(compiled regex or an InvalidRegularExpression, whether it was cached)."""
+        hit = self._entries.get(pattern)
+        if hit is not None:
+            self._entries.move_to_end(pattern)
+            return hit[0], True
+        compiled = _compile(pattern)
+        cost = max(1, compiled.programsize) if not isinstance(compiled, InvalidRegularExpression) else 1
+        self._entries[pattern] = (compiled, cost)
+        self.cost += cost
+        while self._entries and (self.cost > self.budget or len(self._entries) > self.max_patterns):
+            _p, (_c, gone) = self._entries.popitem(last=False)
+            self.cost -= gone
+        return compiled, False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.cost = 0
+
+
+def _compile(pattern: str) -> Any:
+    shown = pattern if len(pattern) <= 100 else pattern[:100] + "..."
+    if not pattern:
+        return InvalidRegularExpression("the subscription regex is empty")
+    if len(pattern) * 4 > MAX_REGEX_BYTES and len(pattern.encode("utf-8", "surrogatepass")) > MAX_REGEX_BYTES:
+        return InvalidRegularExpression(f"a regex of {len(pattern)} characters is longer than {MAX_REGEX_BYTES} bytes")
+    if any(s in pattern for s in _NOT_RE2J):
+        return InvalidRegularExpression(f"regex {shown!r} uses syntax RE2/J does not have")
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        return InvalidRegularExpression(f"regex {shown!r} is not valid: {reason}")
+
+
+CACHE = _CompileCache(CACHE_PROGRAM_BUDGET, CACHE_MAX_PATTERNS)
+
+
+def compile_regex(pattern: str) -> Any:
+    """The subscription regex, compiled by RE2 (linear-time matching, as Kafka's RE2/J: no
+    pattern can make matching a topic name slow) and matched against whole topic names as
+    RE2/J's ``matches()`` does (``fullmatch``). Raises InvalidRegularExpression for a pattern RE2
+    refuses (lookaround, backreferences, possessive quantifiers, too large a program, ...), one
+    longer than ``MAX_REGEX_BYTES`` or one using RE2 syntax RE2/J lacks."""
+    compiled, _cached = CACHE.get(pattern)
+    if isinstance(compiled, InvalidRegularExpression):
+        raise InvalidRegularExpression(str(compiled))
+    return compiled
+
+
+def _match_cost(pattern: str) -> int:
+    return 2 + len(pattern) // 1_024
+
+
+@dataclass(slots=True)
+class RegexResolution:
+    """One regex of a group: how many members use it, the names it matched, the image version
+    they are complete for (-1: never resolved), and a resolution under way (``todo`` names left
+    to match for ``todo_version``; ``partial`` what matched so far)."""
+
+    users: int = 0
+    names: frozenset[str] = frozenset()
+    version: int = -1
+    todo: list[str] | None = None
+    todo_version: int = -1
+    partial: set[str] = field(default_factory=set)
+
+    def restart(self) -> None:
+        """Resolve from scratch at the next step (a periodic full refresh)."""
+        self.version, self.todo = -1, None
+
+
+def _step(pattern: str, r: RegexResolution, image: TopicImage, may_describe: Callable[[str], bool] | None,
+          budget: int) -> int:
+    """Advance ``r`` towards ``image``; returns the budget left (negative: overspent by the
+    last unit of work). Completes ``r`` (``version`` = the todo's) when its todo empties."""
+    if r.todo is None:
+        if r.version >= image.version:
+            return budget
+        if r.version < 0:
+            r.partial = set()
+            r.todo = image.born_after(-1)
+        else:  # what still matches and did not come back as another topic, then the new names
+            r.partial = {n for n in r.names if (b := image.born(n)) is not None and b <= r.version}
+            r.todo = image.born_after(r.version)
+        r.todo_version = image.version
+        r.todo.reverse()  # consumed from the end
+    rx, cached = CACHE.get(pattern)
+    if not cached:
+        budget -= len(pattern)
+    if isinstance(rx, InvalidRegularExpression):  # validated when it arrived: cannot happen
+        r.todo = []
+    each = _match_cost(pattern)
+    todo = r.todo
+    floor = len(todo) - MIN_STEP_NAMES  # a step matches some names whatever it cost to compile
+    while todo and (budget > 0 or len(todo) > floor):
+        name = todo.pop()
+        budget -= each
+        if not name.startswith("__") and rx.fullmatch(name) and (may_describe is None or may_describe(name)):
+            r.partial.add(name)
+    if not todo:
+        r.names, r.version, r.todo, r.partial = frozenset(r.partial), r.todo_version, None, set()
+    return budget
+
+
+def refresh(regexes: Mapping[str, RegexResolution], image: TopicImage, may_describe: Callable[[str], bool] | None,
+            first: str | None = None, budget: int = REFRESH_BUDGET) -> tuple[bool, bool]:
+    """Advance the group's regex resolutions towards ``image``: ``first`` (the heartbeating
+    member's regex) completely, the others within ``budget``. Returns (whether every resolution
+    is complete for the image, whether any resolution's names changed)."""
+    changed = False
+    order: Iterable[str] = regexes if first is None else [first, *(p for p in regexes if p != first)]
+    for pattern in order:
+        r = regexes[pattern]
+        if r.todo is None and r.version >= image.version:
+            continue
+        before = r.names
+        if pattern == first:
+            _step(pattern, r, image, may_describe, 1 << 62)  # the member's own regex: its request pays
+        elif budget <= 0:
+            return False, changed
+        else:
+            budget = _step(pattern, r, image, may_describe, budget)
+        changed |= r.names is not before and r.names != before
+        if r.todo is not None:
+            return False, changed
+    return True, changed
+
+
+# -- names ---------------------------------------------------------------------------------------------
+
+
+def _has(sorted_names: tuple[str, ...], name: str) -> bool:
+    i = bisect.bisect_left(sorted_names, name)
+    return i < len(sorted_names) and sorted_names[i] == name
+
+
+def member_names(sorted_names: tuple[str, ...], known: frozenset[str], known_version: int,
+                 image: TopicImage) -> frozenset[str]:
+    """The topics of ``image`` a member subscribes to by name (``sorted_names``, sorted), from
+    what it had at ``known_version`` (-1: nothing yet): the whole list once, then only the names
+    born since."""
+    if known_version < 0:
+        topics = image.topics
+        if len(sorted_names) > len(topics):
+            return frozenset(n for n in topics if _has(sorted_names, n))
+        return frozenset(n for n in sorted_names if n in topics)
+    if known_version >= image.version:
+        return known
+    keep = {n for n in known if (b := image.born(n)) is not None and b <= known_version}
+    keep.update(n for n in image.born_after(known_version) if _has(sorted_names, n))
+    return frozenset(keep)
