@@ -291,3 +291,60 @@ def test_many_joins_with_long_member_ids_cost_what_changed(broker, joins: int) -
     took = group.join_all()
     last = statistics.median(took[-50:]) * 1000
     assert last < 15, f"a join into {joins - 1} members took {last:.0f} ms (median of the last 50)"
+
+
+def _describe(c: ProtocolClient, group: str) -> Any:
+    m = c.classes(apis.CONSUMER_GROUP_DESCRIBE, 1)
+    (g,) = c.request(apis.CONSUMER_GROUP_DESCRIBE, m["ConsumerGroupDescribeRequest"](
+        group_ids=(group,), include_authorized_operations=False), version=1).groups
+    return g
+
+
+def test_a_member_gets_and_sees_only_topics_it_may_describe(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A member with READ on its group only: subscribing by name to a topic it may not DESCRIBE
+    is TOPIC_AUTHORIZATION_FAILED (nothing changes); a regex leaves such topics out of its
+    assignment; ConsumerGroupDescribe of a group holding one answers TOPIC_AUTHORIZATION_FAILED
+    without the members — Kafka's KafkaApis / GroupMetadataManager rules. Before: the topics were
+    assigned and described."""
+    from acl_harness import ANONYMOUS, Grants, admin_client, start_acl_broker
+    from oncelog.acl.model import AclOperation as Op, ResourceType as R
+
+    b = start_acl_broker(tmp_path / "acl-broker")
+    grants = Grants(b, ANONYMOUS)
+    try:
+        with admin_client(b) as admin:
+            _create_topics(admin, ["acl4-visible", "acl4-secret"], partitions=2)
+            visible = _topic_id(admin, "acl4-visible")
+            # the admin's member holds the secret topic in group g4-admin
+            a = _heartbeat(admin, "g4-admin", "admin-member", 0, names=("acl4-secret",))
+            assert a.error_code == ErrorCode.none and len(_owned(a)) == 1, a
+        grants.grant(grants.binding(R.GROUP, "g4", Op.READ), grants.binding(R.GROUP, "g4-admin", Op.DESCRIBE),
+                     grants.binding(R.TOPIC, "acl4-visible", Op.DESCRIBE))
+        with ProtocolClient(b.bootstrap, timeout=60) as c:
+            refused = _heartbeat(c, "g4", "by-name", 0, names=("acl4-visible", "acl4-secret"))
+            assert refused.error_code == ErrorCode.topic_authorization_failed and refused.error_message is None, refused
+            assert _describe_as_admin(b, "g4").error_code == ErrorCode.group_id_not_found  # nothing changed
+            by_name = _heartbeat(c, "g4", "by-name", 0, names=("acl4-visible",))
+            assert by_name.error_code == ErrorCode.none and {t for t, _ in _owned(by_name)} == {visible}, by_name
+            by_regex = _heartbeat(c, "g4", "by-regex", 0, regex="acl4-.*")
+            assert by_regex.error_code == ErrorCode.none, by_regex
+            for _ in range(20):  # the members settle: every partition of the visible topic, nothing else
+                by_name = _heartbeat(c, "g4", "by-name", by_name.member_epoch, owned=_owned(by_name))
+                by_regex = _heartbeat(c, "g4", "by-regex", by_regex.member_epoch, owned=_owned(by_regex))
+            held = {(t, p) for a in (by_name, by_regex) for t, ps in _owned(a) for p in ps}
+            assert held == {(visible, 0), (visible, 1)}, held
+            mine = _describe(c, "g4")
+            assert mine.error_code == ErrorCode.none and {mb.member_id for mb in mine.members} == {"by-name", "by-regex"}
+            hidden = _describe(c, "g4-admin")
+            assert hidden.error_code == ErrorCode.topic_authorization_failed and hidden.members == (), hidden
+            assert hidden.error_message == "The group has described topic(s) that the client is not authorized to describe."
+    finally:
+        grants.close()
+        b.stop()
+
+
+def _describe_as_admin(b, group: str) -> Any:  # type: ignore[no-untyped-def]
+    from acl_harness import admin_client
+
+    with admin_client(b) as admin:
+        return _describe(admin, group)
