@@ -280,7 +280,23 @@ def test_a_member_id_too_long_for_a_record_is_refused_before_the_group_changes(b
     assert "bug:" not in broker.log_tail(10**7)
 
 
-@pytest.mark.parametrize("joins", [1_500, pytest.param(40_000, marks=pytest.mark.long)], ids=["1500", "40000"])
+def test_a_member_record_the_log_refuses_undoes_the_join_instead_of_breaking_the_group(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """A member whose record the log cannot take (here: larger than __consumer_offsets'
+    max.message.bytes, lowered to 100 kB) is refused, and the group is put back as the log has
+    it: the next member joins at once. Before: the member stayed in the group, every later
+    operation of the group wrote its record again and failed (UNKNOWN_SERVER_ERROR) until its
+    session expired."""
+    b = broker_factory("small-messages", {"message.max.bytes": "100000"})
+    with ProtocolClient(b.bootstrap, timeout=60) as c:
+        _create_topics(c, ["refused"], partitions=2)
+        big = _heartbeat(c, "g-refused", "big", 0, names=("refused", *(f"n{i:05x}" for i in range(20_000))))
+        assert big.error_code == ErrorCode.unknown_server_error, big
+        fine = _heartbeat(c, "g-refused", "fine", 0, names=("refused",))
+        assert fine.error_code == ErrorCode.none and len(_owned(fine)[0][1]) == 2, fine
+        assert _heartbeat(c, "g-refused", "big", 1).error_code == ErrorCode.unknown_member_id
+
+
+@pytest.mark.parametrize("joins", [1_500, pytest.param(10_000, marks=pytest.mark.long)], ids=["1500", "10000"])
 def test_many_joins_with_long_member_ids_cost_what_changed(broker, joins: int) -> None:  # type: ignore[no-untyped-def]
     """Thousands of members with 1 KB member ids join one group: a join writes the records of
     what changed (the new member, the targets that moved), not the whole group again."""

@@ -75,6 +75,11 @@ TICK_SECONDS = 0.05
 BATCH_BYTES = 512 * 1024
 
 
+#: append failures that the same records would meet again (too large, not encodable)
+_NEVER_WRITTEN = (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size,
+                  ErrorCode.unknown_server_error)
+
+
 def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
     """What a client is told when an append to ``__consumer_offsets`` failed (as Kafka maps it)."""
     code = exc.code
@@ -322,6 +327,8 @@ class GroupCoordinator:
                 log.warning("__consumer_offsets-%d: append failed: %s", shard.partition, exc)
                 groups = {k.group for k, _ in result.records[done:] if isinstance(k, rec.GroupKey)}
                 shard.store_failed(groups, failure, now)
+                if exc.code in _NEVER_WRITTEN:
+                    shard.consumer_records_refused(result.records[done:], now)
         if self.inbox is not None:  # the store's fencing learns of the change before any answer
             await self.inbox.mirror(shard, None if group_id is None else {group_id, *(k.group for k, _ in result.records)})
         outbox, shard.outbox[:] = list(shard.outbox), []

@@ -156,10 +156,10 @@ def _uniform_homogeneous(ids: list[str], partitions: list[tuple[uuid.UUID, int]]
     floor, extra = divmod(len(partitions), len(ids))
     wanted = set(partitions)
     owner: dict[tuple[uuid.UUID, int], str] = {}
-    count = {mid: 0 for mid in ids}
+    count = dict.fromkeys(ids, 0)
     bigger = extra  # members that may still get floor + 1
-    for mid in ids:
-        for tid, ps in sorted(previous.get(mid, {}).items(), key=lambda kv: str(kv[0])):
+    for mid in sorted(m for m, a in previous.items() if a and m in count):  # (more members than partitions: few)
+        for tid, ps in sorted(previous[mid].items(), key=lambda kv: str(kv[0])):
             for p in sorted(ps):
                 key = (tid, p)
                 if key not in wanted or key in owner:
@@ -170,13 +170,17 @@ def _uniform_homogeneous(ids: list[str], partitions: list[tuple[uuid.UUID, int]]
                     owner[key] = mid
                     count[mid] += 1
     free = iter(k for k in partitions if k not in owner)
+    left = len(partitions) - len(owner)
     for mid in ids:
+        if not left:
+            break  # every partition has its owner (the common case with more members than partitions)
         share = floor + 1 if count[mid] > floor else floor  # above floor: it took a bigger share
         if share == floor and bigger > 0:
             share, bigger = floor + 1, bigger - 1
         while count[mid] < share:
             owner[next(free)] = mid
             count[mid] += 1
+            left -= 1
     out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in ids}
     for (tid, p), mid in owner.items():
         out[mid].setdefault(tid, set()).add(p)

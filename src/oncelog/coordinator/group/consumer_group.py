@@ -151,9 +151,11 @@ class ConsumerGroup:
     #: regex -> its users and resolution (subscriptions.py)
     regexes: dict[str, RegexResolution] = field(default_factory=dict, compare=False, repr=False)
     derived: bool = field(default=False, compare=False, repr=False)
-    #: the image version ``subscribed_topics`` was computed for; ``stale``: compute it again
+    #: the image version ``subscribed_topics`` was computed for; ``stale``: compute it again;
+    #: ``joined``: members that joined since (their topics only added to it)
     topics_version: int = field(default=-1, compare=False, repr=False)
     stale: bool = field(default=True, compare=False, repr=False)
+    joined: list[str] = field(default_factory=list, compare=False, repr=False)
     #: when every regex is resolved again from scratch (0: not scheduled yet)
     next_full_refresh: int = field(default=0, compare=False, repr=False)
     #: members whose records may differ from the log's (None: any member)
@@ -297,8 +299,7 @@ class ConsumerGroups:
                 member = group.members[member_id] = ConsumerMember(
                     member_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
                     now + self.settings.session_timeout_ms,
-                )
-                group.stale = True
+                )  # its subscription is added to the group's below (``joined``)
             else:  # rejoining with epoch 0: it lost everything
                 member.assigned, member.revoking, member.revocation_deadline = {}, {}, None
                 member.state, member.member_epoch, member.previous_epoch = MemberState.STABLE, 0, -1
@@ -313,6 +314,7 @@ class ConsumerGroups:
         member.session_deadline = now + self.settings.session_timeout_ms
         changed = req.member_epoch == 0 and member.member_epoch == 0 and not member.subscribed_names \
             and member.subscribed_regex is None  # a new member
+        joined = changed and not group.stale  # its subscription only adds to the group's
         if req.rebalance_timeout_ms > 0:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.instance_id is not None:
@@ -329,6 +331,9 @@ class ConsumerGroups:
             changed = True
         if req.server_assignor != member.server_assignor and req.server_assignor is not None:
             member.server_assignor, changed = req.server_assignor, True
+        if joined:
+            group.stale = False
+            group.joined.append(member.member_id)
         if self._refresh_topics(group, member, image, now, may_describe) or changed:
             group.group_epoch += 1  # once per heartbeat, whatever changed
         if group.group_epoch > group.assignment_epoch:
@@ -440,14 +445,27 @@ class ConsumerGroups:
             group.next_full_refresh = now + subs.FULL_REFRESH_MS
         if group.regexes:
             _done, resolved = subs.refresh(group.regexes, image, may_describe, member.subscribed_regex)
-            group.stale |= resolved
-        if not group.stale and group.topics_version == image.version:
+            mine = member.subscribed_regex
+            if resolved and not (resolved == {mine} and group.regexes[mine].users == 1 and member.member_id in group.joined):
+                group.stale = True  # (a regex only the member that just joined uses adds to the group's topics)
+        names: set[str]
+        if group.stale or group.topics_version != image.version:
+            names = set()
+            for m in group.members.values():
+                names |= self._member_topics(m, image)
+            for r in group.regexes.values():
+                names.update(n for n in r.names if n in image.topics)
+        elif group.joined:  # members joined, nothing else changed: O(their subscriptions)
+            names = set(group.subscribed_topics)
+            for mid in group.joined:
+                m = group.members.get(mid)
+                if m is not None:
+                    names |= self._member_topics(m, image)
+                    if m.subscribed_regex is not None:
+                        names.update(n for n in group.regexes[m.subscribed_regex].names if n in image.topics)
+        else:
             return False
-        names: set[str] = set()
-        for m in group.members.values():
-            names |= self._member_topics(m, image)
-        for r in group.regexes.values():
-            names.update(n for n in r.names if n in image.topics)
+        group.joined.clear()
         seen = {n: image.topics[n] for n in sorted(names)}
         group.stale, group.topics_version = False, image.version
         if seen == group.subscribed_topics:

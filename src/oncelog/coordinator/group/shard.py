@@ -69,8 +69,9 @@ from oncelog.protocol.errors import (
 from oncelog.types import TopicPartition
 
 E, D = GroupState.EMPTY, GroupState.DEAD
-#: the record keys of one member of a consumer group
+#: the record keys of one member of a consumer group, and of the group
 _MEMBER_KEYS = (crec.MemberKey, crec.TargetMemberKey, crec.CurrentAssignmentKey)
+_GROUP_KEYS = (*_MEMBER_KEYS, crec.GroupEpochKey, crec.SubscriptionKey, crec.TargetEpochKey)
 
 
 def _random_member_id(prefix: str) -> str:
@@ -179,6 +180,17 @@ class GroupShard:
     def store_failed(self, group_ids: set[str], error: KafkaError, now: int) -> None:
         for group_id in group_ids:
             self.membership.store_failed(group_id, error, now)
+
+    def consumer_records_refused(self, records: list[Record], now: int) -> None:
+        """``records`` can never be written (too large for a batch, not encodable): the consumer
+        groups they describe are put back as the log has them, so the change that made them is
+        undone (as Kafka reverts a failed write) instead of failing every later operation of
+        the group (a transient failure of the store keeps the change: the next diff writes it)."""
+        for group_id in {k.group for k, _v in records if isinstance(k, _GROUP_KEYS)}:
+            written = self.consumer_written.pop(group_id, None)
+            self.consumers.groups.pop(group_id, None)
+            for key, value in (written or {}).items():  # in the order the log first had them
+                consumer_store.replay(self.consumers, self.consumer_written, key, value, now)
 
     # -- offsets --------------------------------------------------------------------------------
 

@@ -240,11 +240,11 @@ def _step(pattern: str, r: RegexResolution, image: TopicImage, may_describe: Cal
 
 
 def refresh(regexes: Mapping[str, RegexResolution], image: TopicImage, may_describe: Callable[[str], bool] | None,
-            first: str | None = None, budget: int = REFRESH_BUDGET) -> tuple[bool, bool]:
+            first: str | None = None, budget: int = REFRESH_BUDGET) -> tuple[bool, set[str]]:
     """Advance the group's regex resolutions towards ``image``: ``first`` (the heartbeating
     member's regex) completely, the others within ``budget``. Returns (whether every resolution
-    is complete for the image, whether any resolution's names changed)."""
-    changed = False
+    is complete for the image, the regexes whose names changed)."""
+    changed: set[str] = set()
     order: Iterable[str] = regexes if first is None else [first, *(p for p in regexes if p != first)]
     for pattern in order:
         r = regexes[pattern]
@@ -257,7 +257,8 @@ def refresh(regexes: Mapping[str, RegexResolution], image: TopicImage, may_descr
             return False, changed
         else:
             budget = _step(pattern, r, image, may_describe, budget)
-        changed |= r.names is not before and r.names != before
+        if r.names is not before and r.names != before:
+            changed.add(pattern)
         if r.todo is not None:
             return False, changed
     return True, changed
