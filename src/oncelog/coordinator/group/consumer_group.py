@@ -158,6 +158,8 @@ class ConsumerGroup:
     joined: list[str] = field(default_factory=list, compare=False, repr=False)
     #: when every regex is resolved again from scratch (0: not scheduled yet)
     next_full_refresh: int = field(default=0, compare=False, repr=False)
+    #: the image version every regex is resolved for (-1: some regex is behind)
+    resolved_for: int = field(default=-1, compare=False, repr=False)
     #: members whose records may differ from the log's (None: any member)
     dirty: set[str] | None = field(default=None, compare=False, repr=False)
 
@@ -409,7 +411,7 @@ class ConsumerGroups:
                     r = group.regexes[m.subscribed_regex] = old.get(m.subscribed_regex) or RegexResolution()
                     r.users = 0
                 r.users += 1
-        group.derived, group.stale = True, True
+        group.derived, group.stale, group.resolved_for = True, True, -1
 
     @staticmethod
     def _set_regex(group: ConsumerGroup, member: ConsumerMember, regex: str | None) -> None:
@@ -422,7 +424,10 @@ class ConsumerGroups:
                     del group.regexes[old]
         member.subscribed_regex = regex
         if regex is not None:
-            group.regexes.setdefault(regex, RegexResolution()).users += 1
+            r = group.regexes.setdefault(regex, RegexResolution())
+            r.users += 1
+            if r.version < 0:
+                group.resolved_for = -1
         group.stale = True
 
     @staticmethod
@@ -442,9 +447,11 @@ class ConsumerGroups:
             if group.next_full_refresh:
                 for r in group.regexes.values():
                     r.restart()
+                group.resolved_for = -1
             group.next_full_refresh = now + subs.FULL_REFRESH_MS
-        if group.regexes:
-            _done, resolved = subs.refresh(group.regexes, image, may_describe, member.subscribed_regex)
+        if group.regexes and group.resolved_for != image.version:
+            done, resolved = subs.refresh(group.regexes, image, may_describe, member.subscribed_regex)
+            group.resolved_for = image.version if done else -1
             mine = member.subscribed_regex
             if resolved and not (resolved == {mine} and group.regexes[mine].users == 1 and member.member_id in group.joined):
                 group.stale = True  # (a regex only the member that just joined uses adds to the group's topics)
