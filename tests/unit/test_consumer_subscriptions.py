@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.coordinator.group import assignors
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import subscriptions as subs
 from oncelog.protocol.errors import InvalidRegularExpression, InvalidRequest
@@ -139,3 +140,45 @@ def test_strings_no_record_can_hold_are_refused_before_the_group_changes() -> No
     with pytest.raises(InvalidRequest):
         groups.heartbeat(cg.HeartbeatRequest("g", "m", 0, "i" * 40_000, None, 30_000, ("t",), None, None, {}), image, 0)
     assert groups.groups == {}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["join", "beat", "leave", "change", "topics"]), st.integers(0, 5),
+                          st.sets(st.sampled_from(["a", "b", "c", "d"]), min_size=1), st.booleans()),
+                min_size=1, max_size=30))
+def test_what_the_group_keeps_equals_what_it_would_compute_from_scratch(ops: list) -> None:
+    """Whatever members do (join by names or regex, leave, change subscription, topics come and
+    go), the group's subscribed topics and its subscriber index equal those computed anew."""
+    groups = cg.ConsumerGroups(cg.ConsumerSettings(), lambda: "x")
+    image = subs.TopicImage(_ids("a", "b"), 0)
+    epochs: dict[str, cg.HeartbeatAnswer] = {}
+    for op, k, names, by_regex in ops:
+        mid = f"m{k}"
+        regex = "|".join(sorted(names)) if by_regex else None
+        try:
+            if op == "topics":
+                image = subs.TopicImage.following(_ids(*names), image)
+                if epochs:
+                    mid = sorted(epochs)[0]
+                    epochs[mid] = groups.heartbeat(_req(mid, epochs[mid].member_epoch, owned=epochs[mid].assignment),
+                                                   image, 0)
+            elif op == "join" and mid not in epochs:
+                epochs[mid] = groups.heartbeat(_req(mid, 0, regex=regex, names=None if by_regex else tuple(names)),
+                                               image, 0)
+            elif op == "leave" and mid in epochs:
+                groups.heartbeat(_req(mid, -1), image, 0)
+                del epochs[mid]
+            elif op in ("beat", "change") and mid in epochs:
+                a = epochs[mid]
+                change = {"regex": regex or "", "names": None if by_regex else tuple(names)} if op == "change" else {}
+                epochs[mid] = groups.heartbeat(_req(mid, a.member_epoch, owned=a.assignment, **change), image, 0)
+        except InvalidRequest:
+            continue
+        group = groups.groups.get("g")
+        if group is None:
+            continue
+        expect = {m.member_id: assignors._subscribed(m, image.topics) for m in group.members.values()}
+        if not group.stale:  # (a leave recomputes them at the group's next heartbeat)
+            assert set(group.subscribed_topics) == set().union(set(), *expect.values())
+        if group.index is not None:
+            assert group.index == assignors.subscribers(expect)

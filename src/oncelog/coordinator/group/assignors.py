@@ -9,8 +9,10 @@ O(subscriptions + passes x P log M) otherwise (a heap of the eligible members pe
 range matched every topic against every member's subscription list (topics^2 x members: 0.9 s
 a join for 300 members of 2,000 names) and uniform scanned every eligible member per partition.
 
-A caller that resolved the subscriptions (the group: subscriptions.py) passes them; without them
-each member's names and regex are matched against ``topics`` here.
+A caller that resolved the subscriptions (the group: subscriptions.py) passes them, and may pass
+their inverse (``by_topic``: topic name -> the sorted ids of its subscribers, ``subscribers``),
+which the group keeps up to date as members join; without them each member's names and regex
+are matched against ``topics`` here.
 
 Pure and synchronous: no I/O.
 """
@@ -26,7 +28,7 @@ from oncelog.coordinator.group.subscriptions import compile_regex
 if TYPE_CHECKING:
     from oncelog.coordinator.group.consumer_group import ConsumerMember
 
-__all__ = ["ASSIGNORS", "Assignment", "Subscriptions", "Topics", "assign_range", "assign_uniform"]
+__all__ = ["ASSIGNORS", "Assignment", "Subscriptions", "Topics", "assign_range", "assign_uniform", "subscribers"]
 
 #: partitions by topic id
 Assignment = dict[uuid.UUID, frozenset[int]]
@@ -51,7 +53,7 @@ def _subscriptions(members: "list[ConsumerMember]", topics: Topics, given: Subsc
     return given if given is not None else {m.member_id: _subscribed(m, topics) for m in members}
 
 
-def _subscribers(subscribed: Subscriptions) -> dict[str, list[str]]:
+def subscribers(subscribed: Subscriptions) -> dict[str, list[str]]:
     """topic name -> the member ids subscribed to it, sorted: O(sum of the subscriptions)."""
     out: dict[str, list[str]] = {}
     for mid in sorted(subscribed):
@@ -65,13 +67,16 @@ def _frozen(out: Mapping[str, Mapping[uuid.UUID, set[int]]]) -> dict[str, Assign
 
 
 def assign_range(members: "list[ConsumerMember]", topics: Topics, previous: Mapping[str, Assignment],
-                 subscribed: Subscriptions | None = None) -> dict[str, Assignment]:
+                 subscribed: Subscriptions | None = None,
+                 by_topic: Mapping[str, list[str]] | None = None) -> dict[str, Assignment]:
     """``range``: per topic, the subscribed members (by member id) get contiguous ranges of its
     partitions, the first ones one more when they do not divide evenly. O(subscriptions +
     partitions): a topic with fewer partitions than subscribers visits only those that get one."""
     subscribed = _subscriptions(members, topics, subscribed)
     out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in subscribed}
-    for name, who in _subscribers(subscribed).items():
+    for name, who in (by_topic if by_topic is not None else subscribers(subscribed)).items():
+        if not who:
+            continue
         tid, count = topics[name]
         per, extra = divmod(count, len(who))
         start = 0
@@ -83,7 +88,8 @@ def assign_range(members: "list[ConsumerMember]", topics: Topics, previous: Mapp
 
 
 def assign_uniform(members: "list[ConsumerMember]", topics: Topics, previous: Mapping[str, Assignment],
-                   subscribed: Subscriptions | None = None) -> dict[str, Assignment]:
+                   subscribed: Subscriptions | None = None,
+                   by_topic: Mapping[str, list[str]] | None = None) -> dict[str, Assignment]:
     """``uniform``: every member gets as many partitions as it can (counts differ by at most one
     among members that could take each other's partitions), keeping each member's previous
     target where balance allows (sticky), so few partitions move when members come and go."""
@@ -91,7 +97,7 @@ def assign_uniform(members: "list[ConsumerMember]", topics: Topics, previous: Ma
     ids = sorted(subscribed)
     if not ids:
         return {}
-    by_topic = _subscribers(subscribed)
+    by_topic = {n: who for n, who in (by_topic if by_topic is not None else subscribers(subscribed)).items() if who}
     names = sorted(by_topic)
     if all(len(who) == len(ids) for who in by_topic.values()):  # every member subscribes to every topic
         return _uniform_homogeneous(ids, [(topics[n][0], p) for n in names for p in range(topics[n][1])], previous)
@@ -187,7 +193,8 @@ def _uniform_homogeneous(ids: list[str], partitions: list[tuple[uuid.UUID, int]]
     return _frozen(out)
 
 
-Assignor = Callable[[Any, Topics, Mapping[str, Assignment], "Subscriptions | None"], dict[str, Assignment]]
+Assignor = Callable[[Any, Topics, Mapping[str, Assignment], "Subscriptions | None", "Mapping[str, list[str]] | None"],
+                    dict[str, Assignment]]
 ASSIGNORS: dict[str, Assignor] = {
     "uniform": assign_uniform,
     "range": assign_range,

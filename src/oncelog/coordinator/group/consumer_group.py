@@ -54,13 +54,14 @@ Pure and synchronous: no I/O, time passed in as ``now`` (milliseconds).
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Mapping
 
 from oncelog.coordinator.group import subscriptions as subs
-from oncelog.coordinator.group.assignors import ASSIGNORS, Assignment, Topics, assign_range, assign_uniform
+from oncelog.coordinator.group.assignors import ASSIGNORS, Assignment, Topics, assign_range, assign_uniform, subscribers
 from oncelog.coordinator.group.record_codec import MAX_STRING_BYTES
 from oncelog.coordinator.group.subscriptions import RegexResolution, TopicImage, compile_regex
 from oncelog.protocol.errors import (
@@ -160,6 +161,9 @@ class ConsumerGroup:
     next_full_refresh: int = field(default=0, compare=False, repr=False)
     #: the image version every regex is resolved for (-1: some regex is behind)
     resolved_for: int = field(default=-1, compare=False, repr=False)
+    #: topic name -> the sorted ids of its subscribers (assignors.subscribers), for the image
+    #: version ``topics_version``; None: built again at the next assignment
+    index: dict[str, list[str]] | None = field(default=None, compare=False, repr=False)
     #: members whose records may differ from the log's (None: any member)
     dirty: set[str] | None = field(default=None, compare=False, repr=False)
 
@@ -411,7 +415,7 @@ class ConsumerGroups:
                     r = group.regexes[m.subscribed_regex] = old.get(m.subscribed_regex) or RegexResolution()
                     r.users = 0
                 r.users += 1
-        group.derived, group.stale, group.resolved_for = True, True, -1
+        group.derived, group.stale, group.resolved_for, group.index = True, True, -1, None
 
     @staticmethod
     def _set_regex(group: ConsumerGroup, member: ConsumerMember, regex: str | None) -> None:
@@ -457,6 +461,7 @@ class ConsumerGroups:
                 group.stale = True  # (a regex only the member that just joined uses adds to the group's topics)
         names: set[str]
         if group.stale or group.topics_version != image.version:
+            group.index = None
             names = set()
             for m in group.members.values():
                 names |= self._member_topics(m, image)
@@ -467,9 +472,13 @@ class ConsumerGroups:
             for mid in group.joined:
                 m = group.members.get(mid)
                 if m is not None:
-                    names |= self._member_topics(m, image)
+                    mine = set(self._member_topics(m, image))
                     if m.subscribed_regex is not None:
-                        names.update(n for n in group.regexes[m.subscribed_regex].names if n in image.topics)
+                        mine.update(n for n in group.regexes[m.subscribed_regex].names if n in image.topics)
+                    names |= mine
+                    if group.index is not None:  # the member joins each of its topics' subscribers
+                        for n in mine:
+                            bisect.insort(group.index.setdefault(n, []), mid)
         else:
             return False
         group.joined.clear()
@@ -495,7 +504,10 @@ class ConsumerGroups:
         members = list(group.members.values())
         name = next((m.server_assignor for m in members if m.server_assignor), None) or self.settings.assignors[0]
         before = group.target
-        group.target = ASSIGNORS[name](members, image.topics, before, self._subscriptions(group, image))
+        subscribed = self._subscriptions(group, image)
+        if group.index is None:
+            group.index = subscribers(subscribed)
+        group.target = ASSIGNORS[name](members, image.topics, before, subscribed, group.index)
         group.assignment_epoch = group.group_epoch
         if group.dirty is not None:  # the members whose target moved: their records change
             group.dirty.update(mid for mid, t in group.target.items() if before.get(mid) != t)
@@ -549,12 +561,14 @@ class ConsumerGroups:
         group.members[member_id] = old
         if old_id in group.target:
             group.target[member_id] = group.target.pop(old_id)
+        group.index = None
         group.touch(old_id)
         group.touch(member_id)
         return old
 
     def _remove(self, group: ConsumerGroup, member_id: str) -> None:
         member = group.members.pop(member_id)
+        group.index = None
         if group.derived and member.subscribed_regex is not None:
             self._set_regex(group, member, None)
         group.target.pop(member_id, None)
