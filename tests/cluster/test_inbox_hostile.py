@@ -15,16 +15,16 @@ from __future__ import annotations
 import datetime
 import random
 import string
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import psycopg
 import pytest
 
 import kafka_clients as kc
 from cluster_procs import brokers
+from cluster_store import wait_until
 from oncelog import db
 from oncelog.client import ProtocolClient
 from oncelog.cluster.inbox_schema import COMMIT_SIGNATURE
@@ -61,16 +61,6 @@ def _app(dsn: str) -> psycopg.Connection:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     info["user"] = role
     return psycopg.connect(psycopg.conninfo.make_conninfo(**info), autocommit=True)
-
-
-def _wait(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _call(c: ProtocolClient, api: int, version: int, cls: str, **fields: Any) -> Any:
@@ -128,8 +118,8 @@ def test_a_group_id_the_store_cannot_keep_never_blocks_another_groups_fencing(br
     try:
         with ProtocolClient(broker.bootstrap) as c:
             member, generation = _join_classic(c, "victim", session_ms=1_000)
-            _wait("the victim's membership in the store", lambda: (_mirrored(owner, "victim") or (None,) * 3)[2]
-                  == {member: generation})
+            wait_until(lambda: (_mirrored(owner, "victim") or (None,) * 3)[2] == {member: generation},
+                       30, what="the victim's membership in the store")
             # the hostile commits: refused before anything changes; the poisoned group is served
             assert _commit(c, NUL_GROUP, 5) == ErrorCode.invalid_group_id
             assert _commit(c, random_id, 5) == ErrorCode.invalid_group_id
@@ -138,8 +128,8 @@ def test_a_group_id_the_store_cannot_keep_never_blocks_another_groups_fencing(br
             assert _fetch(c, "poisoned") == (ErrorCode.none, {0: 5})
             # the victim stops heartbeating: its session expires and the store forgets its member
             # in the same mirror write as the poisoned group's (refused) row
-            _wait("the expired member to leave the store's copy", lambda: (_mirrored(owner, "victim") or (None,) * 3)[2]
-                  == {}, timeout=30)
+            wait_until(lambda: (_mirrored(owner, "victim") or (None,) * 3)[2] == {}, 30,
+                       what="the expired member to leave the store's copy")
             # its zombie's database commit is refused inside the application's transaction
             with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as info:
                 with app.transaction():
@@ -152,8 +142,8 @@ def test_a_group_id_the_store_cannot_keep_never_blocks_another_groups_fencing(br
                 group_id="kip848", member_id="m\x00x", member_epoch=0, rebalance_timeout=30_000 * MS,
                 subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None, topic_partitions=()), version=1)
             assert hb.error_code == ErrorCode.none, hb
-            assert _wait("the KIP-848 member in the store", lambda: _mirrored(owner, "kip848")) == \
-                ("consumer", "consumer", {"m\ufffdx": hb.member_epoch})
+            wait_until(lambda: _mirrored(owner, "kip848") is not None, 30, what="the KIP-848 member in the store")
+            assert _mirrored(owner, "kip848") == ("consumer", "consumer", {"m\ufffdx": hb.member_epoch})
         assert _mirrored(owner, "poisoned") is None
         log = broker.log_tail(2_000_000)
         assert "bug:" not in log and "Traceback" not in log, log[-4000:]
