@@ -270,14 +270,15 @@ class GroupCoordinator:
         return await self.runtime.append(partition, batch, now)
 
     async def _run(self, group_id: str, decide: Callable[[GroupShard, int], Result], *, offsets: bool = False,
-                   drain: bool = False) -> Any:
+                   drain: bool = False, removes: bool = False) -> Any:
         """One operation that may write: under the shard's lock, ``decide(shard, now)`` then
         ``_execute``. Returns the response (a future for a parked one). ``drain``: an offset
         write, which first moves the group's database inbox commits into the log (issue 31);
         checked before the lock: a database commit after the check is the newer one, and its
         drain comes after this write. A group id the database inbox cannot keep is refused
-        (InvalidGroupId) before anything changes."""
-        if self.inbox is not None:
+        (InvalidGroupId) before anything changes, unless the operation only ``removes`` (a
+        member, offsets, the group: such a group can only come from an older log)."""
+        if self.inbox is not None and not removes:
             self.inbox.check_group_id(group_id)
         try:
             pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
@@ -372,7 +373,7 @@ class GroupCoordinator:
         shard.heartbeat(group_id, generation, member_id, instance_id, self.clock.now_ms())
 
     async def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError | None]:
-        return await self._run(group_id, lambda shard, now: shard.leave_group(group_id, members, now))
+        return await self._run(group_id, lambda shard, now: shard.leave_group(group_id, members, now), removes=True)
 
     # -- offsets ------------------------------------------------------------------------------------
 
@@ -427,7 +428,8 @@ class GroupCoordinator:
             req, self._topics(), now, may_describe))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
-        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now), drain=True)
+        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now), drain=True,
+                               removes=True)
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
                              producer_epoch: int | None = None) -> None:
@@ -465,7 +467,7 @@ class GroupCoordinator:
         return self._shard(group_id).describe_group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
-        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True)
+        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True, removes=True)
 
     # -- timers ---------------------------------------------------------------------------------------
 
