@@ -239,17 +239,18 @@ class GroupCoordinator:
     # -- the one write path -----------------------------------------------------------------------
 
     @staticmethod
-    def _encoded(recs: list[Any], producer: tuple[int, int] | None) -> list[list[tuple[bytes, bytes | None, tuple]]]:
-        """``recs`` encoded, in batches of about ``BATCH_BYTES`` at most (a record larger than
-        that alone in its batch): the records of one operation on a large group (thousands of
-        members leaving at once) fit no single batch. A transactional operation stays one batch.
-        Raises UnknownServerError for a record that cannot be encoded (a bug: the state machines
-        refuse what no record can hold before they change)."""
+    def _encoded(recs: list[Any], split: bool) -> list[list[tuple[bytes, bytes | None, tuple]]]:
+        """``recs`` encoded; with ``split``, in batches of about ``BATCH_BYTES`` at most (a
+        record larger than that alone in its batch): the records of one operation on a large
+        consumer group (thousands of members leaving at once) fit no single batch. Offset
+        commits (transactional or not) stay one batch: all or nothing, as in Kafka. Raises
+        UnknownServerError for a record that cannot be encoded (a bug: the state machines refuse
+        what no record can hold before they change)."""
         try:
             encoded = [(rec.encode_key(k), rec.encode_value(v), ()) for k, v in recs]
         except ValueError as exc:
             raise UnknownServerError(f"a __consumer_offsets record cannot be encoded: {exc}") from None
-        if producer is not None:
+        if not split:
             return [encoded]
         batches: list[list[tuple[bytes, bytes | None, tuple]]] = [[]]
         size = 0
@@ -317,7 +318,7 @@ class GroupCoordinator:
             pid, epoch = result.producer if result.producer is not None else (-1, -1)
             done = 0
             try:
-                for encoded in self._encoded(result.records, result.producer):
+                for encoded in self._encoded(result.records, split=not offsets and result.producer is None):
                     base = await self._append(shard.partition, encoded, now, result.producer)
                     for i, (key, value) in enumerate(result.records[done:done + len(encoded)]):
                         shard.replay(key, value, record_offset=base + i, now=now, producer_id=pid,
