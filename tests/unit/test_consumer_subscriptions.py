@@ -116,7 +116,7 @@ def test_a_heartbeat_that_changes_nothing_matches_nothing(monkeypatch: pytest.Mo
         raise AssertionError("a regex was compiled or matched at a heartbeat that changes nothing")
 
     monkeypatch.setattr(subs.CACHE, "get", no_matching)
-    monkeypatch.setattr(cg.ConsumerGroups, "_subscriptions", no_matching)
+    monkeypatch.setattr(subs, "subscriptions_of", no_matching)
     for _ in range(3):
         for mid, a in answers.items():
             answers[mid] = groups.heartbeat(_req(mid, a.member_epoch, owned=a.assignment), image, 1)

@@ -54,11 +54,10 @@ Pure and synchronous: no I/O, time passed in as ``now`` (milliseconds).
 
 from __future__ import annotations
 
-import bisect
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 from oncelog.coordinator.group import subscriptions as subs
 from oncelog.coordinator.group.assignors import ASSIGNORS, Assignment, Topics, assign_range, assign_uniform, subscribers
@@ -271,7 +270,7 @@ class ConsumerGroups:
         self._validate(req)
         group = self.groups.get(req.group_id)
         if group is not None:
-            self._derive(group)
+            subs.derive(group)
         # a regex new to the group is compiled (validated) now, as Kafka; "" clears the regex
         if req.subscribed_regex and (group is None or req.subscribed_regex not in group.regexes):
             compile_regex(req.subscribed_regex)
@@ -333,14 +332,14 @@ class ConsumerGroups:
                 member.subscribed_names, member.topics_version, group.stale = names, -1, True
                 changed = True
         if req.subscribed_regex is not None and (req.subscribed_regex or None) != member.subscribed_regex:
-            self._set_regex(group, member, req.subscribed_regex or None)
+            subs.set_regex(group, member, req.subscribed_regex or None)
             changed = True
         if req.server_assignor != member.server_assignor and req.server_assignor is not None:
             member.server_assignor, changed = req.server_assignor, True
         if joined:
             group.stale = False
             group.joined.append(member.member_id)
-        if self._refresh_topics(group, member, image, now, may_describe) or changed:
+        if subs.refresh_topics(group, member, image, now, may_describe) or changed:
             group.group_epoch += 1  # once per heartbeat, whatever changed
         if group.group_epoch > group.assignment_epoch:
             self._assign(group, image)
@@ -398,113 +397,11 @@ class ConsumerGroups:
         if epoch < member.member_epoch and (epoch != member.previous_epoch or not _subset(owned, member.assigned)):
             raise FencedMemberEpoch(f"member epoch {epoch} is behind the coordinator's {member.member_epoch}")
 
-    # -- what the group subscribes to (subscriptions.py) -------------------------------------------
-
-    @staticmethod
-    def _derive(group: ConsumerGroup) -> None:
-        """Rebuild what is derived from the members (after a load or a replayed change)."""
-        if group.derived:
-            return
-        old = group.regexes
-        group.regexes = {}
-        for m in group.members.values():
-            m.topics_version = -1
-            if m.subscribed_regex is not None:
-                r = group.regexes.get(m.subscribed_regex)
-                if r is None:
-                    r = group.regexes[m.subscribed_regex] = old.get(m.subscribed_regex) or RegexResolution()
-                    r.users = 0
-                r.users += 1
-        group.derived, group.stale, group.resolved_for, group.index = True, True, -1, None
-
-    @staticmethod
-    def _set_regex(group: ConsumerGroup, member: ConsumerMember, regex: str | None) -> None:
-        old = member.subscribed_regex
-        if old is not None:
-            r = group.regexes.get(old)
-            if r is not None:
-                r.users -= 1
-                if r.users <= 0:
-                    del group.regexes[old]
-        member.subscribed_regex = regex
-        if regex is not None:
-            r = group.regexes.setdefault(regex, RegexResolution())
-            r.users += 1
-            if r.version < 0:
-                group.resolved_for = -1
-        group.stale = True
-
-    @staticmethod
-    def _member_topics(member: ConsumerMember, image: TopicImage) -> frozenset[str]:
-        if member.topics_version != image.version:
-            member.topics = subs.member_names(member.subscribed_names, member.topics, member.topics_version, image)
-            member.topics_version = image.version
-        return member.topics
-
-    def _refresh_topics(self, group: ConsumerGroup, member: ConsumerMember, image: TopicImage, now: int,
-                        may_describe: Callable[[str], bool] | None) -> bool:
-        """Bring the group's regex resolutions and subscribed topics up to ``image`` (the
-        heartbeating member's regex first and completely, the others within the refresh
-        budget); whether the subscribed topics changed (the caller then bumps the group epoch).
-        A heartbeat that changes nothing, with the topics unchanged, does no work here."""
-        if now >= group.next_full_refresh:
-            if group.next_full_refresh:
-                for r in group.regexes.values():
-                    r.restart()
-                group.resolved_for = -1
-            group.next_full_refresh = now + subs.FULL_REFRESH_MS
-        if group.regexes and group.resolved_for != image.version:
-            done, resolved = subs.refresh(group.regexes, image, may_describe, member.subscribed_regex)
-            group.resolved_for = image.version if done else -1
-            mine = member.subscribed_regex
-            if resolved and not (resolved == {mine} and group.regexes[mine].users == 1 and member.member_id in group.joined):
-                group.stale = True  # (a regex only the member that just joined uses adds to the group's topics)
-        names: set[str]
-        if group.stale or group.topics_version != image.version:
-            group.index = None
-            names = set()
-            for m in group.members.values():
-                names |= self._member_topics(m, image)
-            for r in group.regexes.values():
-                names.update(n for n in r.names if n in image.topics)
-        elif group.joined:  # members joined, nothing else changed: O(their subscriptions)
-            names = set(group.subscribed_topics)
-            for mid in group.joined:
-                m = group.members.get(mid)
-                if m is not None:
-                    mine = set(self._member_topics(m, image))
-                    if m.subscribed_regex is not None:
-                        mine.update(n for n in group.regexes[m.subscribed_regex].names if n in image.topics)
-                    names |= mine
-                    if group.index is not None:  # the member joins each of its topics' subscribers
-                        for n in mine:
-                            bisect.insort(group.index.setdefault(n, []), mid)
-        else:
-            return False
-        group.joined.clear()
-        seen = {n: image.topics[n] for n in sorted(names)}
-        group.stale, group.topics_version = False, image.version
-        if seen == group.subscribed_topics:
-            return False
-        group.subscribed_topics = seen
-        return True
-
-    def _subscriptions(self, group: ConsumerGroup, image: TopicImage) -> dict[str, frozenset[str]]:
-        """member id -> the topics of ``image`` it subscribes to (names and regex)."""
-        by_regex = {p: frozenset(n for n in r.names if n in image.topics) for p, r in group.regexes.items()}
-        out = {}
-        for mid, m in group.members.items():
-            mine = self._member_topics(m, image)
-            if m.subscribed_regex is not None:
-                mine = mine | by_regex.get(m.subscribed_regex, frozenset())
-            out[mid] = mine
-        return out
-
     def _assign(self, group: ConsumerGroup, image: TopicImage) -> None:
         members = list(group.members.values())
         name = next((m.server_assignor for m in members if m.server_assignor), None) or self.settings.assignors[0]
         before = group.target
-        subscribed = self._subscriptions(group, image)
+        subscribed = subs.subscriptions_of(group, image)
         if group.index is None:
             group.index = subscribers(subscribed)
         group.target = ASSIGNORS[name](members, image.topics, before, subscribed, group.index)
@@ -570,7 +467,7 @@ class ConsumerGroups:
         member = group.members.pop(member_id)
         group.index = None
         if group.derived and member.subscribed_regex is not None:
-            self._set_regex(group, member, None)
+            subs.set_regex(group, member, None)
         group.target.pop(member_id, None)
         group.group_epoch += 1
         group.stale = True

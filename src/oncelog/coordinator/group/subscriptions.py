@@ -29,6 +29,11 @@ Topics a regex matches are filtered by ``may_describe`` (the heartbeating member
 the topic, when ACLs are on), as Kafka's ``filterTopicDescribeAuthorizedTopics`` filters each
 resolution with the context of the member whose heartbeat triggered it.
 
+The group's side of it (``derive``, ``set_regex``, ``refresh_topics``, ``subscriptions_of``) keeps
+what the state machine (consumer_group.py) derives from its members: the regexes in use and
+their users, each member's names found in the image, the subscribed topics and the
+topic -> subscribers index the assignors take (kept up to date as members join).
+
 Pure and synchronous: no I/O.
 """
 
@@ -38,14 +43,18 @@ import bisect
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import re2  # google-re2: the RE2 library Kafka's RE2/J ports
 
 from oncelog.protocol.errors import InvalidRegularExpression
 
+if TYPE_CHECKING:
+    from oncelog.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
+
 __all__ = ["CACHE_PROGRAM_BUDGET", "MAX_REGEX_BYTES", "REFRESH_BUDGET", "RE2_MAX_MEM", "RegexResolution",
-           "TopicImage", "compile_regex", "member_names", "refresh"]
+           "TopicImage", "compile_regex", "derive", "member_names", "member_topics", "refresh", "refresh_topics",
+           "set_regex", "subscriptions_of"]
 
 #: the longest subscription regex, in UTF-8 bytes: what a record string holds (Kafka's parser
 #: refuses any longer protocol string)
@@ -287,3 +296,110 @@ def member_names(sorted_names: tuple[str, ...], known: frozenset[str], known_ver
     keep = {n for n in known if (b := image.born(n)) is not None and b <= known_version}
     keep.update(n for n in image.born_after(known_version) if _has(sorted_names, n))
     return frozenset(keep)
+
+
+# -- a group's subscriptions (the state machine's bookkeeping, consumer_group.py) ---------------------
+
+
+def derive(group: "ConsumerGroup") -> None:
+    """Rebuild what is derived from the members (after a load or a replayed change)."""
+    if group.derived:
+        return
+    old = group.regexes
+    group.regexes = {}
+    for m in group.members.values():
+        m.topics_version = -1
+        if m.subscribed_regex is not None:
+            r = group.regexes.get(m.subscribed_regex)
+            if r is None:
+                r = group.regexes[m.subscribed_regex] = old.get(m.subscribed_regex) or RegexResolution()
+                r.users = 0
+            r.users += 1
+    group.derived, group.stale, group.resolved_for, group.index = True, True, -1, None
+
+
+def set_regex(group: "ConsumerGroup", member: "ConsumerMember", regex: str | None) -> None:
+    """``member`` subscribes by ``regex`` now (None: by none): the group's regex users follow."""
+    old = member.subscribed_regex
+    if old is not None:
+        r = group.regexes.get(old)
+        if r is not None:
+            r.users -= 1
+            if r.users <= 0:
+                del group.regexes[old]
+    member.subscribed_regex = regex
+    if regex is not None:
+        r = group.regexes.setdefault(regex, RegexResolution())
+        r.users += 1
+        if r.version < 0:
+            group.resolved_for = -1
+    group.stale = True
+
+
+def member_topics(member: "ConsumerMember", image: TopicImage) -> frozenset[str]:
+    """The topics of ``image`` ``member`` names (``member_names``, kept on the member)."""
+    if member.topics_version != image.version:
+        member.topics = member_names(member.subscribed_names, member.topics, member.topics_version, image)
+        member.topics_version = image.version
+    return member.topics
+
+
+def refresh_topics(group: "ConsumerGroup", member: "ConsumerMember", image: TopicImage, now: int,
+                   may_describe: Callable[[str], bool] | None) -> bool:
+    """Bring the group's regex resolutions and subscribed topics up to ``image`` (the
+    heartbeating member's regex first and completely, the others within the refresh
+    budget); whether the subscribed topics changed (the caller then bumps the group epoch).
+    A heartbeat that changes nothing, with the topics unchanged, does no work here."""
+    if now >= group.next_full_refresh:
+        if group.next_full_refresh:
+            for r in group.regexes.values():
+                r.restart()
+            group.resolved_for = -1
+        group.next_full_refresh = now + FULL_REFRESH_MS
+    if group.regexes and group.resolved_for != image.version:
+        done, resolved = refresh(group.regexes, image, may_describe, member.subscribed_regex)
+        group.resolved_for = image.version if done else -1
+        mine = member.subscribed_regex
+        if resolved and not (resolved == {mine} and group.regexes[mine].users == 1 and member.member_id in group.joined):
+            group.stale = True  # (a regex only the member that just joined uses adds to the group's topics)
+    names: set[str]
+    if group.stale or group.topics_version != image.version:
+        group.index = None
+        names = set()
+        for m in group.members.values():
+            names |= member_topics(m, image)
+        for r in group.regexes.values():
+            names.update(n for n in r.names if n in image.topics)
+    elif group.joined:  # members joined, nothing else changed: O(their subscriptions)
+        names = set(group.subscribed_topics)
+        for mid in group.joined:
+            m = group.members.get(mid)
+            if m is not None:
+                mine = set(member_topics(m, image))
+                if m.subscribed_regex is not None:
+                    mine.update(n for n in group.regexes[m.subscribed_regex].names if n in image.topics)
+                names |= mine
+                if group.index is not None:  # the member joins each of its topics' subscribers
+                    for n in mine:
+                        bisect.insort(group.index.setdefault(n, []), mid)
+    else:
+        return False
+    group.joined.clear()
+    seen = {n: image.topics[n] for n in sorted(names)}
+    group.stale, group.topics_version = False, image.version
+    if seen == group.subscribed_topics:
+        return False
+    group.subscribed_topics = seen
+    return True
+
+
+def subscriptions_of(group: "ConsumerGroup", image: TopicImage) -> dict[str, frozenset[str]]:
+    """member id -> the topics of ``image`` it subscribes to (names and regex)."""
+    by_regex = {p: frozenset(n for n in r.names if n in image.topics) for p, r in group.regexes.items()}
+    out = {}
+    for mid, m in group.members.items():
+        mine = member_topics(m, image)
+        if m.subscribed_regex is not None:
+            mine = mine | by_regex.get(m.subscribed_regex, frozenset())
+        out[mid] = mine
+    return out
