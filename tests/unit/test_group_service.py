@@ -42,6 +42,15 @@ def _replicas(tmp: Path, clock: ManualClock, small_segments: bool = False) -> Re
     return rm
 
 
+async def _loaded(tmp: Path, clock: ManualClock) -> tuple[ReplicaManager, GroupCoordinator]:
+    """A started coordinator on the data dir ``tmp``, every partition loaded."""
+    rm = _replicas(tmp, clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc.start()
+    await asyncio.wait_for(gc.loaded.wait(), 10)
+    return rm, gc
+
+
 def _join(group: str, member_id: str = "", client: str = "c") -> JoinRequest:
     return JoinRequest(group, member_id, None, "consumer", (("range", encode_subscription(["t"])),), 10_000, 10_000,
                        client, "/127.0.0.1", require_known_member_id=True)
@@ -132,11 +141,7 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
         return state, (before, after)
 
     async def reloaded() -> tuple:
-        clock = ManualClock()
-        rm = _replicas(tmp_path, clock)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
-        gc.start()
-        await asyncio.wait_for(gc.loaded.wait(), 10)
+        rm, gc = await _loaded(tmp_path, ManualClock())
         state = _state(gc)
         await gc.stop()
         rm.close()
@@ -162,10 +167,7 @@ def test_thousands_of_members_leaving_at_once_are_written_in_several_batches(tmp
 
     async def go() -> None:
         clock = ManualClock()
-        rm = _replicas(tmp_path, clock)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
-        gc.start()
-        await asyncio.wait_for(gc.loaded.wait(), 10)
+        rm, gc = await _loaded(tmp_path, clock)
 
         def join(member: str) -> cg.HeartbeatRequest:
             return cg.HeartbeatRequest("big", member, 0, None, None, 30_000, ("t",), None, None, {})
@@ -185,10 +187,7 @@ def test_thousands_of_members_leaving_at_once_are_written_in_several_batches(tmp
         assert answer.member_epoch > 0 and answer.assignment
         await gc.stop()
         rm.close()
-        rm2 = _replicas(tmp_path, clock)
-        gc2 = GroupCoordinator(rm2, _config(tmp_path), clock)
-        gc2.start()
-        await asyncio.wait_for(gc2.loaded.wait(), 10)
+        rm2, gc2 = await _loaded(tmp_path, clock)
         assert list(gc2.shards[gc2.partition_for("big")].consumers.groups["big"].members) == ["fresh"]
         await gc2.stop()
         rm2.close()
