@@ -42,6 +42,15 @@ def _replicas(tmp: Path, clock: ManualClock, small_segments: bool = False) -> Re
     return rm
 
 
+async def _loaded(tmp: Path, clock: ManualClock) -> tuple[ReplicaManager, GroupCoordinator]:
+    """A started coordinator on the data dir ``tmp``, every partition loaded."""
+    rm = _replicas(tmp, clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc.start()
+    await asyncio.wait_for(gc.loaded.wait(), 10)
+    return rm, gc
+
+
 def _join(group: str, member_id: str = "", client: str = "c") -> JoinRequest:
     return JoinRequest(group, member_id, None, "consumer", (("range", encode_subscription(["t"])),), 10_000, 10_000,
                        client, "/127.0.0.1", require_known_member_id=True)
@@ -132,11 +141,7 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
         return state, (before, after)
 
     async def reloaded() -> tuple:
-        clock = ManualClock()
-        rm = _replicas(tmp_path, clock)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
-        gc.start()
-        await asyncio.wait_for(gc.loaded.wait(), 10)
+        rm, gc = await _loaded(tmp_path, ManualClock())
         state = _state(gc)
         await gc.stop()
         rm.close()
@@ -151,3 +156,40 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
     assert again[0] == committed
     assert again[2] == pending, "the open transaction's offsets are pending again"
     assert {g: v for g, v in again[1].items()} == groups
+
+
+def test_thousands_of_members_leaving_at_once_are_written_in_several_batches(tmp_path: Path) -> None:
+    """1,200 KIP-848 members with 1 KB member ids time out together: their 3,600 tombstones (about
+    3.7 MB) exceed a batch (message.max.bytes), so they are written in batches of at most 512 KiB;
+    the group then serves a new member and a restarted coordinator loads it empty. Before: one
+    batch, MESSAGE_TOO_LARGE at every tick, the log holding the members for ever."""
+    from oncelog.coordinator.group import consumer_group as cg
+
+    async def go() -> None:
+        clock = ManualClock()
+        rm, gc = await _loaded(tmp_path, clock)
+
+        def join(member: str) -> cg.HeartbeatRequest:
+            return cg.HeartbeatRequest("big", member, 0, None, None, 30_000, ("t",), None, None, {})
+
+        for i in range(1_200):
+            await gc.consumer_heartbeat(join(f"{i:05d}-" + "m" * 1_000))
+        shard = gc.shards[gc.partition_for("big")]
+        assert len(shard.consumers.groups["big"].members) == 1_200
+        clock.advance(60_000)  # past the session timeout (45 s)
+        for _ in range(100):  # the timer loop removes them (bounded wait)
+            await asyncio.sleep(0.05)
+            if not shard.consumers.groups["big"].members:
+                break
+        assert not shard.consumers.groups["big"].members
+        assert len(shard.consumer_written["big"]) == 3  # the group's own records only
+        answer = await gc.consumer_heartbeat(join("fresh"))
+        assert answer.member_epoch > 0 and answer.assignment
+        await gc.stop()
+        rm.close()
+        rm2, gc2 = await _loaded(tmp_path, clock)
+        assert list(gc2.shards[gc2.partition_for("big")].consumers.groups["big"].members) == ["fresh"]
+        await gc2.stop()
+        rm2.close()
+
+    asyncio.run(go())

@@ -76,11 +76,19 @@ RULES: dict[int, dict[str, Need]] = {
                                                      "key type TRANSACTION")},
     apis.JOIN_GROUP: _MEMBER,
     apis.HEARTBEAT: _MEMBER,
-    apis.CONSUMER_GROUP_HEARTBEAT: _MEMBER,  # issue 30 (KIP-848): READ on the group
+    apis.CONSUMER_GROUP_HEARTBEAT: {  # issue 30 (KIP-848)
+        **_MEMBER,
+        "topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, REQ,
+                      "every subscribed topic name; the topics a regex matches: those refused are left out"),
+    },
     apis.LEAVE_GROUP: _MEMBER,
     apis.SYNC_GROUP: _MEMBER,
     apis.DESCRIBE_GROUPS: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},
-    apis.CONSUMER_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM)},  # issue 30
+    apis.CONSUMER_GROUP_DESCRIBE: {  # issue 30
+        "group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM),
+        "topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, ITEM,
+                      "every topic of the group's assignments: else the group, without its members"),
+    },
     apis.SHARE_GROUP_HEARTBEAT: {**_MEMBER,  # issue 30 (KIP-932): READ on the group
                                  "topic": Need(R.TOPIC, Op.DESCRIBE, _TOPIC, REQ, "every subscribed topic name")},
     apis.SHARE_GROUP_DESCRIBE: {"group": Need(R.GROUP, Op.DESCRIBE, _GROUP, ITEM),

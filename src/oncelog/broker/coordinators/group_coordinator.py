@@ -70,6 +70,14 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024  # offsets.topic.segment.bytes
 TICK_SECONDS = 0.05
+#: the records of one operation go in batches of about this size at most (message.max.bytes of
+#: __consumer_offsets is 1,048,588 by default; a single larger record cannot be written)
+BATCH_BYTES = 512 * 1024
+
+
+#: append failures that the same records would meet again (too large, not encodable)
+_NEVER_WRITTEN = (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size,
+                  ErrorCode.unknown_server_error)
 
 
 def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
@@ -126,6 +134,9 @@ class GroupCoordinator:
         self._tasks: list[asyncio.Task[None]] = []
         #: cluster mode: the database inbox (broker/membership/inbox.py; issue 31), else None
         self.inbox: Any = None
+        #: the topics consumer groups see, and the replicas' topics_version it was built from
+        self._image: cg.TopicImage | None = None
+        self._image_of = -1
 
     @property
     def shards(self) -> dict[int, GroupShard]:
@@ -227,21 +238,49 @@ class GroupCoordinator:
 
     # -- the one write path -----------------------------------------------------------------------
 
-    async def _append(self, partition: int, recs: list[Any], now: int, producer: tuple[int, int] | None) -> int:
+    @staticmethod
+    def _encoded(recs: list[Any], split: bool) -> list[list[tuple[bytes, bytes | None, tuple]]]:
+        """``recs`` encoded; with ``split``, in batches of about ``BATCH_BYTES`` at most (a
+        record larger than that alone in its batch): the records of one operation on a large
+        consumer group (thousands of members leaving at once) fit no single batch. Offset
+        commits (transactional or not) stay one batch: all or nothing, as in Kafka. Raises
+        UnknownServerError for a record that cannot be encoded (a bug: the state machines refuse
+        what no record can hold before they change)."""
+        try:
+            encoded = [(rec.encode_key(k), rec.encode_value(v), ()) for k, v in recs]
+        except ValueError as exc:
+            raise UnknownServerError(f"a __consumer_offsets record cannot be encoded: {exc}") from None
+        if not split:
+            return [encoded]
+        batches: list[list[tuple[bytes, bytes | None, tuple]]] = [[]]
+        size = 0
+        for r in encoded:
+            n = len(r[0]) + (len(r[1]) if r[1] is not None else 0) + 24
+            if batches[-1] and size + n > BATCH_BYTES:
+                batches.append([])
+                size = 0
+            batches[-1].append(r)
+            size += n
+        return batches
+
+    async def _append(self, partition: int, encoded: list[tuple[bytes, bytes | None, tuple]], now: int,
+                      producer: tuple[int, int] | None) -> int:
         pid, epoch = producer if producer is not None else (-1, -1)
-        batch = records.build_batch(
-            [(rec.encode_key(k), rec.encode_value(v), ()) for k, v in recs],
-            timestamp_ms=now, producer_id=pid, producer_epoch=epoch, transactional=producer is not None,
-        )
+        batch = records.build_batch(encoded, timestamp_ms=now, producer_id=pid, producer_epoch=epoch,
+                                    transactional=producer is not None)
         return await self.runtime.append(partition, batch, now)
 
     async def _run(self, group_id: str, decide: Callable[[GroupShard, int], Result], *, offsets: bool = False,
-                   drain: bool = False) -> Any:
+                   drain: bool = False, removes: bool = False) -> Any:
         """One operation that may write: under the shard's lock, ``decide(shard, now)`` then
         ``_execute``. Returns the response (a future for a parked one). ``drain``: an offset
         write, which first moves the group's database inbox commits into the log (issue 31);
         checked before the lock: a database commit after the check is the newer one, and its
-        drain comes after this write."""
+        drain comes after this write. A group id the database inbox cannot keep is refused
+        (InvalidGroupId) before anything changes, unless the operation only ``removes`` (a
+        member, offsets, the group: such a group can only come from an older log)."""
+        if self.inbox is not None and not removes:
+            self.inbox.check_group_id(group_id)
         try:
             pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
         except KafkaError as exc:  # the store: the client retries, as after a failed append
@@ -276,18 +315,22 @@ class GroupCoordinator:
             self._reply_partition[result.response.reply_id] = shard.partition
         failure: KafkaError | None = None
         if result.records:
+            pid, epoch = result.producer if result.producer is not None else (-1, -1)
+            done = 0
             try:
-                base = await self._append(shard.partition, result.records, now, result.producer)
+                for encoded in self._encoded(result.records, split=not offsets and result.producer is None):
+                    base = await self._append(shard.partition, encoded, now, result.producer)
+                    for i, (key, value) in enumerate(result.records[done:done + len(encoded)]):
+                        shard.replay(key, value, record_offset=base + i, now=now, producer_id=pid,
+                                     producer_epoch=epoch, transactional=result.producer is not None)
+                    done += len(encoded)
             except KafkaError as exc:
                 failure = _coordinator_error(exc, offsets=offsets)
                 log.warning("__consumer_offsets-%d: append failed: %s", shard.partition, exc)
-                groups = {k.group for k, _ in result.records if isinstance(k, rec.GroupKey)}
+                groups = {k.group for k, _ in result.records[done:] if isinstance(k, rec.GroupKey)}
                 shard.store_failed(groups, failure, now)
-            else:
-                pid, epoch = result.producer if result.producer is not None else (-1, -1)
-                for i, (key, value) in enumerate(result.records):
-                    shard.replay(key, value, record_offset=base + i, now=now, producer_id=pid,
-                                 producer_epoch=epoch, transactional=result.producer is not None)
+                if exc.code in _NEVER_WRITTEN:
+                    shard.consumer_records_refused(result.records[done:], now)
         if self.inbox is not None:  # the store's fencing learns of the change before any answer
             await self.inbox.mirror(shard, None if group_id is None else {group_id, *(k.group for k, _ in result.records)})
         outbox, shard.outbox[:] = list(shard.outbox), []
@@ -331,7 +374,7 @@ class GroupCoordinator:
         shard.heartbeat(group_id, generation, member_id, instance_id, self.clock.now_ms())
 
     async def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError | None]:
-        return await self._run(group_id, lambda shard, now: shard.leave_group(group_id, members, now))
+        return await self._run(group_id, lambda shard, now: shard.leave_group(group_id, members, now), removes=True)
 
     # -- offsets ------------------------------------------------------------------------------------
 
@@ -364,20 +407,30 @@ class GroupCoordinator:
 
     # -- consumer groups (KIP-848) ------------------------------------------------------------------
 
-    def _topics(self) -> dict[str, tuple[Any, int]]:
-        """The topics a consumer group may subscribe to: name -> (topic id, partition count)."""
-        return {name: (meta.topic_id, meta.num_partitions) for name, meta in self.replicas.topics.items()
-                if not meta.internal}
+    def _topics(self) -> cg.TopicImage:
+        """The topics a consumer group may subscribe to (name -> topic id, partition count), as
+        an image built again only when the broker's topics changed (``topics_version``)."""
+        version = self.replicas.topics_version
+        if self._image is None or self._image_of != version:
+            topics = {name: (meta.topic_id, meta.num_partitions) for name, meta in self.replicas.topics.items()
+                      if not meta.internal}
+            self._image, self._image_of = cg.TopicImage.following(topics, self._image), version
+        return self._image
 
     def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
         """The consumer group as the shard has it (read only: the caller must not change it)."""
         return self._shard(group_id).describe_consumer_group(group_id)
 
-    async def consumer_heartbeat(self, req: cg.HeartbeatRequest) -> cg.HeartbeatAnswer:
-        return await self._run(req.group_id, lambda shard, now: shard.consumer_heartbeat(req, self._topics(), now))
+    async def consumer_heartbeat(self, req: cg.HeartbeatRequest,
+                                 may_describe: Callable[[str], bool] | None = None) -> cg.HeartbeatAnswer:
+        """``may_describe``: the member's DESCRIBE on a topic (None: ACLs off), for the topics
+        its group's regexes resolve to (as Kafka filters them)."""
+        return await self._run(req.group_id, lambda shard, now: shard.consumer_heartbeat(
+            req, self._topics(), now, may_describe))
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
-        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now), drain=True)
+        return await self._run(group_id, lambda shard, now: shard.delete_offsets(group_id, partitions, now), drain=True,
+                               removes=True)
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
                              producer_epoch: int | None = None) -> None:
@@ -415,7 +468,7 @@ class GroupCoordinator:
         return self._shard(group_id).describe_group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
-        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True)
+        await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True, removes=True)
 
     # -- timers ---------------------------------------------------------------------------------------
 

@@ -60,6 +60,8 @@ if TYPE_CHECKING:  # kio's classes of the versions served (annotations only)
     GroupTopic = OffsetCommitTopic | TxnOffsetCommitTopic | OffsetFetchTopic | OffsetFetchTopics
 
 _MS = datetime.timedelta(milliseconds=1)
+#: the all-zero topic id (no topic has it; kio reads it from a request as None, writes None as it)
+ZERO_ID = uuid.UUID(int=0)
 
 
 def ms(value: datetime.timedelta | int) -> int:
@@ -82,11 +84,12 @@ def unknown_id_key(topic_id: uuid.UUID) -> str:
 
 def topic_key(broker: BrokerContext, t: "GroupTopic") -> str:
     """The name of a request topic entity that names its topic by ``name`` or, in the versions
-    that have it, by ``topic_id``: an id the broker does not know gives ``unknown_id_key``."""
-    topic_id = getattr(t, "topic_id", None)
-    if topic_id is None or hasattr(t, "name"):
+    that have it, by ``topic_id``: an id the broker does not know, the all-zero id among them
+    (which kio reads as None), gives ``unknown_id_key``: UNKNOWN_TOPIC_ID, as Kafka answers it."""
+    if hasattr(t, "name"):
         return t.name
-    meta = broker.replicas.topic_by_id(topic_id)
+    topic_id = t.topic_id or ZERO_ID  # kio reads the all-zero id as None
+    meta = broker.replicas.topic_by_id(topic_id) if topic_id.int else None
     return meta.name if meta is not None else unknown_id_key(topic_id)
 
 

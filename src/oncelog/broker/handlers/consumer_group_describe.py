@@ -3,7 +3,10 @@ issue 30) as the coordinator has them: state, group epoch, target assignment epo
 and per member its epoch, subscription, current assignment and target assignment (topics by id
 and name). A group that does not exist, or is a classic group, is GROUP_ID_NOT_FOUND with a
 message, as Kafka. v1 adds the member type (1: a consumer-protocol member). ACLs: DESCRIBE on
-each group; authorized operations when asked (KIP-430).
+each group; authorized operations when asked (KIP-430); and, as Kafka, DESCRIBE on every topic
+of the group's assignments and target assignments: a group naming one the client may not
+describe answers TOPIC_AUTHORIZATION_FAILED ("The group has described topic(s) that the client
+is not authorized to describe.") without its members.
 """
 
 from __future__ import annotations
@@ -22,6 +25,19 @@ from oncelog.protocol.messages import Builder
 
 API_KEY = apis.CONSUMER_GROUP_DESCRIBE
 CONSUMER_MEMBER = 1  # member_type: -1 unknown, 0 classic, 1 consumer
+#: Kafka's message for a group naming a topic the client may not describe
+HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def _topic_names(broker: BrokerContext, group: Any) -> set[str]:
+    """The names of the topics in the members' assignments and target assignments."""
+    ids: set[Any] = set()
+    for mb in group.members.values():
+        ids.update(mb.assigned)
+        ids.update(mb.revoking)
+    for target in group.target.values():
+        ids.update(target)
+    return {meta.name for tid in ids if (meta := broker.replicas.topic_by_id(tid)) is not None}
 
 
 def _assignment(broker: BrokerContext, m: Builder, a: "Assignment") -> Any:
@@ -48,6 +64,12 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             out.append(m.DescribedGroup(
                 error_code=exc.code, error_message=str(exc) or None, group_id=group_id, group_state="Dead",
                 group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=ops))
+            continue
+        if g is not None and not all(g.allowed("topic", name) for name in _topic_names(broker, group)):
+            out.append(m.DescribedGroup(
+                error_code=ErrorCode.topic_authorization_failed, error_message=HIDDEN_TOPICS, group_id=group_id,
+                group_state="Dead", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                authorized_operations=ops))
             continue
         settings = broker.groups.settings.consumer
         assignor = next((mb.server_assignor for mb in group.members.values() if mb.server_assignor),

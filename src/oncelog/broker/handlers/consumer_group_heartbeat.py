@@ -9,11 +9,17 @@ Errors: INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, UNKNO
 FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND (a classic group with members has the id),
 GROUP_MAX_SIZE_REACHED, UNRELEASED_INSTANCE_ID, with a message; NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for
 every group API.
+
+ACLs, as Kafka's KafkaApis and GroupMetadataManager: READ on the group (else
+GROUP_AUTHORIZATION_FAILED); DESCRIBE on every subscribed topic name (else
+TOPIC_AUTHORIZATION_FAILED for the whole heartbeat, no message, nothing changed); the topics a
+regex matches that the member may not DESCRIBE are left out of the group's resolution of it.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any
 
 from oncelog.broker.context import BrokerContext, Client
@@ -30,6 +36,11 @@ API_KEY = apis.CONSUMER_GROUP_HEARTBEAT
 _MS = datetime.timedelta(milliseconds=1)
 
 
+def _refused(m: Builder, code: ErrorCode, message: str | None = None) -> Any:
+    return m.ConsumerGroupHeartbeatResponse(error_code=code, error_message=message, member_id=None, member_epoch=-1,
+                                            heartbeat_interval=0 * _MS, assignment=None)
+
+
 async def handle(broker: BrokerContext, request: Request, client: Client) -> Any:
     req = request.body
     m = Builder(API_KEY, request.api_version)
@@ -37,7 +48,13 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if not req.group_id:
             raise InvalidRequest("GroupId can't be empty.")
         validate_group_id(req.group_id)
-        _acl.check(_acl.gate(broker, client, API_KEY), "group", req.group_id)  # READ on the group
+        gate = _acl.gate(broker, client, API_KEY)
+        _acl.check(gate, "group", req.group_id)  # READ on the group
+        may_describe = None
+        if gate is not None:
+            if req.subscribed_topic_names and not all(gate.allowed("topic", n) for n in set(req.subscribed_topic_names)):
+                return _refused(m, ErrorCode.topic_authorization_failed)  # as Kafka: no message
+            may_describe = functools.partial(gate.allowed, "topic")
         if req.member_epoch == 0:
             _share.refuse_share_group_id(broker, req.group_id, GroupIdNotFound)  # a share group's id (KIP-932)
         owned = None
@@ -51,12 +68,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
             subscribed_names=None if req.subscribed_topic_names is None else tuple(req.subscribed_topic_names),
             subscribed_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
             owned=owned, client_id=request.client_id or "", client_host=client_host(client),
-        ))
+        ), may_describe)
     except KafkaError as exc:
-        return m.ConsumerGroupHeartbeatResponse(
-            error_code=exc.code, error_message=str(exc) or None, member_id=None, member_epoch=-1,
-            heartbeat_interval=0 * _MS, assignment=None,
-        )
+        return _refused(m, exc.code, str(exc) or None)
     assignment = None
     if answer.assignment is not None:
         assignment = m.Assignment(topic_partitions=tuple(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from oncelog.broker.context import BrokerContext, Client
 from oncelog.broker.handlers import _acl
-from oncelog.broker.handlers._group import topic_id_of, topic_key
+from oncelog.broker.handlers._group import ZERO_ID, topic_id_of, topic_key
 
 from oncelog.protocol.messages import Builder
 from oncelog.coordinator.group.types import validate_group_id
@@ -73,7 +73,8 @@ def _fetch(broker: BrokerContext, group_id: str, topics: "Sequence[OffsetFetchTo
 def _topics(m: Builder, rows: list[Any], topic_cls: str, part_cls: str,
             ids: dict[str, uuid.UUID | None] | None = None) -> tuple[Any, ...]:
     """The answer's topics; ``ids`` (v10+): name -> topic id, by which the answer names them
-    (a topic without one, deleted since its offsets were committed, is left out)."""
+    (a topic without one, deleted since its offsets were committed, is left out; an id asked
+    for is answered under that id, the all-zero one too: UNKNOWN_TOPIC_ID, as Kafka)."""
     by_topic: dict[str, list[Any]] = {}
     for tp, o, code in rows:
         by_topic.setdefault(tp.topic, []).append(
@@ -109,8 +110,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 rows = []  # a group-level error carries no partitions (as Kafka)
             ids = None
             if v >= TOPIC_IDS_FROM:
-                asked = {topic_key(broker, t): t.topic_id for t in g.topics or ()}
-                ids = {tp.topic: asked.get(tp.topic) or _known_id(broker, tp.topic) for tp, _o, _c in rows}
+                asked = {topic_key(broker, t): t.topic_id or ZERO_ID for t in g.topics or ()}
+                ids = {tp.topic: asked[tp.topic] if tp.topic in asked else _known_id(broker, tp.topic)
+                       for tp, _o, _c in rows}
             out.append(
                 m.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=code,

@@ -13,6 +13,14 @@ this broker coordinates:
    new generation (JoinGroup/SyncGroup answers, heartbeat answers) only after the store's
    fencing does. Rows are UPDATEd, never deleted (a group that went away becomes kind 'none');
    applications' transactions read them without locking them, so no write here waits for one.
+   Each group is written on its own (a savepoint per group when one write holds several): a
+   group the store refuses is logged and tried again at its next change, and never keeps
+   another group's row from being written (a member removed elsewhere is fenced at once).
+   A group id the store cannot hold as ``text`` or in its btree index (a NUL character, or
+   more than ``MAX_GROUP_ID_BYTES``) is refused at the group APIs with INVALID_GROUP_ID before
+   any state changes (``check_group_id``, called by the group coordinator); an application
+   could not name such a group in ``oncelog.commit_offsets`` anyway. A member id with a NUL is
+   mirrored with U+FFFD in its place (``jsonb`` refuses NUL; no application can name it).
 2. **Read-through** (OffsetFetch at once). ``overlay`` answers OffsetFetch with the newest
    pending (committed, not yet drained) row of each partition in place of the coordinator's
    offset: every offset write of a group known to use the inbox drains the group's pending rows
@@ -57,10 +65,11 @@ from oncelog.coordinator.group import records as rec
 from oncelog.coordinator.group.offsets import CommittedOffset
 from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.group.types import Result
-from oncelog.protocol.errors import KafkaError, UnstableOffsetCommit
+from oncelog.protocol.errors import InvalidGroupId, KafkaError, UnstableOffsetCommit
+from oncelog.storable import unstorable
 from oncelog.types import TopicPartition
 
-__all__ = ["Inbox", "snapshot"]
+__all__ = ["MAX_GROUP_ID_BYTES", "Inbox", "snapshot", "unstorable_group_id"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +78,12 @@ POLL_S = 1.0
 #: (OffsetFetch reads pending commits through: this delays no reader)
 DRAIN_LINGER_S = 0.05
 WARN_EVERY_S = 10.0
+
+#: The longest group id (UTF-8 bytes) the store keeps: ``oncelog.inbox_group``'s primary key and
+#: ``oncelog.inbox``'s index are btrees, whose entries PostgreSQL caps at 2,704 bytes (a third of
+#: a page) after compression; ~2.7 KB of random characters does not compress. 2,048 leaves room
+#: for the index's own bytes whatever the id holds.
+MAX_GROUP_ID_BYTES = 2_048
 
 #: kind, generation, state, {member id: generation or member epoch}
 Snapshot = tuple[str, int, str, dict[str, int]]
@@ -85,21 +100,39 @@ _INSERT = ("INSERT INTO oncelog.inbox_group (offsets_partition, kind, generation
            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (group_id) DO NOTHING")
 
 
+def unstorable_group_id(group_id: str) -> str | None:
+    """Why the store cannot keep ``group_id`` (a short reason), or None when it can."""
+    why = unstorable(group_id)
+    if why is not None:
+        return why
+    if len(group_id) * 4 > MAX_GROUP_ID_BYTES and len(group_id.encode("utf-8")) > MAX_GROUP_ID_BYTES:
+        return f"is longer than {MAX_GROUP_ID_BYTES} UTF-8 bytes"
+    return None
+
+
+def _member_key(member_id: str) -> str:
+    """A member id as the mirror's jsonb can hold it (NUL -> U+FFFD; no application can name it)."""
+    return member_id.replace("\x00", "\ufffd") if "\x00" in member_id else member_id
+
+
 def snapshot(shard: Any, group_id: str) -> Snapshot:
     """What the store's fencing needs of ``group_id`` in ``shard`` (a GroupShard), as the shard
     decides an OffsetCommit: a classic group wins over a consumer group of the same id."""
     group = shard.groups.get(group_id)
     if group is not None:
-        return ("classic", group.generation, group.state.value, {m: group.generation for m in group.members})
+        return ("classic", group.generation, group.state.value,
+                {_member_key(m): group.generation for m in group.members})
     consumer = shard.consumers.groups.get(group_id)
     if consumer is not None:
         return ("consumer", consumer.group_epoch, "consumer",
-                {m.member_id: m.member_epoch for m in consumer.members.values()})
+                {_member_key(m.member_id): m.member_epoch for m in consumer.members.values()})
     return ABSENT
 
 
 def _groups(shard: Any) -> set[str]:
-    return set(shard.groups) | set(shard.consumers.groups)
+    """The groups of ``shard`` the store can hold (others were refused, or are older than the
+    rule: nothing in the store can name them)."""
+    return {g for g in (*shard.groups, *shard.consumers.groups) if unstorable_group_id(g) is None}
 
 
 class Inbox:
@@ -135,6 +168,15 @@ class Inbox:
         self.drained = 0  # commits moved into __consumer_offsets since start (tests, logs)
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    @staticmethod
+    def check_group_id(group_id: str) -> None:
+        """Raises InvalidGroupId for a group id the store cannot keep (``unstorable_group_id``):
+        the group coordinator asks before any operation that changes a group."""
+        why = unstorable_group_id(group_id)
+        if why is not None:
+            raise InvalidGroupId(f"a group id that {why} cannot be used on this cluster: its store "
+                                 "(PostgreSQL) keeps every group's id for oncelog.commit_offsets")
 
     def available(self) -> bool:
         """Whether the store has the inbox (schema oncelog with oncelog.inbox)."""
@@ -180,6 +222,8 @@ class Inbox:
         current = _groups(shard)
         changed: dict[str, Snapshot] = {}
         for g in (current | set(written)) if group_ids is None else set(group_ids):
+            if unstorable_group_id(g) is not None:
+                continue  # refused at the APIs; loaded from an older log: nothing in the store names it
             last = written.get(g)
             if last is None and g not in current:
                 continue  # neither held nor ever written: nothing to say
@@ -206,7 +250,18 @@ class Inbox:
         self._written.pop(partition, None)
 
     async def _write(self, partition: int, snaps: dict[str, Snapshot], *, replace: bool) -> None:
+        """Write ``snaps`` in one transaction, each group under its own savepoint: a group the
+        store refuses is left out (logged, tried again at its next change) and the others are
+        written. A broken connection fails them all (retried likewise)."""
         rows = [(partition, k, gen, state, json.dumps(members), g) for g, (k, gen, state, members) in snaps.items()]
+        refused: dict[str, str] = {}
+
+        def upsert(cur: Any, row: tuple) -> None:
+            cur.execute(_UPDATE, row)
+            if cur.rowcount == 0:
+                cur.execute(_INSERT, row)
+                if cur.rowcount == 0:  # inserted by another broker meanwhile
+                    cur.execute(_UPDATE, row)
 
         def write() -> None:
             with self._writer.transaction() as conn:
@@ -216,18 +271,22 @@ class Inbox:
                                     "members = '{}' WHERE offsets_partition = %s AND kind <> 'none' "
                                     "AND NOT group_id = ANY(%s)", (partition, list(snaps)))
                     for row in rows:
-                        cur.execute(_UPDATE, row)
-                        if cur.rowcount == 0:
-                            cur.execute(_INSERT, row)
-                            if cur.rowcount == 0:  # inserted by another broker meanwhile
-                                cur.execute(_UPDATE, row)
+                        try:
+                            with conn.transaction():  # a savepoint: this group's failure is its own
+                                upsert(cur, row)
+                        except Exception as exc:  # noqa: BLE001 - the store refused this group's row
+                            if conn.closed or conn.broken:
+                                raise
+                            refused[row[-1]] = str(exc).splitlines()[0][:200]
 
         try:
             await self._on_writer(write)
         except KafkaError as exc:
             self._warn("writing the inbox's group mirror failed (retried at the next change): %s", exc)
             return
-        self._written.setdefault(partition, {}).update(snaps)
+        for g, why in refused.items():
+            self._warn("the store refused the mirror row of group %.100r (retried at its next change): %s", g, why)
+        self._written.setdefault(partition, {}).update((g, s) for g, s in snaps.items() if g not in refused)
 
     # -- 2. read-through ----------------------------------------------------------------------------
 
@@ -238,6 +297,8 @@ class Inbox:
         in place of older offsets (and added, when every partition was asked for), and
         UNSTABLE_OFFSET_COMMIT for the partitions an open transaction is committing (with
         ``require_stable``). Raises StoreUnavailable (retriable)."""
+        if unstorable_group_id(group_id) is not None:
+            return rows  # no application can have committed for it (nor can the store be asked)
         check = [tp for tp, _o, e in rows if e is None] if require_stable else []
         found = self._reader.query("SELECT * FROM oncelog.inbox_fetch(%s, %s, %s, %s)",
                                    (group_id, [tp.topic for tp in check], [tp.partition for tp in check],

@@ -124,6 +124,9 @@ class ReplicaManager:
         self.clock = clock
         self.data_dir = Path(config.data_dir)
         self.topics: dict[str, TopicMeta] = {}
+        #: grows whenever a topic is added or removed or its partition count changes (the group
+        #: coordinator's topic image is built again only then)
+        self.topics_version = 0
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         self._deleted_logs: list[PartitionEngine] = []
@@ -161,6 +164,7 @@ class ReplicaManager:
         for meta in metas:
             meta.configs = topic_config.usable_topic_configs(self.config, meta.name, meta.configs)
             self.topics[meta.name] = meta
+            self.topics_version += 1
             self._by_id[meta.topic_id] = meta
         now = self.clock.now_ms()
         needed = sum(m.num_partitions for m in self.topics.values())
@@ -312,6 +316,7 @@ class ReplicaManager:
             for meta in opened:
                 self.topics[meta.name] = meta
                 self._by_id[meta.topic_id] = meta
+            self.topics_version += 1
             try:
                 self._persist()  # last: from here on the topics are durable
             except OSError as exc:
@@ -354,6 +359,7 @@ class ReplicaManager:
 
     def _forget(self, meta: TopicMeta) -> None:
         self.topics.pop(meta.name, None)
+        self.topics_version += 1
         self._by_id.pop(meta.topic_id, None)
 
     def check_partition_increase(self, name: str, count: int) -> TopicMeta:
@@ -391,10 +397,12 @@ class ReplicaManager:
                 if p == old:
                     self.crash.reached("create_partitions.partition_opened")
             meta.num_partitions = count
+            self.topics_version += 1
             self._persist()  # last: from here on the growth is durable
         except (OSError, KafkaError) as exc:
             log.error("growing topic %s to %d partitions failed: %s; rolling back", name, count, exc)
             meta.num_partitions = old
+            self.topics_version += 1
             for p in range(old, count):
                 part = self.partitions.pop(TopicPartition(name, p), None)
                 if part is not None:
@@ -427,6 +435,7 @@ class ReplicaManager:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
         del self.topics[name]
         self._by_id.pop(meta.topic_id, None)
+        self.topics_version += 1
         self._persist()
         for p in range(meta.num_partitions):
             part = self.partitions.pop(TopicPartition(name, p), None)
@@ -444,6 +453,7 @@ class ReplicaManager:
         self.awaiting_metadata = False
         self.topics = {m.name: m for m in metas}
         self._by_id = {m.topic_id: m for m in metas}
+        self.topics_version += 1
 
     def validate_new_topic(self, t: NewTopic, max_replication_factor: int = 1) -> TopicMeta:
         """A topic request validated completely (nothing written); raises InvalidTopic,

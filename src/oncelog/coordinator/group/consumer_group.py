@@ -27,7 +27,19 @@ Subscriptions are topic names or a regular expression, evaluated on the broker w
 ``google-re2`` bindings; Kafka uses RE2/J, the Java port of the same library), matching whole
 topic names, never internal ones; a pattern RE2 refuses, or RE2 syntax RE2/J lacks, is
 INVALID_REGULAR_EXPRESSION (``compile_regex``). Topics are identified by id in assignments;
-the caller passes the current topics (name -> id, partition count) into every call.
+the caller passes the current topics into every call, as a ``TopicImage`` (a versioned
+snapshot; a plain mapping is wrapped). What a group subscribes to is resolved when a
+subscription or the topics change, never at a heartbeat that changes nothing
+(subscriptions.py: the regexes' resolutions, each member's names found in the image); regex
+topics the heartbeating member may not DESCRIBE are left out (``may_describe``, as Kafka).
+
+Bounds, checked before anything changes (Kafka's request parser refuses any string over 32,767
+bytes; a record must fit a ``__consumer_offsets`` batch): member, instance and rack ids, the
+assignor and each subscribed name at most ``MAX_STRING_BYTES`` (INVALID_REQUEST); a member's
+record at most ``MAX_MEMBER_RECORD_BYTES`` (INVALID_REQUEST); a regex as subscriptions.py says
+(INVALID_REGULAR_EXPRESSION). A heartbeat writes the records of what it changed: the group's
+own, its member's, and those of the members whose target moved (``ConsumerGroup.dirty``),
+never the whole group again.
 
 Static members (``group.instance.id``) leave with epoch -2 and keep their place and partitions
 for their session timeout: the next member with the same instance id takes them over with the
@@ -45,15 +57,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
-import re2  # google-re2: the RE2 library Kafka's RE2/J ports
-
+from oncelog.coordinator.group import subscriptions as subs
+from oncelog.coordinator.group.assignors import ASSIGNORS, Assignment, Topics, assign_range, assign_uniform, subscribers
+from oncelog.coordinator.group.record_codec import MAX_STRING_BYTES
+from oncelog.coordinator.group.subscriptions import RegexResolution, TopicImage, compile_regex
 from oncelog.protocol.errors import (
     FencedMemberEpoch,
     GroupMaxSizeReached,
-    InvalidRegularExpression,
     InvalidRequest,
     StaleMemberEpoch,
     UnknownMemberId,
@@ -61,13 +73,15 @@ from oncelog.protocol.errors import (
     UnsupportedAssignor,
 )
 
-#: partitions by topic id
-Assignment = dict[uuid.UUID, frozenset[int]]
-#: the broker's topics as the assignor sees them: name -> (topic id, partition count)
-Topics = Mapping[str, tuple[uuid.UUID, int]]
+__all__ = ["ASSIGNORS", "MAX_MEMBER_RECORD_BYTES", "MAX_STRING_BYTES", "ConsumerGroup", "ConsumerGroups",
+           "ConsumerMember", "ConsumerSettings", "HeartbeatAnswer", "HeartbeatRequest", "MemberState", "TopicImage",
+           "assign_range", "assign_uniform", "compile_regex"]
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+#: the largest member record (its subscription above all): it must fit one __consumer_offsets
+#: batch (message.max.bytes, 1,048,588 by default) with room to spare
+MAX_MEMBER_RECORD_BYTES = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,32 +108,6 @@ MEMBER_STATES: dict[MemberState, frozenset[MemberState]] = {
 }
 
 
-# -- regular expressions ----------------------------------------------------------------------------
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # a client's bad pattern is its error answer, not a broker log line
-#: RE2 (C++) syntax that RE2/J, which Kafka uses, does not have: ``\C`` (any byte)
-_NOT_RE2J = ("\\C",)
-
-
-@lru_cache(maxsize=1024)
-def compile_regex(pattern: str) -> Any:
-    """The subscription regex, compiled by RE2 (linear-time matching, as Kafka's RE2/J: no
-    pattern can make matching a topic name slow) and matched against whole topic names as
-    RE2/J's ``matches()`` does (``fullmatch``). Raises InvalidRegularExpression for a pattern RE2
-    refuses (lookaround, backreferences, possessive quantifiers, ...) or one using RE2 syntax
-    RE2/J lacks."""
-    if not pattern:
-        raise InvalidRegularExpression("the subscription regex is empty")
-    if any(s in pattern for s in _NOT_RE2J):
-        raise InvalidRegularExpression(f"regex {pattern!r} uses syntax RE2/J does not have")
-    try:
-        return re2.compile(pattern, _RE2_OPTIONS)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise InvalidRegularExpression(f"regex {pattern!r} is not valid: {reason}") from None
-
-
 # -- state ----------------------------------------------------------------------------------------
 
 
@@ -144,6 +132,9 @@ class ConsumerMember:
     revocation_deadline: int | None = None
     #: a static member that left with epoch -2: its place waits for its instance id
     departed: bool = False
+    #: volatile: the topics of ``topics_version`` of the image it subscribes to by name
+    topics: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    topics_version: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -156,6 +147,24 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     #: the subscribed topics as last seen: name -> (id, partitions); a change bumps the epoch
     subscribed_topics: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    # -- volatile, derived from the members (rebuilt when ``derived`` is False: after a load)
+    #: regex -> its users and resolution (subscriptions.py)
+    regexes: dict[str, RegexResolution] = field(default_factory=dict, compare=False, repr=False)
+    derived: bool = field(default=False, compare=False, repr=False)
+    #: the image version ``subscribed_topics`` was computed for; ``stale``: compute it again;
+    #: ``joined``: members that joined since (their topics only added to it)
+    topics_version: int = field(default=-1, compare=False, repr=False)
+    stale: bool = field(default=True, compare=False, repr=False)
+    joined: list[str] = field(default_factory=list, compare=False, repr=False)
+    #: when every regex is resolved again from scratch (0: not scheduled yet)
+    next_full_refresh: int = field(default=0, compare=False, repr=False)
+    #: the image version every regex is resolved for (-1: some regex is behind)
+    resolved_for: int = field(default=-1, compare=False, repr=False)
+    #: topic name -> the sorted ids of its subscribers (assignors.subscribers), for the image
+    #: version ``topics_version``; None: built again at the next assignment
+    index: dict[str, list[str]] | None = field(default=None, compare=False, repr=False)
+    #: members whose records may differ from the log's (None: any member)
+    dirty: set[str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def state(self) -> str:
@@ -167,6 +176,16 @@ class ConsumerGroup:
         if any(m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE for m in self.members.values()):
             return "Reconciling"
         return "Stable"
+
+    def touch(self, member_id: str) -> None:
+        """``member_id``'s records may differ from the log's now."""
+        if self.dirty is not None:
+            self.dirty.add(member_id)
+
+    def invalidate(self) -> None:
+        """The members changed behind the state machine's back (a record replayed on load):
+        derived state is rebuilt and every member's records compared at the next use."""
+        self.derived, self.stale, self.dirty = False, True, None
 
     def owner_epoch(self, topic_id: uuid.UUID, partition: int, but: str) -> int:
         """The epoch of the member (other than ``but``) holding the partition, -1 if none does."""
@@ -202,131 +221,6 @@ class HeartbeatAnswer:
     assignment: Assignment | None
 
 
-# -- assignors ------------------------------------------------------------------------------------
-
-
-def _matching(pattern: str, topics: Topics) -> set[str]:
-    rx = compile_regex(pattern)
-    return {n for n in topics if not n.startswith("__") and rx.fullmatch(n)}
-
-
-def _subscribed(member: ConsumerMember, topics: Topics) -> list[str]:
-    names = set(n for n in member.subscribed_names if n in topics)
-    if member.subscribed_regex is not None:
-        names |= _matching(member.subscribed_regex, topics)
-    return sorted(names)
-
-
-def assign_range(members: list[ConsumerMember], topics: Topics, previous: Mapping[str, Assignment]) -> dict[str, Assignment]:
-    """``range``: per topic, the subscribed members (by member id) get contiguous ranges of its
-    partitions, the first ones one more when they do not divide evenly."""
-    out: dict[str, dict[uuid.UUID, set[int]]] = {m.member_id: {} for m in members}
-    subs = {m.member_id: _subscribed(m, topics) for m in members}
-    for name in sorted({n for s in subs.values() for n in s}):
-        tid, count = topics[name]
-        who = sorted(mid for mid, s in subs.items() if name in s)
-        per, extra = divmod(count, len(who))
-        start = 0
-        for i, mid in enumerate(who):
-            n = per + (1 if i < extra else 0)
-            if n:
-                out[mid].setdefault(tid, set()).update(range(start, start + n))
-            start += n
-    return {mid: {t: frozenset(p) for t, p in a.items()} for mid, a in out.items()}
-
-
-def assign_uniform(members: list[ConsumerMember], topics: Topics, previous: Mapping[str, Assignment]) -> dict[str, Assignment]:
-    """``uniform``: every member gets as many partitions as it can (counts differ by at most one
-    among members that could take each other's partitions), keeping each member's previous
-    target where balance allows (sticky), so few partitions move when members come and go."""
-    subs = {m.member_id: set(_subscribed(m, topics)) for m in members}
-    ids = sorted(subs)
-    if not ids:
-        return {}
-    partitions = [(name, topics[name][0], p) for name in sorted({n for s in subs.values() for n in s})
-                  for p in range(topics[name][1])]
-    if all(subs[mid] == subs[ids[0]] for mid in ids):
-        return _uniform_homogeneous(ids, [(tid, p) for _n, tid, p in partitions], previous)
-    eligible = {(tid, p): [mid for mid in ids if name in subs[mid]] for name, tid, p in partitions}
-    total = len(partitions)
-    quota = -(-total // len(ids))  # ceil: nobody keeps more than this
-    count = {mid: 0 for mid in ids}
-    owner: dict[tuple[uuid.UUID, int], str] = {}
-    # 1. sticky: keep the previous target where still subscribed and within the quota
-    for _name, tid, p in partitions:
-        for mid in eligible[(tid, p)]:
-            if p in previous.get(mid, {}).get(tid, ()) and count[mid] < quota:
-                owner[(tid, p)] = mid
-                count[mid] += 1
-                break
-    # 2. the rest to the eligible member with the fewest
-    for _name, tid, p in partitions:
-        if (tid, p) not in owner:
-            who = eligible[(tid, p)]
-            mid = min(who, key=lambda m: (count[m], m))
-            owner[(tid, p)] = mid
-            count[mid] += 1
-    # 3. balance (members with different subscriptions): a partition moves from a member to an
-    # eligible one with two or more fewer; a few passes over the partitions, O(passes x P x M)
-    for _ in range(4):
-        moved = False
-        for key in sorted(owner, key=lambda k: (str(k[0]), k[1])):
-            mid = owner[key]
-            target = min(eligible[key], key=lambda m: (count[m], m))
-            if count[target] + 1 < count[mid]:
-                owner[key] = target
-                count[mid] -= 1
-                count[target] += 1
-                moved = True
-        if not moved:
-            break
-    out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in ids}
-    for (tid, p), mid in owner.items():
-        out[mid].setdefault(tid, set()).add(p)
-    return {mid: {t: frozenset(ps) for t, ps in a.items()} for mid, a in out.items()}
-
-
-def _uniform_homogeneous(ids: list[str], partitions: list[tuple[uuid.UUID, int]],
-                         previous: Mapping[str, Assignment]) -> dict[str, Assignment]:
-    """``uniform`` when every member subscribes to the same topics, in O(P + M): each member
-    keeps its previous partitions up to its share (P // M, one more for the first P % M members
-    to reach it), the rest go to the members below their share."""
-    floor, extra = divmod(len(partitions), len(ids))
-    wanted = set(partitions)
-    owner: dict[tuple[uuid.UUID, int], str] = {}
-    count = {mid: 0 for mid in ids}
-    bigger = extra  # members that may still get floor + 1
-    for mid in ids:
-        for tid, ps in sorted(previous.get(mid, {}).items(), key=lambda kv: str(kv[0])):
-            for p in sorted(ps):
-                key = (tid, p)
-                if key not in wanted or key in owner:
-                    continue
-                if count[mid] < floor or (count[mid] == floor and bigger > 0):
-                    if count[mid] == floor:
-                        bigger -= 1
-                    owner[key] = mid
-                    count[mid] += 1
-    free = iter(k for k in partitions if k not in owner)
-    for mid in ids:
-        share = floor + 1 if count[mid] > floor else floor  # above floor: it took a bigger share
-        if share == floor and bigger > 0:
-            share, bigger = floor + 1, bigger - 1
-        while count[mid] < share:
-            owner[next(free)] = mid
-            count[mid] += 1
-    out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in ids}
-    for (tid, p), mid in owner.items():
-        out[mid].setdefault(tid, set()).add(p)
-    return {mid: {t: frozenset(ps) for t, ps in a.items()} for mid, a in out.items()}
-
-
-ASSIGNORS: dict[str, Callable[[list[ConsumerMember], Topics, Mapping[str, Assignment]], dict[str, Assignment]]] = {
-    "uniform": assign_uniform,
-    "range": assign_range,
-}
-
-
 # -- the group -------------------------------------------------------------------------------------
 
 
@@ -339,6 +233,11 @@ def _owns_any(owned: Assignment | None, of: Assignment) -> bool:
     if owned is None:
         return True
     return any(p in of.get(t, ()) for t, ps in owned.items() for p in ps)
+
+
+def _too_long(value: str) -> bool:
+    """Longer than a record string holds (UTF-8 bytes)."""
+    return len(value) * 4 > MAX_STRING_BYTES and len(value.encode("utf-8", "surrogatepass")) > MAX_STRING_BYTES
 
 
 def _subset(owned: Assignment | None, of: Assignment) -> bool:
@@ -355,16 +254,26 @@ class ConsumerGroups:
         self.settings = settings
         self.groups: dict[str, ConsumerGroup] = {}
         self.new_member_id = new_member_id
+        #: the image a plain mapping of topics was last wrapped in (``_image``)
+        self._wrapped: TopicImage | None = None
 
     # -- heartbeat ----------------------------------------------------------------------------
 
-    def heartbeat(self, req: HeartbeatRequest, topics: Topics, now: int) -> HeartbeatAnswer:
-        """ConsumerGroupHeartbeat. Raises InvalidRequest, UnsupportedAssignor,
-        InvalidRegularExpression, UnknownMemberId, FencedMemberEpoch, GroupMaxSizeReached."""
+    def heartbeat(self, req: HeartbeatRequest, topics: TopicImage | Topics, now: int,
+                  may_describe: Callable[[str], bool] | None = None) -> HeartbeatAnswer:
+        """ConsumerGroupHeartbeat. ``may_describe``: whether the heartbeating member may
+        DESCRIBE a topic (None: ACLs are off); the topics its group's regexes resolve to are
+        filtered by it. Raises InvalidRequest, UnsupportedAssignor, InvalidRegularExpression,
+        UnknownMemberId, FencedMemberEpoch, GroupMaxSizeReached, UnreleasedInstanceId, all
+        before anything changes."""
+        image = self._image(topics)
         self._validate(req)
-        if req.subscribed_regex:  # "" clears the regex (clients send it with a subscription by names)
-            compile_regex(req.subscribed_regex)
         group = self.groups.get(req.group_id)
+        if group is not None:
+            subs.derive(group)
+        # a regex new to the group is compiled (validated) now, as Kafka; "" clears the regex
+        if req.subscribed_regex and (group is None or req.subscribed_regex not in group.regexes):
+            compile_regex(req.subscribed_regex)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             if group is None or req.member_id not in group.members:
                 raise UnknownMemberId(f"member {req.member_id} is not in group {req.group_id}")
@@ -374,59 +283,75 @@ class ConsumerGroups:
                 # session times out, for the next member with its instance id
                 leaving.departed = True
                 leaving.session_deadline = now + self.settings.session_timeout_ms
+                group.touch(req.member_id)
             else:
                 self._remove(group, req.member_id)
             return HeartbeatAnswer(req.member_id, req.member_epoch, self.settings.heartbeat_interval_ms, None)
-        if group is None:
-            group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
         if req.member_epoch == 0:
             member_id = req.member_id or self.new_member_id()
-            member = group.members.get(member_id)
-            static = None if req.instance_id is None else next(
+            member = None if group is None else group.members.get(member_id)
+            static = None if req.instance_id is None or group is None else next(
                 (m for m in group.members.values() if m.instance_id == req.instance_id and m.member_id != member_id), None)
+            if static is not None and not static.departed:
+                raise UnreleasedInstanceId(f"instance {req.instance_id} is still member {static.member_id}")
+            if static is None and member is None and group is not None and len(group.members) >= self.settings.max_size:
+                raise GroupMaxSizeReached(f"group {req.group_id} has {len(group.members)} members")
+            if group is None:
+                group = self.groups[req.group_id] = ConsumerGroup(req.group_id, derived=True, dirty=set())
             if static is not None:
-                if not static.departed:
-                    raise UnreleasedInstanceId(f"instance {req.instance_id} is still member {static.member_id}")
                 member = self._replace_static(group, static, member_id)
             elif member is None:
-                if len(group.members) >= self.settings.max_size:
-                    raise GroupMaxSizeReached(f"group {req.group_id} has {len(group.members)} members")
                 member = group.members[member_id] = ConsumerMember(
                     member_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
                     now + self.settings.session_timeout_ms,
-                )
+                )  # its subscription is added to the group's below (``joined``)
             else:  # rejoining with epoch 0: it lost everything
                 member.assigned, member.revoking, member.revocation_deadline = {}, {}, None
                 member.state, member.member_epoch, member.previous_epoch = MemberState.STABLE, 0, -1
         else:
-            member = group.members.get(req.member_id)
-            if member is None:
+            member = None if group is None else group.members.get(req.member_id)
+            if group is None or member is None:
                 raise UnknownMemberId(f"member {req.member_id} is not in group {req.group_id}")
             if member.departed:
                 raise FencedMemberEpoch(f"static member {req.member_id} left the group")
             self._check_epoch(member, req.member_epoch, req.owned)
+        group.touch(member.member_id)
         member.session_deadline = now + self.settings.session_timeout_ms
         changed = req.member_epoch == 0 and member.member_epoch == 0 and not member.subscribed_names \
             and member.subscribed_regex is None  # a new member
+        joined = changed and not group.stale  # its subscription only adds to the group's
         if req.rebalance_timeout_ms > 0:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.instance_id is not None:
             member.instance_id = req.instance_id
         if req.rack_id is not None:
             member.rack_id = req.rack_id
-        if req.subscribed_names is not None and tuple(sorted(req.subscribed_names)) != member.subscribed_names:
-            member.subscribed_names, changed = tuple(sorted(req.subscribed_names)), True
+        if req.subscribed_names is not None:
+            names = tuple(sorted(set(req.subscribed_names)))
+            if names != member.subscribed_names:
+                member.subscribed_names, member.topics_version, group.stale = names, -1, True
+                changed = True
         if req.subscribed_regex is not None and (req.subscribed_regex or None) != member.subscribed_regex:
-            member.subscribed_regex, changed = req.subscribed_regex or None, True
+            subs.set_regex(group, member, req.subscribed_regex or None)
+            changed = True
         if req.server_assignor != member.server_assignor and req.server_assignor is not None:
             member.server_assignor, changed = req.server_assignor, True
-        if self._refresh_topics(group, topics) or changed:
+        if joined:
+            group.stale = False
+            group.joined.append(member.member_id)
+        if subs.refresh_topics(group, member, image, now, may_describe) or changed:
             group.group_epoch += 1  # once per heartbeat, whatever changed
         if group.group_epoch > group.assignment_epoch:
-            self._assign(group, topics)
+            self._assign(group, image)
         self._reconcile(group, member, req.owned, now)
         return HeartbeatAnswer(member.member_id, member.member_epoch, self.settings.heartbeat_interval_ms,
                                _copy(member.assigned))
+
+    def _image(self, topics: TopicImage | Topics) -> TopicImage:
+        if isinstance(topics, TopicImage):
+            return topics
+        self._wrapped = TopicImage.following(topics, self._wrapped)
+        return self._wrapped
 
     def _validate(self, req: HeartbeatRequest) -> None:
         if not req.group_id:
@@ -450,6 +375,20 @@ class ConsumerGroups:
         if req.server_assignor is not None and req.server_assignor not in self.settings.assignors:
             raise UnsupportedAssignor(f"ServerAssignor {req.server_assignor} is not supported. "
                                       f"Supported assignors: {', '.join(self.settings.assignors)}.")
+        for what, value in (("MemberId", req.member_id), ("InstanceId", req.instance_id), ("RackId", req.rack_id)):
+            if value is not None and _too_long(value):
+                raise InvalidRequest(f"{what} of {len(value)} characters is longer than {MAX_STRING_BYTES} bytes.")
+        if req.subscribed_names:
+            size = 0
+            for name in req.subscribed_names:
+                if _too_long(name):
+                    raise InvalidRequest(f"a SubscribedTopicNames entry of {len(name)} characters is longer than "
+                                         f"{MAX_STRING_BYTES} bytes.")
+                size += len(name) + 2
+            if size > MAX_MEMBER_RECORD_BYTES // 4 and \
+                    sum(len(n.encode("utf-8", "surrogatepass")) + 2 for n in req.subscribed_names) > MAX_MEMBER_RECORD_BYTES:
+                raise InvalidRequest(f"SubscribedTopicNames ({len(req.subscribed_names)} names) take more than "
+                                     f"{MAX_MEMBER_RECORD_BYTES} bytes: more than a member record can hold.")
 
     @staticmethod
     def _check_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -> None:
@@ -458,28 +397,18 @@ class ConsumerGroups:
         if epoch < member.member_epoch and (epoch != member.previous_epoch or not _subset(owned, member.assigned)):
             raise FencedMemberEpoch(f"member epoch {epoch} is behind the coordinator's {member.member_epoch}")
 
-    def _refresh_topics(self, group: ConsumerGroup, topics: Topics) -> bool:
-        """Whether the subscribed topics changed (created, deleted, more partitions): the
-        caller then bumps the group epoch."""
-        names: set[str] = set()
-        patterns: set[str] = set()
-        for m in group.members.values():  # each distinct regex scans the topics once
-            names.update(n for n in m.subscribed_names if n in topics)
-            if m.subscribed_regex is not None:
-                patterns.add(m.subscribed_regex)
-        for pattern in patterns:
-            names |= _matching(pattern, topics)
-        seen = {n: topics[n] for n in sorted(names)}
-        if seen == group.subscribed_topics:
-            return False
-        group.subscribed_topics = seen
-        return True
-
-    def _assign(self, group: ConsumerGroup, topics: Topics) -> None:
+    def _assign(self, group: ConsumerGroup, image: TopicImage) -> None:
         members = list(group.members.values())
         name = next((m.server_assignor for m in members if m.server_assignor), None) or self.settings.assignors[0]
-        group.target = ASSIGNORS[name](members, topics, group.target)
+        before = group.target
+        subscribed = subs.subscriptions_of(group, image)
+        if group.index is None:
+            group.index = subscribers(subscribed)
+        group.target = ASSIGNORS[name](members, image.topics, before, subscribed, group.index)
         group.assignment_epoch = group.group_epoch
+        if group.dirty is not None:  # the members whose target moved: their records change
+            group.dirty.update(mid for mid, t in group.target.items() if before.get(mid) != t)
+            group.dirty.update(mid for mid in before if mid not in group.target)
 
     def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None, now: int) -> None:
         """Move ``member`` towards its target (``MEMBER_STATES``; see the module docstring)."""
@@ -529,12 +458,20 @@ class ConsumerGroups:
         group.members[member_id] = old
         if old_id in group.target:
             group.target[member_id] = group.target.pop(old_id)
+        group.index = None
+        group.touch(old_id)
+        group.touch(member_id)
         return old
 
     def _remove(self, group: ConsumerGroup, member_id: str) -> None:
-        del group.members[member_id]
+        member = group.members.pop(member_id)
+        group.index = None
+        if group.derived and member.subscribed_regex is not None:
+            subs.set_regex(group, member, None)
         group.target.pop(member_id, None)
         group.group_epoch += 1
+        group.stale = True
+        group.touch(member_id)
 
     # -- timers -------------------------------------------------------------------------------
 

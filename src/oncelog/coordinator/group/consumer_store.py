@@ -45,9 +45,9 @@ def _assignment(parts: crec.Partitions) -> cg.Assignment:
     return {tid: frozenset(ps) for tid, ps in parts if ps}
 
 
-def group_records(group: cg.ConsumerGroup, only: str | None = None) -> Written:
-    """Every record of ``group``, in the order a replay wants them (group first); with ``only``,
-    the group's own records and those of member ``only`` alone."""
+def group_records(group: cg.ConsumerGroup, members: Iterable[str] | None = None) -> Written:
+    """Every record of ``group``, in the order a replay wants them (group first); with
+    ``members``, the group's own records and those of these members alone."""
     g = group.group_id
     out: Written = {
         crec.GroupEpochKey(g): crec.GroupEpochValue(group.group_epoch),
@@ -55,15 +55,15 @@ def group_records(group: cg.ConsumerGroup, only: str | None = None) -> Written:
             tuple((tid, name, count) for name, (tid, count) in sorted(group.subscribed_topics.items()))),
         crec.TargetEpochKey(g): crec.TargetEpochValue(group.assignment_epoch),
     }
-    members = group.members if only is None else {only: group.members[only]} if only in group.members else {}
-    for mid, m in members.items():
+    chosen = group.members if members is None else {m: group.members[m] for m in members if m in group.members}
+    for mid, m in chosen.items():
         out[crec.MemberKey(g, mid)] = crec.MemberValue(
             m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
             m.rebalance_timeout_ms, m.server_assignor)
         epoch, previous = (cg.STATIC_LEAVE_EPOCH, m.member_epoch) if m.departed else (m.member_epoch, m.previous_epoch)
         out[crec.CurrentAssignmentKey(g, mid)] = crec.CurrentAssignmentValue(
             epoch, previous, _STATE_BYTES[m.state], _parts(m.assigned), _parts(m.revoking))
-    targets = group.target if only is None else {only: group.target[only]} if only in group.target else {}
+    targets = group.target if members is None else {m: group.target[m] for m in members if m in group.target}
     for mid, target in targets.items():
         out[crec.TargetMemberKey(g, mid)] = crec.TargetMemberValue(_parts(target))
     return out
@@ -76,19 +76,19 @@ def _tombstone_order(key: crec.Key) -> int:
     return 2 if isinstance(key, crec.GroupEpochKey) else 1
 
 
-def diff(group: cg.ConsumerGroup | None, written: Written, only: str | None = None) -> list[tuple[crec.Key, crec.Value | None]]:
+def diff(group: cg.ConsumerGroup | None, written: Written,
+         members: Iterable[str] | None = None) -> list[tuple[crec.Key, crec.Value | None]]:
     """The records that make the log (``written``) describe ``group`` (None: deleted). With
-    ``only`` (a member id), the caller vouches that no other member's records changed (a
-    heartbeat that did not change the member set nor the target assignment): the cost is then
-    that of one member, not of the whole group."""
-    now = group_records(group, only) if group is not None else {}
+    ``members`` (member ids), the caller vouches that no other member's records changed (the
+    group's ``dirty`` members): the cost is then that of these members, not of the whole group."""
+    now = group_records(group, members) if group is not None else {}
     out: list[tuple[crec.Key, crec.Value | None]] = [(k, v) for k, v in now.items() if written.get(k) != v]
-    if only is None or group is None:
+    if members is None or group is None:
         candidates: Iterable[crec.Key] = written
     else:
         g = group.group_id
-        candidates = [k for k in (crec.MemberKey(g, only), crec.TargetMemberKey(g, only),
-                                  crec.CurrentAssignmentKey(g, only)) if k in written]
+        candidates = [k for mid in members for k in (crec.MemberKey(g, mid), crec.TargetMemberKey(g, mid),
+                                                     crec.CurrentAssignmentKey(g, mid)) if k in written]
     gone = sorted((k for k in candidates if k not in now), key=_tombstone_order)
     out.extend((k, None) for k in gone)
     return out
@@ -110,7 +110,8 @@ def replay(groups: cg.ConsumerGroups, written: dict[str, Written], key: crec.Key
         if group is None:
             return
         if isinstance(key, (crec.MemberKey, crec.CurrentAssignmentKey)):
-            group.members.pop(key.member_id, None)
+            if group.members.pop(key.member_id, None) is not None:
+                group.invalidate()  # loading: a member gone behind the state machine's back
         elif isinstance(key, crec.TargetMemberKey):
             group.target.pop(key.member_id, None)
         return
@@ -121,7 +122,10 @@ def replay(groups: cg.ConsumerGroups, written: dict[str, Written], key: crec.Key
     if isinstance(value, crec.GroupEpochValue):
         group.group_epoch = value.epoch
     elif isinstance(value, crec.SubscriptionValue):
-        group.subscribed_topics = {name: (tid, count) for tid, name, count in value.topics}
+        topics = {name: (tid, count) for tid, name, count in value.topics}
+        if topics != group.subscribed_topics:
+            group.subscribed_topics = topics
+            group.invalidate()
     elif isinstance(value, crec.TargetEpochValue):
         group.assignment_epoch = value.assignment_epoch
     elif isinstance(value, crec.TargetMemberValue):
@@ -132,7 +136,12 @@ def replay(groups: cg.ConsumerGroups, written: dict[str, Written], key: crec.Key
         m = _member(groups, group, key.member_id, now)
         m.instance_id, m.rack_id = value.instance_id, value.rack_id
         m.client_id, m.client_host = value.client_id, value.client_host
-        m.subscribed_names, m.subscribed_regex = tuple(value.subscribed_names), value.subscribed_regex
+        if value.subscribed_names != m.subscribed_names or value.subscribed_regex != m.subscribed_regex:
+            names = tuple(value.subscribed_names)  # sorted by the writer; sorted again if not
+            if any(a > b for a, b in zip(names, names[1:])):
+                names = tuple(sorted(names))
+            m.subscribed_names, m.subscribed_regex = names, value.subscribed_regex
+            group.invalidate()  # loading: derived state (regex users, names found) rebuilt at the next use
         m.rebalance_timeout_ms, m.server_assignor = value.rebalance_timeout_ms, value.server_assignor
     else:
         assert isinstance(key, crec.CurrentAssignmentKey) and isinstance(value, crec.CurrentAssignmentValue)
@@ -158,4 +167,5 @@ def _member(groups: cg.ConsumerGroups, group: cg.ConsumerGroup, member_id: str, 
     if m is None:
         m = group.members[member_id] = cg.ConsumerMember(
             member_id, "", "", -1, now + groups.settings.session_timeout_ms)
+        group.invalidate()
     return m

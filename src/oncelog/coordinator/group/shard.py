@@ -69,6 +69,9 @@ from oncelog.protocol.errors import (
 from oncelog.types import TopicPartition
 
 E, D = GroupState.EMPTY, GroupState.DEAD
+#: the record keys of one member of a consumer group, and of the group
+_MEMBER_KEYS = (crec.MemberKey, crec.TargetMemberKey, crec.CurrentAssignmentKey)
+_GROUP_KEYS = (*_MEMBER_KEYS, crec.GroupEpochKey, crec.SubscriptionKey, crec.TargetEpochKey)
 
 
 def _random_member_id(prefix: str) -> str:
@@ -99,29 +102,31 @@ class GroupShard:
 
     # -- consumer groups (KIP-848, consumer_group.py) -------------------------------------------
 
-    def consumer_heartbeat(self, req: cg.HeartbeatRequest, topics: cg.Topics, now: int) -> Result:
-        """ConsumerGroupHeartbeat. A classic group with members under the same id:
-        GROUP_ID_NOT_FOUND (an empty one, which only holds offsets, is taken over)."""
+    def consumer_heartbeat(self, req: cg.HeartbeatRequest, topics: cg.TopicImage | cg.Topics, now: int,
+                           may_describe: Callable[[str], bool] | None = None) -> Result:
+        """ConsumerGroupHeartbeat (``may_describe``: see ``ConsumerGroups.heartbeat``). A classic
+        group with members under the same id: GROUP_ID_NOT_FOUND (an empty one, which only
+        holds offsets, is taken over)."""
         classic = self.groups.get(req.group_id)
         if classic is not None:
             if classic.members or not classic.is_(E):
                 raise GroupIdNotFound(f"Group {req.group_id} is not a consumer group (a classic group has members)")
-            if req.member_epoch >= 0:
-                del self.groups[req.group_id]
-        group = self.consumers.groups.get(req.group_id)
-        before = None if group is None else (group.assignment_epoch, len(group.members), req.member_id in group.members)
-        answer = self.consumers.heartbeat(req, topics, now)
-        group = self.consumers.groups.get(req.group_id)
-        after = None if group is None else (group.assignment_epoch, len(group.members), req.member_id in group.members)
-        # a heartbeat of a known member that changed neither the target assignment nor the
-        # member set (nearly all of them) changed the group's own records and its member's at most
-        only = req.member_id if before is not None and before == after and before[2] else None
-        return Result(self._consumer_records(req.group_id, only), answer)
+        answer = self.consumers.heartbeat(req, topics, now, may_describe)
+        if classic is not None and req.member_epoch >= 0:
+            del self.groups[req.group_id]  # taken over (the heartbeat was accepted)
+        return Result(self._consumer_records(req.group_id), answer)
 
-    def _consumer_records(self, group_id: str, only: str | None = None) -> list[Record]:
-        """The records that make the log describe consumer group ``group_id`` as it now is
-        (``only``: see ``consumer_store.diff``)."""
-        return list(consumer_store.diff(self.consumers.groups.get(group_id), self.consumer_written.get(group_id, {}), only))
+    def _consumer_records(self, group_id: str) -> list[Record]:
+        """The records that make the log describe consumer group ``group_id`` as it now is: of
+        the group and of its ``dirty`` members (all of them when unknown). The members that
+        had records stay dirty until a later diff finds the log holds them (their append may
+        fail), the others are clean."""
+        group = self.consumers.groups.get(group_id)
+        members = None if group is None or group.dirty is None else list(group.dirty)
+        records = consumer_store.diff(group, self.consumer_written.get(group_id, {}), members)
+        if group is not None:
+            group.dirty = {k.member_id for k, _v in records if isinstance(k, _MEMBER_KEYS)}
+        return list(records)
 
     def describe_consumer_group(self, group_id: str) -> cg.ConsumerGroup:
         """ConsumerGroupDescribe: the group as it is. Raises GroupIdNotFound for a group that
@@ -175,6 +180,17 @@ class GroupShard:
     def store_failed(self, group_ids: set[str], error: KafkaError, now: int) -> None:
         for group_id in group_ids:
             self.membership.store_failed(group_id, error, now)
+
+    def consumer_records_refused(self, records: list[Record], now: int) -> None:
+        """``records`` can never be written (too large for a batch, not encodable): the consumer
+        groups they describe are put back as the log has them, so the change that made them is
+        undone (as Kafka reverts a failed write) instead of failing every later operation of
+        the group (a transient failure of the store keeps the change: the next diff writes it)."""
+        for group_id in {k.group for k, _v in records if isinstance(k, _GROUP_KEYS)}:
+            written = self.consumer_written.pop(group_id, None)
+            self.consumers.groups.pop(group_id, None)
+            for key, value in (written or {}).items():  # in the order the log first had them
+                consumer_store.replay(self.consumers, self.consumer_written, key, value, now)
 
     # -- offsets --------------------------------------------------------------------------------
 
