@@ -13,11 +13,11 @@ import oncelog
 
 SRC = Path(oncelog.__file__).parent
 PURE = ("protocol", "storage", "coordinator", "acl")
-#: issue 27: the awaitable edges of storage engines that complete appends elsewhere (the
+#: issue 27: the awaitable edge of the storage engines that complete appends elsewhere (the
 #: PostgreSQL engine's COMMIT on its committer's thread, the diskless engine's object commit, issue
-#: 29): the one module of such an engine that meets the event loop. The contract, the shared rules
-#: and the engines' cores stay asyncio-free.
-ENGINE_ASYNC_EDGES = {"oncelog.storage.engines.postgres.pending", "oncelog.storage.engines.diskless.pending"}
+#: 29): the one module of the store-backed engines that meets the event loop. The contract, the
+#: shared rules and the engines' cores stay asyncio-free.
+ENGINE_ASYNC_EDGES = {"oncelog.storage.store_pending"}
 
 
 def _module_name(path: Path) -> str:
@@ -105,6 +105,24 @@ def test_nothing_above_storage_asks_which_engine_it_has() -> None:
                 text = ast.unparse(node)
                 if any(e in text for e in engines) or (node.func.id == "hasattr" and ".log" in text):
                     bad.append(f"{name}: {text}")
+    assert not bad
+
+
+def test_engines_are_built_in_one_place() -> None:
+    """``storage.engines.open_engine(spec)`` is the one place an engine is built: no other module
+    of the product calls an engine's constructor (or the local engine's ``PartitionLog.open``)."""
+    engines = {"PartitionLog", "PgPartitionLog", "DisklessPartitionLog"}
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in engines:
+                called = f.value.id  # PartitionLog.open(...)
+            if called in engines and name != "oncelog.storage.engines":
+                bad.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
     assert not bad
 
 

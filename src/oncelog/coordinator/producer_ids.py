@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 
 BLOCK_SIZE = 1000
 FIRST_PRODUCER_ID = 1000

@@ -50,7 +50,7 @@ from oncelog.protocol import records
 from oncelog.storage.engine import PartitionEngine, PendingAppend
 from oncelog.storage.parts import ReadPart
 from oncelog.storage.config import LogConfig
-from oncelog.storage.engines.local.log import PartitionLog
+from oncelog.storage.engines import LocalSpec, open_engine
 from oncelog.protocol.errors import InvalidProducerEpoch, KafkaError, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.broker.partitions.pending_producers import PendingProducers
@@ -111,7 +111,7 @@ class Partition:
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
         """Open the local-files log (recovering it) and rebuild the producer state (R7)."""
-        return cls.recover(tp, PartitionLog.open(path, config, now_ms), path, config)
+        return cls.recover(tp, open_engine(LocalSpec(path, config, now_ms)), path, config)
 
     @classmethod
     def recover(cls, tp: TopicPartition, plog: PartitionEngine, path: Path, config: LogConfig) -> "Partition":

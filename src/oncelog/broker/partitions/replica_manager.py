@@ -61,7 +61,7 @@ from oncelog.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 from oncelog.storage.engine import PartitionEngine
 from oncelog.types import TopicPartition
 
