@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
     from oncelog.broker.membership import ConfigStore, CredentialService, Metadata, ProducerIdSource, TopicStore
-    from oncelog.broker.observability.metrics import RequestStats
+    from oncelog.broker.request_stats import RequestStats
     from oncelog.broker.partitions.replica_manager import ReplicaManager
     from oncelog.clock import Clock
 

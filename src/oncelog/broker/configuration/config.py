@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from oncelog.hostport import parse_listen
+from oncelog.properties import parse_properties  # noqa: F401  (re-exported: tests, tools)
 from oncelog.protocol.errors import InvalidConfig
 
 DAY_MS = 24 * 3600 * 1000
@@ -379,17 +380,3 @@ _BY_KAFKA_NAME["broker.id"] = _BY_KAFKA_NAME["node.id"]
 _BY_KAFKA_NAME["log.retention.hours"] = ("log_retention_ms", lambda v: int(v) * 3600 * 1000)
 _BY_KAFKA_NAME["log.retention.minutes"] = ("log_retention_ms", lambda v: int(v) * 60 * 1000)
 _BY_KAFKA_NAME["log.roll.hours"] = ("log_roll_ms", lambda v: int(v) * 3600 * 1000)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties-style ``key=value`` lines; ``#`` and ``!`` comments; blank lines."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        if "=" not in line:
-            raise InvalidConfig(f"not a key=value line: {line!r}")
-        k, v = line.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out

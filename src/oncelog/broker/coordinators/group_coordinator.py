@@ -64,10 +64,10 @@ from oncelog.protocol.errors import (
     UnknownServerError,
 )
 from oncelog.types import TopicPartition
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024  # offsets.topic.segment.bytes
 TICK_SECONDS = 0.05
 

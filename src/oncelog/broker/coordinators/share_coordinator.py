@@ -57,10 +57,10 @@ from oncelog.coordinator.share.group import HeartbeatAnswer, Sessions, ShareGrou
 from oncelog.coordinator.share.partition import AcquiredRange, LogBatch, SharePartition, Snapshot
 from oncelog.protocol import records
 from oncelog.protocol.errors import InvalidConfig, InvalidRecordState, InvalidRequest, KafkaError
+from oncelog.internal_topics import SHARE_STATE_TOPIC as STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
-STATE_TOPIC = "__share_group_state"
 STATE_TOPIC_PARTITIONS = 1  # embedded mode: one partition holds every share group's state
 #: Kafka's share.coordinator.state.topic.segment.bytes: segments roll (and the cleaner compacts
 #: them to the latest snapshot per share partition) every 100 MiB, so a load replays little
