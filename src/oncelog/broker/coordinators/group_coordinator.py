@@ -35,7 +35,9 @@ import itertools
 import logging
 from typing import Any, Callable
 
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import records as rec
@@ -86,7 +88,7 @@ def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
     return exc
 
 
-def _consumer_settings(config: Any) -> cg.ConsumerSettings:
+def _consumer_settings(config: BrokerConfig) -> cg.ConsumerSettings:
     """The group.consumer.* configs (KIP-848): the session timeout and heartbeat interval held
     within their min/max as Kafka requires, the assignors by name (unknown ones dropped)."""
     session = min(max(config.group_consumer_session_timeout_ms, config.group_consumer_min_session_timeout_ms),
@@ -101,7 +103,7 @@ def _consumer_settings(config: Any) -> cg.ConsumerSettings:
 class GroupCoordinator:
     """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
 
-    def __init__(self, replicas: Any, config: Any, clock: Clock, *,
+    def __init__(self, replicas: ReplicaManager, config: BrokerConfig, clock: Clock, *,
                  new_member_id: Callable[[str], str] = _random_member_id) -> None:
         self.replicas = replicas
         self.clock = clock

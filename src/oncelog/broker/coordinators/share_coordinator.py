@@ -47,7 +47,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.partitions.partition import Partition
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.cluster.share_state import ConfigRow, SnapshotRow, StoreShareState
 from oncelog.coordinator.load_report import SkipReport, batch_records
@@ -152,7 +155,7 @@ class _Shard:
 class ShareCoordinator:
     """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
 
-    def __init__(self, replicas: Any, config: Any, clock: Clock) -> None:
+    def __init__(self, replicas: ReplicaManager, config: BrokerConfig, clock: Clock) -> None:
         self.replicas = replicas
         self.clock = clock
         self.lock_ms = config.group_share_record_lock_duration_ms
@@ -197,7 +200,7 @@ class ShareCoordinator:
         self._loaded.set()
         self._tasks = [asyncio.get_running_loop().create_task(self._timer_loop())]
 
-    async def _ensure_loaded(self, pk: PartKey, part: Any) -> None:
+    async def _ensure_loaded(self, pk: PartKey, part: Partition) -> None:
         """Cluster mode: make the share partition ``pk`` the store's, unless it was loaded at the
         topic partition's current leader epoch (``part``: the partition this broker leads). A
         state kept from an earlier leadership is stale (another leader may have moved it since):
@@ -434,7 +437,7 @@ class ShareCoordinator:
         group = self.groups.groups.get(group_id)
         return group is not None and member_id in group.members
 
-    def _partition(self, pk: PartKey, part: Any) -> SharePartition:
+    def _partition(self, pk: PartKey, part: Partition) -> SharePartition:
         sp = self.partitions.get(pk)
         if sp is None:
             sp = self.partitions[pk] = SharePartition(max_in_flight=self.max_locks)
@@ -444,7 +447,7 @@ class ShareCoordinator:
         sp.trim_to(part.log_start_offset)
         return sp
 
-    def _reset_offset(self, group_id: str, part: Any) -> int:
+    def _reset_offset(self, group_id: str, part: Partition) -> int:
         """Where a share partition starts (``share.auto.offset.reset``): the log start, the high
         watermark, or (by_duration) the first record at or after now minus the duration."""
         reset = self.config(group_id, "share.auto.offset.reset")

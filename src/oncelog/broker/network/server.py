@@ -92,6 +92,7 @@ from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
+from oncelog.storage.parts import FileSlice, ReadPart
 
 #: The one thing the server knows of the broker: a request frame in, response parts out (None:
 #: no response is due). It raises CloseConnection when the connection must be closed.
@@ -513,7 +514,7 @@ class Server:
             raise CloseConnection(f"listener {self.name}: {outcome.close}")
         return outcome.parts
 
-    async def _send(self, conn: Connection, parts: list[Any]) -> None:
+    async def _send(self, conn: Connection, parts: list[ReadPart]) -> None:
         """Write responses' parts in order, then wait for the transport to drain."""
         transport = conn.transport
         assert transport is not None
@@ -532,7 +533,7 @@ class Server:
             transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
         await conn.drain()
 
-    async def _sendfile(self, transport: asyncio.Transport, part: Any) -> None:
+    async def _sendfile(self, transport: asyncio.Transport, part: FileSlice) -> None:
         """Send one slice with sendfile(2); a copy if the kernel refuses it for this socket."""
         loop = asyncio.get_running_loop()
         if transport.is_closing():
@@ -561,7 +562,7 @@ async def _readable(sock: socket.socket) -> None:
         loop.remove_reader(fd)
 
 
-def _pread(part: Any) -> bytes:
+def _pread(part: FileSlice) -> bytes:
     data = os.pread(part.fd, part.length, part.position)
     if len(data) != part.length:
         raise ConnectionError(f"log file shrank under a fetch ({len(data)} of {part.length} bytes)")
