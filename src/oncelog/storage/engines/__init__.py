@@ -3,12 +3,13 @@
 embedded broker); ``postgres/``: rows in the cluster's PostgreSQL store, appended by a group
 commit (cluster mode); ``diskless/``: batches in an object store, their coordinates in the
 cluster's store, committed one object per interval (issue 29, topics with ``diskless.enable``;
-its object-store services are ``oncelog/diskless/``'s, seen through protocols). What every engine shares — the log configuration (``storage/config.py``),
-the read parts (``storage/parts.py``), the keep rules of compaction (``storage/keep_rules.py``),
-leader epochs, the producer state and the aborted-transaction index — lives one level up, in
-storage/, and so does what the two store-backed engines share (their leader log,
-``storage/store_log.py``, and its awaitable, ``storage/store_pending.py``); no engine imports
-another.
+its object-store services are ``oncelog/diskless/``'s, seen through protocols).
+
+What every engine shares — the log configuration (``storage/config.py``), the read parts
+(``storage/parts.py``), the keep rules of compaction (``storage/keep_rules.py``), leader epochs,
+the producer state and the aborted-transaction index — lives one level up, in storage/, and so
+does what the two store-backed engines share (their leader log, ``storage/store_log.py``, and
+its awaitable, ``storage/store_pending.py``); no engine imports another.
 
 ``open_engine(spec)`` is the one place an engine is built: the spec names the engine and what
 it needs (``LocalSpec``, ``PostgresSpec``, ``DisklessSpec``). Each engine's module is imported
