@@ -115,6 +115,18 @@ def test_engines_are_built_in_one_place() -> None:
     assert not bad
 
 
+def test_the_produce_handler_leaves_the_producer_state_to_the_partition() -> None:
+    """Producer-state checks happen in one place, the partition (``Partition.append_produced``:
+    the retry of a written batch, then the handler's transaction checks, then the append): the
+    Produce handler neither reads the producer state nor knows how the partition says an append
+    completed at once."""
+    tree = ast.parse(MODULES["oncelog.broker.handlers.produce"].read_text())
+    names = ({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+             | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+             | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names})
+    assert not names & {"producers", "duplicate_of", "Ready", "append_validated"}
+
+
 def test_the_product_never_imports_the_tools() -> None:
     """``oncelog`` does not import ``oncelog_tools`` (issue 27): the tools are built on the product,
     never the other way round; what the product's testing API needs (a PostgreSQL server for
