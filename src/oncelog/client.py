@@ -174,7 +174,7 @@ def read_command_config(path: str | None) -> dict[str, str] | None:
     """A ``--command-config`` file (Java properties) as a dict; None without a path."""
     if path is None:
         return None
-    from oncelog.broker.configuration.config import parse_properties
+    from oncelog.properties import parse_properties
     from pathlib import Path
 
     return parse_properties(Path(path).read_text())

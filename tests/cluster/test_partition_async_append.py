@@ -117,7 +117,7 @@ def _hold_after_commit(part: Partition) -> dict:
     test can look at the partition between the store's COMMIT and the event loop taking it in."""
     from concurrent.futures import Future
 
-    from oncelog.storage.engines.postgres.pending import PendingAppend
+    from oncelog.storage.store_pending import PendingAppend
 
     real_submit = part.log.submit
     gate: dict = {}

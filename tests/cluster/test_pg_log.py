@@ -42,6 +42,31 @@ def test_schema_is_created_idempotently(store) -> None:
                      "oncelog_dl_object", "oncelog_dl_batch"}  # issue 29: cluster/diskless_schema.py
 
 
+def test_both_commit_paths_call_the_one_fence_also_in_a_database_made_before_it(store) -> None:
+    """The exactly-once fence (leader epoch, log end, drained outbox rows) is ONE SQL function,
+    ``oncelog_fence``, that the group commit's ``oncelog_append`` and the diskless
+    ``oncelog_dl_commit`` both call. A database made before it holds an ``oncelog_append`` of the
+    same signature with a body of its own: the next ``ensure_schema`` (a broker's start) gives it
+    the fence, and appends go through it."""
+    conn = store.conn
+    conn.execute("DROP FUNCTION oncelog_fence(int8[], int4[], int8[], int8[], int4[], int8[])")
+    conn.execute(
+        "CREATE OR REPLACE FUNCTION oncelog_append(p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], "
+        "p_max_ts int8[], p_pids int8[], p_pepochs int2[], p_seqs int4[], p_txn bool[], p_ctl bool[], "
+        "p_data bytea[], p_drain_counts int4[], p_drain_ids int8[]) "
+        "RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8) "
+        "LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$")
+    schema.ensure_schema(conn)
+    bodies = dict(conn.execute("SELECT proname, prosrc FROM pg_proc WHERE proname LIKE 'oncelog_%'").fetchall())
+    assert "oncelog_fence" in bodies
+    for path in ("oncelog_append", "oncelog_dl_commit"):
+        assert "oncelog_fence(" in bodies[path], path
+        assert "FOR UPDATE" not in bodies[path] and "oncelog.outbox" not in bodies[path], path  # only the fence
+    log = store.lead("orders")
+    assert _append(log, _batch(n=3)) == (0, 2)
+    assert _count_rows(conn, log) == 1
+
+
 def test_append_read_round_trip_is_byte_exact_with_offsets_rewritten(store) -> None:
     log = store.lead("orders")
     assert (log.log_start_offset, log.log_end_offset, log.leader_epoch) == (0, 0, 0)

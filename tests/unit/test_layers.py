@@ -1,6 +1,6 @@
 """The house rules (issue 14), checked on the source: arrows point down, no import circles
-(not even dodged by importing inside a function), typed handlers, one routing table that is
-also the advertised one."""
+(not even dodged by importing inside a function or for annotations only), typed handlers, one
+routing table that is also the advertised one, one place that builds engines."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import oncelog
 
 SRC = Path(oncelog.__file__).parent
 PURE = ("protocol", "storage", "coordinator", "acl")
-#: issue 27: the awaitable edges of storage engines that complete appends elsewhere (the
+#: issue 27: the awaitable edge of the storage engines that complete appends elsewhere (the
 #: PostgreSQL engine's COMMIT on its committer's thread, the diskless engine's object commit, issue
-#: 29): the one module of such an engine that meets the event loop. The contract, the shared rules
-#: and the engines' cores stay asyncio-free.
-ENGINE_ASYNC_EDGES = {"oncelog.storage.engines.postgres.pending", "oncelog.storage.engines.diskless.pending"}
+#: 29): the one module of the store-backed engines that meets the event loop. The contract, the
+#: shared rules and the engines' cores stay asyncio-free.
+ENGINE_ASYNC_EDGES = {"oncelog.storage.store_pending"}
 
 
 def _module_name(path: Path) -> str:
@@ -28,25 +28,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _type_checking_blocks(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under ``if TYPE_CHECKING:`` (annotations only, never run)."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return out
-
-
 def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports when it runs: at top level and inside functions (an import
-    inside a function is an import all the same); not those under TYPE_CHECKING."""
+    """Every module ``path`` imports: at top level, inside functions (an import inside a function
+    is an import all the same) and under ``if TYPE_CHECKING:`` (a type-only import is an arrow
+    all the same: a circle through one is a circle, issue 36)."""
     tree = ast.parse(path.read_text())
     package = _module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
-    annotations_only = _type_checking_blocks(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in annotations_only:
-            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -108,6 +97,36 @@ def test_nothing_above_storage_asks_which_engine_it_has() -> None:
     assert not bad
 
 
+def test_engines_are_built_in_one_place() -> None:
+    """``storage.engines.open_engine(spec)`` is the one place an engine is built: no other module
+    of the product calls an engine's constructor (or the local engine's ``PartitionLog.open``)."""
+    engines = {"PartitionLog", "PgPartitionLog", "DisklessPartitionLog"}
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in engines:
+                called = f.value.id  # PartitionLog.open(...)
+            if called in engines and name != "oncelog.storage.engines":
+                bad.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert not bad
+
+
+def test_the_produce_handler_leaves_the_producer_state_to_the_partition() -> None:
+    """Producer-state checks happen in one place, the partition (``Partition.append_produced``:
+    the retry of a written batch, then the handler's transaction checks, then the append): the
+    Produce handler neither reads the producer state nor knows how the partition says an append
+    completed at once."""
+    tree = ast.parse(MODULES["oncelog.broker.handlers.produce"].read_text())
+    names = ({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+             | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+             | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names})
+    assert not names & {"producers", "duplicate_of", "Ready", "append_validated"}
+
+
 def test_the_product_never_imports_the_tools() -> None:
     """``oncelog`` does not import ``oncelog_tools`` (issue 27): the tools are built on the product,
     never the other way round; what the product's testing API needs (a PostgreSQL server for
@@ -149,26 +168,59 @@ def test_the_leader_assignment_is_a_pure_core() -> None:
     assert imported <= {"__future__", "dataclasses", "typing", "oncelog.types"}, imported
 
 
-def test_no_import_circle_even_through_imports_inside_functions() -> None:
-    """A circle dodged by importing inside a function is still a circle."""
+def _circle(arrows: dict[str, set[str]]) -> list[str] | None:
+    """A circle of ``arrows`` (node -> the nodes it points to), as the path around it; None."""
     state: dict[str, int] = {}  # 0 visiting, 1 done
     stack: list[str] = []
 
-    def visit(node: str) -> None:
+    def visit(node: str) -> list[str] | None:
         state[node] = 0
         stack.append(node)
-        for nxt in sorted(GRAPH[node]):
+        for nxt in sorted(arrows.get(node, ())):
             if state.get(nxt) == 0:
-                cycle = stack[stack.index(nxt):] + [nxt]
-                pytest.fail("import circle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt)
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
         stack.pop()
         state[node] = 1
+        return None
 
-    for name in sorted(GRAPH):
-        if name not in state:
-            visit(name)
+    for name in sorted(arrows):
+        if name not in state and (found := visit(name)) is not None:
+            return found
+    return None
+
+
+def test_no_import_circle_even_through_imports_inside_functions() -> None:
+    """A circle dodged by importing inside a function, or under ``TYPE_CHECKING``, is still a
+    circle (issue 36: four went through type-only imports)."""
+    circle = _circle(GRAPH)
+    assert circle is None, "import circle: " + " -> ".join(circle or ())
+
+
+#: the arrows back up between oncelog's top-level folders: the broker builds its console, which
+#: reads only the broker's observability (``console -> broker.observability``), and its schema
+#: registry, which uses the broker's TLS and SCRAM code and reads the broker through a Protocol
+FOLDER_ARROWS_ALLOWED_BACK = {("oncelog.broker.broker", "oncelog.console"),
+                              ("oncelog.broker.broker", "oncelog.schema_registry"),
+                              ("oncelog.broker.broker", "oncelog.schema_registry.validation")}
+
+
+def test_no_circle_between_the_top_level_folders() -> None:
+    """Issue 36: no loop between oncelog's folders either (storage -> cluster -> acl -> storage
+    went through the atomic-file helper, now at the package root), apart from the broker
+    starting its console."""
+
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    arrows: dict[str, set[str]] = {}
+    for name, deps in GRAPH.items():
+        for dep in deps:
+            if folder(name) != folder(dep) and (name, dep) not in FOLDER_ARROWS_ALLOWED_BACK:
+                arrows.setdefault(folder(name), set()).add(folder(dep))
+    circle = _circle(arrows)
+    assert circle is None, "folder circle: " + " -> ".join(circle or ())
 
 
 def test_handlers_are_typed_against_the_broker_context() -> None:
@@ -244,8 +296,8 @@ def test_broker_is_a_few_files_and_named_parts() -> None:
 
 
 def test_broker_parts_import_only_what_they_declare() -> None:
-    """Arrows between broker/'s parts follow BROKER_PARTS (imports inside functions count too; those
-    under TYPE_CHECKING do not), so no circle can form between the parts."""
+    """Arrows between broker/'s parts follow BROKER_PARTS (imports inside functions and under
+    TYPE_CHECKING count too), so no circle can form between the parts."""
     bad = sorted(
         f"{name} -> {dep}"
         for name, deps in GRAPH.items()

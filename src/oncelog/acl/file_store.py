@@ -1,5 +1,5 @@
 """The ACLs of the embedded broker: one JSON file in the data directory, ``acls.json``, replaced
-atomically (storage/atomic.py) on every change, so a crash leaves the old set or the new one and
+atomically (oncelog/atomic.py) on every change, so a crash leaves the old set or the new one and
 an acknowledged CreateAcls / DeleteAcls survives a kill -9.
 
 Format: ``{"version": 1, "acls": [[resource type, name, pattern type, principal, host,
@@ -15,7 +15,7 @@ from typing import Iterable
 
 from oncelog.acl.model import AclBinding
 from oncelog.protocol.errors import KafkaError
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 
 __all__ = ["AclFileError", "AclFileStore", "FILE_NAME"]
 

@@ -204,7 +204,7 @@ class FileAcls:
 
     def __init__(self, data_dir: Path | None = None, store: str | None = None) -> None:
         if store is not None:
-            from oncelog.broker.membership.cluster_member import connector
+            from oncelog.cluster.connection import connector
             from oncelog.cluster.acls import StoreAcls
             from oncelog.cluster.schema import ensure_schema
 

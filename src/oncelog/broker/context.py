@@ -32,12 +32,24 @@ if TYPE_CHECKING:
     from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
     from oncelog.broker.membership import ConfigStore, CredentialService, Metadata, ProducerIdSource, TopicStore
-    from oncelog.broker.observability.metrics import RequestStats
+    from oncelog.broker.request_stats import RequestStats
     from oncelog.broker.partitions.replica_manager import ReplicaManager
     from oncelog.clock import Clock
-    from oncelog.schema_registry.validation import SchemaIds
+    from oncelog.protocol import records
+    from oncelog.storage.config import LogConfig
 
-__all__ = ["BrokerContext", "Client", "CloseConnection", "Handler"]
+__all__ = ["BrokerContext", "Client", "CloseConnection", "Handler", "SchemaIdCheck"]
+
+
+class SchemaIdCheck(Protocol):
+    """The produce path's check of a batch's schema ids (topics with
+    confluent.key/value.schema.validation); oncelog/schema_registry/validation.py's SchemaIds."""
+
+    async def validate(self, topic: str, batch: bytes | bytearray | memoryview, config: "LogConfig",
+                       timestamps: "records.TimestampRule") -> "records.BatchHeader":
+        """The batch validated as ``records.validate_produce_batch`` does, and its schema ids
+        checked against the topic's subjects. Raises what that raises, and RecordErrors."""
+        ...
 
 
 class BrokerContext(Protocol):
@@ -104,7 +116,7 @@ class BrokerContext(Protocol):
         ...
 
     @property
-    def schema_ids(self) -> "SchemaIds":
+    def schema_ids(self) -> "SchemaIdCheck":
         """The schema registry's check of produced schema ids (topics with
         confluent.key/value.schema.validation; oncelog/schema_registry/validation.py)."""
         ...

@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, Awaitable, Iterable
 
-from oncelog.broker.context import Handler
+from oncelog.broker.context import BrokerContext, Client, Handler
 from oncelog.protocol import apis
+from oncelog.protocol.framing import Request
 
 __all__ = ["HANDLER_MODULES", "ROUTES", "LazyHandler", "advertised_versions", "load"]
 
@@ -56,7 +57,7 @@ class LazyHandler:
             handle = self._handle = importlib.import_module(f"oncelog.broker.handlers.{self.module}").handle
         return handle
 
-    def __call__(self, broker: Any, request: Any, client: Any) -> Awaitable[Any]:
+    def __call__(self, broker: BrokerContext, request: Request, client: Client) -> Awaitable[Any]:
         return (self._handle or self.load())(broker, request, client)
 
     def __repr__(self) -> str:

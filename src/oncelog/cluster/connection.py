@@ -17,7 +17,14 @@ from typing import Any, Callable, Iterator
 from oncelog.cluster.errors import StoreUnavailable
 from oncelog.protocol.errors import KafkaError
 
-__all__ = ["StoreConnection"]
+__all__ = ["StoreConnection", "connector"]
+
+
+def connector(dsn: str) -> Callable[[], Any]:
+    """A function opening a new autocommit psycopg connection to ``dsn`` (bounded connect)."""
+    import psycopg  # the 'cluster' extra
+
+    return lambda: psycopg.connect(dsn, autocommit=True, connect_timeout=10)
 
 
 class StoreConnection:

@@ -21,13 +21,13 @@ the cluster schema (schema.py ``ensure_schema`` runs it after ``DDL``).
 
 ``oncelog_dl_commit(...)``
     ONE statement (autocommit: the statement is the transaction) committing one object's
-    batches: insert the object row (when the object holds data batches), lock the partitions'
-    rows in id order, and per batch, in object order, accept it when its leader epoch is the
-    store's and its base offset the store's log end (the offsets were assigned by the leader,
-    as the PostgreSQL engine does; the epoch condition fences a deposed leader), inserting its
-    coordinates and moving the log end. Answers one row per batch with the status codes of
-    ``oncelog_append`` (0 appended, 1 no such partition, 2 fenced, 3 log end moved, 4 outbox
-    rows not all there).
+    batches: insert the object row (when the object holds data batches), then the exactly-once
+    fence every commit path shares (``oncelog_fence``, schema.py: the partitions' rows locked in
+    id order; per batch, in object order, accepted when its leader epoch is the store's and its
+    base offset the store's log end — the offsets were assigned by the leader, as the PostgreSQL
+    engine does; the epoch condition fences a deposed leader — and the log end moved), and the
+    coordinates of every batch it accepted. Answers the fence's row per batch (0 appended, 1 no
+    such partition, 2 fenced, 3 log end moved, 4 outbox rows not all there).
     Issue 31 (docs/DATABASE.md): batch i drains ``p_drain_counts[i]`` rows of ``oncelog.outbox``,
     whose ids follow in ``p_drain_ids`` (the batches' lists concatenated); they are deleted in
     the same transaction as the batch's coordinates are inserted, all or none (status 4 when one
@@ -89,56 +89,27 @@ CREATE OR REPLACE FUNCTION oncelog_dl_commit(
 RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8)
 LANGUAGE plpgsql AS $$
 DECLARE
-    st record;
+    f record;
+    i int;
     obj int8 := NULL;
-    pos int := 0;
-    n int;
-    c int;
 BEGIN
     IF p_key IS NOT NULL THEN
         INSERT INTO oncelog_dl_object (object_key, broker, size) VALUES (p_key, p_broker, p_size)
             RETURNING id INTO obj;
     END IF;
-    PERFORM 1 FROM oncelog_partition WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
-    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-        SELECT leader_broker, leader_epoch, log_end_offset INTO st FROM oncelog_partition WHERE id = p_ids[i];
-        idx := i - 1;
-        IF NOT FOUND THEN
-            status := 1; store_epoch := -1; store_leader := -1; store_end := -1;
-        ELSE
-            store_epoch := st.leader_epoch; store_leader := st.leader_broker; store_end := st.log_end_offset;
-            IF st.leader_epoch <> p_epochs[i] THEN
-                status := 2;
-            ELSIF st.log_end_offset <> p_bases[i] THEN
-                status := 3;
-            ELSE
-                status := 0;
-                c := coalesce(p_drain_counts[i], 0);
-                IF c > 0 THEN
-                    BEGIN  -- a subtransaction: a partial delete is undone
-                        DELETE FROM oncelog.outbox WHERE partition_id = p_ids[i]
-                            AND id = ANY(p_drain_ids[pos + 1 : pos + c]);
-                        GET DIAGNOSTICS n = ROW_COUNT;
-                        IF n <> c THEN
-                            RAISE EXCEPTION USING ERRCODE = 'OL001';
-                        END IF;
-                    EXCEPTION WHEN SQLSTATE 'OL001' THEN
-                        status := 4;
-                    END;
-                END IF;
-            END IF;
-            IF status = 0 THEN
-                INSERT INTO oncelog_dl_batch (partition_id, base_offset, last_offset, record_count, object_id,
-                    byte_offset, size, attributes, first_timestamp, max_timestamp, producer_id, producer_epoch,
-                    base_sequence, is_transactional, is_control, leader_epoch, inline_data)
-                VALUES (p_ids[i], p_bases[i], p_lasts[i], p_counts[i],
-                    CASE WHEN p_inline[i] IS NULL THEN obj END, p_byte_offs[i], p_sizes[i], p_attrs[i],
-                    p_first_ts[i], p_max_ts[i], p_pids[i], p_pepochs[i], p_seqs[i], p_txn[i], p_ctl[i],
-                    p_epochs[i], p_inline[i]);
-                UPDATE oncelog_partition SET log_end_offset = p_lasts[i] + 1 WHERE id = p_ids[i];
-            END IF;
+    FOR f IN SELECT * FROM oncelog_fence(p_ids, p_epochs, p_bases, p_lasts, p_drain_counts, p_drain_ids) LOOP
+        i := f.idx + 1;
+        IF f.status = 0 THEN
+            INSERT INTO oncelog_dl_batch (partition_id, base_offset, last_offset, record_count, object_id,
+                byte_offset, size, attributes, first_timestamp, max_timestamp, producer_id, producer_epoch,
+                base_sequence, is_transactional, is_control, leader_epoch, inline_data)
+            VALUES (p_ids[i], p_bases[i], p_lasts[i], p_counts[i],
+                CASE WHEN p_inline[i] IS NULL THEN obj END, p_byte_offs[i], p_sizes[i], p_attrs[i],
+                p_first_ts[i], p_max_ts[i], p_pids[i], p_pepochs[i], p_seqs[i], p_txn[i], p_ctl[i],
+                p_epochs[i], p_inline[i]);
         END IF;
-        pos := pos + coalesce(p_drain_counts[i], 0);
+        idx := f.idx; status := f.status; store_epoch := f.store_epoch; store_leader := f.store_leader;
+        store_end := f.store_end;
         RETURN NEXT;
     END LOOP;
 END

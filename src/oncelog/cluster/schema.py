@@ -55,10 +55,15 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     encoded snapshot, written by the topic partition's leader fenced by its leader epoch; one
     row per share group with its configs.
 
+``oncelog_fence(...)``
+    The exactly-once fence every commit path calls (the group commit's ``oncelog_append``, the
+    diskless ``oncelog_dl_commit``): per batch, the leader-epoch and log-end checks, the outbox
+    rows it drains deleted (all or none), the log end moved; the caller writes the accepted
+    batches' rows in the same transaction.
+
 ``oncelog_append(...)``
-    The function one group commit round calls: the epoch and log-end checks and the writes of
-    every batch of the round, in one statement (one round trip; see group_commit.py); a batch
-    drained from the outbox deletes its pending rows in the same statement.
+    The function one group commit round calls: the fence and the rows of every batch of the
+    round it accepted, in one statement (one round trip; see group_commit.py).
 
 ``oncelog_dl_object``, ``oncelog_dl_batch``, ``oncelog_dl_commit(...)``, ``oncelog_partition.engine``
     Diskless topics (issue 29): the coordinates of batches kept in an object store
@@ -189,21 +194,18 @@ CREATE TABLE IF NOT EXISTS oncelog_broker (
 -- the primary listener's (the one other brokers use)
 ALTER TABLE oncelog_broker ADD COLUMN IF NOT EXISTS listeners jsonb NOT NULL DEFAULT '{}'::jsonb;
 
--- One group commit round (storage/engines/postgres/group_commit.py) in one statement: lock the partitions'
--- rows in id order, then per request, in order, append it if its leader epoch is the store's
--- and its base offset the store's log end. Answers one row per request: status 0 appended,
--- 1 no such partition, 2 fenced (epoch moved), 3 log end moved, 4 outbox rows not all there;
--- with the store's epoch, leader and log end as they were when the request was judged. Run in
--- autocommit mode, the statement is the transaction: its answer arrives after COMMIT.
--- Issue 31: request i drains p_drain_counts[i] rows of oncelog.outbox, whose ids follow in
--- p_drain_ids (the requests' lists concatenated): they are deleted in the same transaction as
--- the batch is inserted, all or none (status 4 when one is missing: nothing of i is written).
-DROP FUNCTION IF EXISTS oncelog_append(int8[], int4[], int8[], int8[], int8[], int8[], int2[], int4[], bool[],
-                                       bool[], bytea[]);
-CREATE OR REPLACE FUNCTION oncelog_append(
-    p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], p_max_ts int8[], p_pids int8[],
-    p_pepochs int2[], p_seqs int4[], p_txn bool[], p_ctl bool[], p_data bytea[], p_drain_counts int4[],
-    p_drain_ids int8[])
+-- The exactly-once fence, THE check of every commit path (oncelog_append below, the diskless
+-- oncelog_dl_commit): lock the partitions' rows in id order, then per batch, in order, accept it
+-- if its leader epoch is the store's and its base offset the store's log end, delete the outbox
+-- rows it drains, and move the log end past it. Answers one row per batch: status 0 accepted
+-- (the caller inserts the batch's row in the same transaction), 1 no such partition, 2 fenced
+-- (epoch moved), 3 log end moved, 4 outbox rows not all there; with the store's epoch, leader
+-- and log end as they were when the batch was judged. Issue 31: batch i drains
+-- p_drain_counts[i] rows of oncelog.outbox, whose ids follow in p_drain_ids (the batches' lists
+-- concatenated): they are deleted in the same transaction as the batch is written, all or none
+-- (status 4 when one is missing: nothing of i is written and the log end does not move).
+CREATE OR REPLACE FUNCTION oncelog_fence(
+    p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], p_drain_counts int4[], p_drain_ids int8[])
 RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -238,16 +240,43 @@ BEGIN
                         status := 4;
                     END;
                 END IF;
-            END IF;
-            IF st.leader_epoch = p_epochs[i] AND st.log_end_offset = p_bases[i] AND status = 0 THEN
-                INSERT INTO oncelog_batch (partition_id, base_offset, last_offset, max_timestamp, producer_id,
-                    producer_epoch, base_sequence, is_transactional, is_control, size, leader_epoch, data)
-                VALUES (p_ids[i], p_bases[i], p_lasts[i], p_max_ts[i], p_pids[i], p_pepochs[i], p_seqs[i],
-                    p_txn[i], p_ctl[i], octet_length(p_data[i]), p_epochs[i], p_data[i]);
-                UPDATE oncelog_partition SET log_end_offset = p_lasts[i] + 1 WHERE id = p_ids[i];
+                IF status = 0 THEN
+                    UPDATE oncelog_partition SET log_end_offset = p_lasts[i] + 1 WHERE id = p_ids[i];
+                END IF;
             END IF;
         END IF;
         pos := pos + coalesce(p_drain_counts[i], 0);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- One group commit round (storage/engines/postgres/group_commit.py) in one statement: the fence
+-- (oncelog_fence), then the row of every batch it accepted. Answers the fence's rows. Run in
+-- autocommit mode, the statement is the transaction: its answer arrives after COMMIT. A database
+-- made before the fence existed gets this body (same signature) when a broker starts.
+DROP FUNCTION IF EXISTS oncelog_append(int8[], int4[], int8[], int8[], int8[], int8[], int2[], int4[], bool[],
+                                       bool[], bytea[]);
+CREATE OR REPLACE FUNCTION oncelog_append(
+    p_ids int8[], p_epochs int4[], p_bases int8[], p_lasts int8[], p_max_ts int8[], p_pids int8[],
+    p_pepochs int2[], p_seqs int4[], p_txn bool[], p_ctl bool[], p_data bytea[], p_drain_counts int4[],
+    p_drain_ids int8[])
+RETURNS TABLE (idx int4, status int4, store_epoch int4, store_leader int4, store_end int8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    f record;
+    i int;
+BEGIN
+    FOR f IN SELECT * FROM oncelog_fence(p_ids, p_epochs, p_bases, p_lasts, p_drain_counts, p_drain_ids) LOOP
+        i := f.idx + 1;
+        IF f.status = 0 THEN
+            INSERT INTO oncelog_batch (partition_id, base_offset, last_offset, max_timestamp, producer_id,
+                producer_epoch, base_sequence, is_transactional, is_control, size, leader_epoch, data)
+            VALUES (p_ids[i], p_bases[i], p_lasts[i], p_max_ts[i], p_pids[i], p_pepochs[i], p_seqs[i],
+                p_txn[i], p_ctl[i], octet_length(p_data[i]), p_epochs[i], p_data[i]);
+        END IF;
+        idx := f.idx; status := f.status; store_epoch := f.store_epoch; store_leader := f.store_leader;
+        store_end := f.store_end;
         RETURN NEXT;
     END LOOP;
 END

@@ -43,7 +43,7 @@ from oncelog.hostport import parse_listen
 from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.observability.observed import ObservedBroker
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Console:
     """The console of one broker. ``serve()`` and ``close()`` are called on the event loop's
     thread (``close`` through ``asyncio.to_thread``: it waits for the HTTP thread)."""
 
-    def __init__(self, broker: "Broker", host: str, port: int) -> None:
+    def __init__(self, broker: "ObservedBroker", host: str, port: int) -> None:
         from oncelog.client import read_command_config
 
         self.broker = broker
@@ -133,7 +133,7 @@ class Console:
             self._thread = None
 
 
-def console_for(broker: "Broker") -> Console | None:
+def console_for(broker: "ObservedBroker") -> Console | None:
     """The broker's console per its configuration: None when ``console.listen`` is unset.
     Raises InvalidConfig when ``console.client.config`` cannot be read."""
     listen = broker.config.console_listen

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import parse_qs
 
 from oncelog.acl.model import CLUSTER_NAME, AclOperation, ResourceType
@@ -26,7 +26,13 @@ from oncelog.console.transactions import AbortRefused
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from oncelog.console import Console
+    import asyncio
+
+    from oncelog.broker.observability.history import History
+    from oncelog.broker.observability.observe import BrokerState
+    from oncelog.console.access import PasswordGate, Sessions
+    from oncelog.console.loop_calls import ConsoleBroker
+    from oncelog.console.transactions import TxnLink
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +72,24 @@ def _cookie(token: str, max_age: int) -> str:
     return f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}"
 
 
-class Api:
-    """The routes over one ``Console``."""
+class ConsoleParts(Protocol):
+    """What the routes use of the console (``oncelog.console.Console``)."""
 
-    def __init__(self, console: "Console") -> None:
+    broker: "ConsoleBroker"
+    loop: "asyncio.AbstractEventLoop | None"
+    sessions: "Sessions"
+    gate: "PasswordGate"
+    history: "History"
+    txns: "TxnLink"
+    state: Any  # server.StateSource (the server imports these routes)
+
+    def document(self, raw: "BrokerState", hanging: dict[str, Any]) -> tuple[dict[str, Any], bytes]: ...
+
+
+class Api:
+    """The routes over one console (``ConsoleParts``)."""
+
+    def __init__(self, console: ConsoleParts) -> None:
         self.c = console
         self.routes: dict[tuple[str, str], tuple[Callable[[Call, Session | None], Reply], bool]] = {
             ("GET", "/api/session"): (self.session, False),

@@ -15,15 +15,26 @@ as it is; a loop that does not answer in time raises TimeoutError.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Coroutine, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Coroutine, Iterable, Protocol, TypeVar
 
 from oncelog.acl.model import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.broker.observability import partition_read
 from oncelog.broker.observability.partition_read import TxnFacts, Window
+from oncelog.broker.observability.observed import ObservedBroker
 from oncelog.console.access import Decisions
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.auth.acls import AclService
+    from oncelog.broker.membership import CredentialService
+
+
+class ConsoleBroker(ObservedBroker, Protocol):
+    """What the console reads of the broker: what observability reads, and its users and ACLs
+    (the login and what each principal may see)."""
+
+    users: "CredentialService"
+    acls: "AclService | None"
+
 
 __all__ = ["LoopReader", "acls_on", "credential", "decide", "may"]
 
@@ -49,7 +60,7 @@ def call(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T], timeout
 class LoopReader:
     """``messages.PartitionReader`` over the broker's own partition read (see the module docstring)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, broker: "Broker", topic: str, partition: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, broker: "ConsoleBroker", topic: str, partition: int) -> None:
         self.loop, self.broker, self.topic, self.partition = loop, broker, topic, partition
 
     def window(self, offset: int, max_bytes: int, read_committed: bool) -> Window:
@@ -64,12 +75,12 @@ class LoopReader:
         return call(self.loop, partition_read.offset_for_timestamp(self.broker, self.topic, self.partition, ts_ms))
 
 
-def acls_on(broker: "Broker") -> bool:
+def acls_on(broker: "ConsoleBroker") -> bool:
     """Whether the broker has an authorizer (then the console needs a login)."""
     return bool(broker.config.authorizer_class_name)
 
 
-def credential(loop: asyncio.AbstractEventLoop, broker: "Broker", user: str) -> tuple[bytes, int, bytes, str] | None:
+def credential(loop: asyncio.AbstractEventLoop, broker: "ConsoleBroker", user: str) -> tuple[bytes, int, bytes, str] | None:
     """``user``'s strongest SCRAM credential as (salt, iterations, stored key, hash name), or None."""
     async def get() -> tuple[bytes, int, bytes, str] | None:
         creds = broker.users.store.any_of(user)
@@ -80,7 +91,7 @@ def credential(loop: asyncio.AbstractEventLoop, broker: "Broker", user: str) -> 
     return call(loop, get())
 
 
-def may(loop: asyncio.AbstractEventLoop, broker: "Broker", principal: str, host: str, op: AclOperation,
+def may(loop: asyncio.AbstractEventLoop, broker: "ConsoleBroker", principal: str, host: str, op: AclOperation,
         rtype: ResourceType, name: str) -> bool:
     """One authorizer decision (True when there is no authorizer)."""
     async def check() -> bool:
@@ -89,7 +100,7 @@ def may(loop: asyncio.AbstractEventLoop, broker: "Broker", principal: str, host:
     return call(loop, check())
 
 
-def decide(loop: asyncio.AbstractEventLoop, broker: "Broker", principal: str, host: str, topics: Iterable[str],
+def decide(loop: asyncio.AbstractEventLoop, broker: "ConsoleBroker", principal: str, host: str, topics: Iterable[str],
            groups: Iterable[str], transactional_ids: Iterable[str]) -> Decisions:
     """What ``principal`` from ``host`` may describe among the names given."""
     wanted = [(ResourceType.TOPIC, sorted(set(topics))), (ResourceType.GROUP, sorted(set(groups))),

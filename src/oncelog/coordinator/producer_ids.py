@@ -12,11 +12,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
+
+__all__ = ["BLOCK_SIZE", "FIRST_PRODUCER_ID", "ProducerIdManager", "ProducerIdSource"]
 
 BLOCK_SIZE = 1000
 FIRST_PRODUCER_ID = 1000
+
+
+class ProducerIdSource(Protocol):
+    """Where producer ids come from (the transaction coordinator's InitProducerId): this
+    module's ``ProducerIdManager`` on the embedded broker, the store's sequence in cluster mode
+    (``cluster/producer_ids.StoreProducerIds``)."""
+
+    def next_producer_id(self) -> int:
+        """An id never given before, by any broker of the cluster, across restarts (R5)."""
+        ...
 
 
 class ProducerIdManager:

@@ -3,10 +3,10 @@ cluster parts (broker/membership/cluster_parts.py) when ``diskless.storage.url``
 client, the byte cache shared by its fetches, the object writer (one object per interval for
 every diskless partition it leads) and the collector's periodic task.
 
-``engine(...)`` builds the log of a diskless partition this broker is to lead (the leader
-tracker calls it on its opener thread). Every broker of a cluster needs the same
-``diskless.storage.*`` properties: a broker without them cannot lead a diskless partition (it
-logs why and leaves the partition for the next view).
+``engine_spec(...)`` describes the log of a diskless partition this broker is to lead, for
+``storage.engines.open_engine`` (the leader tracker opens it on its opener thread). Every
+broker of a cluster needs the same ``diskless.storage.*`` properties: a broker without them
+cannot lead a diskless partition (it logs why and leaves the partition for the next view).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from oncelog.diskless.cache import ByteCache
 from oncelog.diskless.object_store import ObjectStore, ObjectStoreConfig
 from oncelog.diskless.writer import ObjectWriter
 from oncelog.storage.config import LogConfig
-from oncelog.storage.engines.diskless.log import DisklessPartitionLog
+from oncelog.storage.engines import DisklessSpec
 
 __all__ = ["DisklessParts", "store_config"]
 
@@ -84,8 +84,10 @@ class DisklessParts:
         out.update({f"damaged_{kind}": n for kind, n in self.cache.damaged.items()})
         return out
 
-    def engine(self, reader: StoreConnection, lead: Leadership, config: LogConfig) -> DisklessPartitionLog:
-        return DisklessPartitionLog(reader, self.writer, lead, config, self.cache)
+    def engine_spec(self, reader: StoreConnection, lead: Leadership, config: LogConfig) -> DisklessSpec:
+        """The spec of a diskless partition's log led under ``lead``, read with ``reader``,
+        written through this broker's object writer and read through its cache."""
+        return DisklessSpec(reader, self.writer, self.cache, lead, config)
 
     def close(self) -> None:
         if self.gc_task is not None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from oncelog.protocol.errors import InvalidConfig
+from oncelog.internal_topics import INTERNAL_TOPICS
 
 __all__ = ["ENABLE", "check_alter", "check_new_topic", "is_diskless"]
 
 ENABLE = "diskless.enable"
-INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state")
+INTERNAL = INTERNAL_TOPICS
 
 
 def is_diskless(configs: Mapping[str, str | None] | None) -> bool:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.hostport import parse_listen
 from oncelog.protocol.errors import InvalidConfig
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.configuration.config import BrokerConfig
     from oncelog.schema_registry.http import RegistryHTTPServer
     from oncelog.schema_registry.store import SchemaStore
     from oncelog.schema_registry.validation import SchemaIds
@@ -36,10 +36,21 @@ log = logging.getLogger(__name__)
 
 __all__ = ["SchemaRegistry", "registry_for", "schema_ids_for"]
 
+class Broker(Protocol):
+    """What the registry reads of the broker that serves it (oncelog.broker.broker.Broker has
+    it): a Protocol, so the registry imports nothing of the broker's root (no import circle)."""
+
+    config: "BrokerConfig"
+    server: Any  # the primary listener's server: ``host`` and ``port``
+    users: Any  # the broker's CredentialService: ``store``
+    acls: Any  # the broker's AclService (``authorizer``), or None without an authorizer
+    schema_registry: "SchemaRegistry | None"
+
+
 MISSING_EXTRA = ("the schema registry needs the `schema-registry` extra (pip install 'oncelog[schema-registry]'): {}")
 
 
-def _bootstrap(broker: "Broker") -> str:
+def _bootstrap(broker: Broker) -> str:
     """The broker's primary listener, as this host reaches it (a wildcard bind is loopback)."""
     host, port = broker.server.host, broker.server.port
     if host in ("", "0.0.0.0"):
@@ -49,7 +60,7 @@ def _bootstrap(broker: "Broker") -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def store_for(broker: "Broker") -> "SchemaStore":
+def store_for(broker: Broker) -> "SchemaStore":
     """The broker's ``_schemas`` store (not started). Raises InvalidConfig."""
     from oncelog.client import read_command_config
 
@@ -72,7 +83,7 @@ class SchemaRegistry:
     """The registry of one broker. ``serve``, ``open`` and ``close`` are called from the event
     loop's thread (``close`` through ``asyncio.to_thread``)."""
 
-    def __init__(self, broker: "Broker", host: str, port: int) -> None:
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
         self.broker = broker
         self.host, self.port = host, port
         self.store = store_for(broker)
@@ -128,7 +139,7 @@ class SchemaRegistry:
         self.store.close()
 
 
-def registry_for(broker: "Broker") -> SchemaRegistry | None:
+def registry_for(broker: Broker) -> SchemaRegistry | None:
     """The broker's registry per its configuration: None when ``schema.registry.listen`` is
     unset. Raises InvalidConfig (a missing extra, an unreadable client config)."""
     listen = broker.config.schema_registry_listen
@@ -138,7 +149,7 @@ def registry_for(broker: "Broker") -> SchemaRegistry | None:
     return SchemaRegistry(broker, host, port)
 
 
-def schema_ids_for(broker: "Broker") -> "SchemaIds":
+def schema_ids_for(broker: Broker) -> "SchemaIds":
     """The produce path's schema-id check: the registry's store when this broker serves one,
     else a reader of ``_schemas`` started at the first batch that needs it."""
     from oncelog.schema_registry.validation import SchemaIds

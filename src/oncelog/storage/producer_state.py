@@ -173,7 +173,8 @@ class ProducerStateManager:
 
     def duplicate_of(self, h: BatchHeader) -> BatchMetadata | None:
         """The remembered batch ``h`` repeats (same producer, epoch and sequence range), or None.
-        Never raises: the Produce handler asks it before anything else about a retried batch."""
+        Never raises: the partition asks it before anything else about a produced batch
+        (``Partition.append_produced``: a written batch's retry skips the transaction checks)."""
         entry = self.entries.get(h.producer_id) if h.producer_id >= 0 else None
         if entry is None or h.producer_epoch != entry.epoch or h.base_sequence < 0:
             return None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from oncelog.protocol.errors import ErrorCode, InvalidConfig
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 
 __all__ = ["FILE_NAME", "MECHANISMS", "MECHANISM_IDS", "CredentialFile", "CredentialStore", "ScramCredential", "UserCredentials",
            "derive", "salted_password"]

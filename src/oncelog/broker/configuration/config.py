@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from oncelog.hostport import parse_listen
+from oncelog.properties import parse_properties  # noqa: F401  (re-exported: tests, tools)
 from oncelog.protocol.errors import InvalidConfig
 
 DAY_MS = 24 * 3600 * 1000
@@ -439,17 +440,3 @@ _BY_KAFKA_NAME["log.retention.minutes"] = ("log_retention_ms", lambda v: int(v) 
 _BY_KAFKA_NAME["log.roll.hours"] = ("log_roll_ms", lambda v: int(v) * 3600 * 1000)
 # Confluent's older name of schema.compatibility.level
 _BY_KAFKA_NAME["avro.compatibility.level"] = _BY_KAFKA_NAME["schema.compatibility.level"]
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties-style ``key=value`` lines; ``#`` and ``!`` comments; blank lines."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        if "=" not in line:
-            raise InvalidConfig(f"not a key=value line: {line!r}")
-        k, v = line.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out

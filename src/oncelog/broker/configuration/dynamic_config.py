@@ -32,7 +32,7 @@ from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.configuration.topic_config import TOPIC_CONFIGS, ConfigSource, ConfigType
 from oncelog.protocol.errors import InvalidConfig, InvalidRequest
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 
 log = logging.getLogger(__name__)
 

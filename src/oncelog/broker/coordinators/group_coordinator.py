@@ -35,7 +35,9 @@ import itertools
 import logging
 from typing import Any, Callable
 
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import records as rec
@@ -64,10 +66,10 @@ from oncelog.protocol.errors import (
     UnknownServerError,
 )
 from oncelog.types import TopicPartition
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024  # offsets.topic.segment.bytes
 TICK_SECONDS = 0.05
 #: the records of one operation go in batches of about this size at most (message.max.bytes of
@@ -94,7 +96,7 @@ def _coordinator_error(exc: KafkaError, *, offsets: bool) -> KafkaError:
     return exc
 
 
-def _consumer_settings(config: Any) -> cg.ConsumerSettings:
+def _consumer_settings(config: BrokerConfig) -> cg.ConsumerSettings:
     """The group.consumer.* configs (KIP-848): the session timeout and heartbeat interval held
     within their min/max as Kafka requires, the assignors by name (unknown ones dropped)."""
     session = min(max(config.group_consumer_session_timeout_ms, config.group_consumer_min_session_timeout_ms),
@@ -109,7 +111,7 @@ def _consumer_settings(config: Any) -> cg.ConsumerSettings:
 class GroupCoordinator:
     """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
 
-    def __init__(self, replicas: Any, config: Any, clock: Clock, *,
+    def __init__(self, replicas: ReplicaManager, config: BrokerConfig, clock: Clock, *,
                  new_member_id: Callable[[str], str] = _random_member_id) -> None:
         self.replicas = replicas
         self.clock = clock

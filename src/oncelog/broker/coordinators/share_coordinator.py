@@ -65,7 +65,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
 
+from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.partitions.partition import Partition
+from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.cluster.share_state import ConfigRow, SnapshotRow, StoreShareState
 from oncelog.coordinator.load_report import SkipReport, batch_records
@@ -83,10 +86,10 @@ from oncelog.protocol.errors import (
     UnknownMemberId,
     UnknownTopicId,
 )
+from oncelog.internal_topics import SHARE_STATE_TOPIC as STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
-STATE_TOPIC = "__share_group_state"
 STATE_TOPIC_PARTITIONS = 1  # embedded mode: one partition holds every share group's state
 #: Kafka's share.coordinator.state.topic.segment.bytes: segments roll (and the cleaner compacts
 #: them to the latest snapshot per share partition) every 100 MiB, so a load replays little
@@ -192,7 +195,7 @@ class _Shard:
 class ShareCoordinator:
     """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
 
-    def __init__(self, replicas: Any, config: Any, clock: Clock) -> None:
+    def __init__(self, replicas: ReplicaManager, config: BrokerConfig, clock: Clock) -> None:
         self.replicas = replicas
         self.clock = clock
         self.lock_ms = config.group_share_record_lock_duration_ms
@@ -259,7 +262,7 @@ class ShareCoordinator:
         self._loaded.set()
         self._tasks = [asyncio.get_running_loop().create_task(self._timer_loop())]
 
-    async def _ensure_loaded(self, pk: PartKey, part: Any) -> None:
+    async def _ensure_loaded(self, pk: PartKey, part: Partition) -> None:
         """Cluster mode: make the share partition ``pk`` the store's, unless it was loaded at the
         topic partition's current leader epoch (``part``: the partition this broker leads). A
         state kept from an earlier leadership is stale (another leader may have moved it since):
@@ -615,7 +618,7 @@ class ShareCoordinator:
             self._lock_heap = [(d, k) for k, p in self.partitions.items() if (d := p.next_deadline()) is not None]
             heapq.heapify(self._lock_heap)
 
-    def _partition(self, pk: PartKey, part: Any) -> SharePartition:
+    def _partition(self, pk: PartKey, part: Partition) -> SharePartition:
         sp = self.partitions.get(pk)
         if sp is None:
             sp = self._put(pk, SharePartition(max_in_flight=self.max_locks))
@@ -624,7 +627,7 @@ class ShareCoordinator:
         sp.trim_to(part.log_start_offset)
         return sp
 
-    def _reset_offset(self, group_id: str, part: Any) -> int:
+    def _reset_offset(self, group_id: str, part: Partition) -> int:
         """Where a share partition starts (``share.auto.offset.reset``): the log start, the high
         watermark, or (by_duration) the first record at or after now minus the duration."""
         reset = self.config(group_id, "share.auto.offset.reset")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.partitions.markers import MarkerWriter
@@ -42,6 +42,7 @@ from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.placement import partition_for
+from oncelog.coordinator.producer_ids import ProducerIdSource  # embedded blocks, or the store's
 from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction.loader import replay_batch
 from oncelog.coordinator.transaction.shard import MarkerJob, TransactionShard, TxnResult, TxnSettings
@@ -51,9 +52,7 @@ from oncelog.protocol import records
 from oncelog.protocol.errors import (ConcurrentTransactions, CoordinatorNotAvailable, InvalidProducerEpoch, KafkaError,
                                      NotEnoughReplicas, UnknownTopicOrPartition)
 from oncelog.types import TopicPartition
-
-if TYPE_CHECKING:
-    from oncelog.broker.membership import ProducerIdSource  # embedded blocks, or the store's
+from oncelog.internal_topics import OFFSETS_TOPIC, TXN_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +65,6 @@ class InitAnswer(NamedTuple):
     ongoing_producer_id: int = -1
     ongoing_producer_epoch: int = -1
 
-TXN_TOPIC = "__transaction_state"
-OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024
 #: first and longest wait before markers that failed are tried again (doubling in between);
 #: the periodic cleanup (transaction.abort.timed.out.transaction.cleanup.interval.ms) also retries
@@ -77,7 +74,7 @@ MARKER_RETRY_MAX_S = 4.0
 
 class TransactionCoordinator:
     def __init__(self, replicas: ReplicaManager, clock: Clock, settings: TxnSettings, *,
-                 producer_ids: "ProducerIdSource", markers: MarkerWriter, coordinator_epoch: int = 0,
+                 producer_ids: ProducerIdSource, markers: MarkerWriter, coordinator_epoch: int = 0,
                  remote: "RemoteVerifier | None" = None, crash: CrashPoints | None = None) -> None:
         self.settings = settings
         self.clock = clock

@@ -11,7 +11,8 @@ from typing import Sequence
 
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.membership import Node
-from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS, NewTopic, TopicMeta
+from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
+from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.types import TopicPartition
 

@@ -26,8 +26,8 @@ from oncelog.protocol.errors import (ConcurrentTransactions, ErrorCode, InvalidP
                                      ProducerFenced)
 from oncelog.types import TopicPartition
 
-OFFSETS_TOPIC = "__consumer_offsets"
 from oncelog.protocol.framing import Request
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 API_KEY = apis.ADD_PARTITIONS_TO_TXN
 

@@ -26,6 +26,7 @@ from oncelog.coordinator.group.types import validate_group_id
 from oncelog.protocol.errors import CoordinatorNotAvailable, ErrorCode, InvalidRequest, KafkaError
 from oncelog.protocol.framing import Request
 from oncelog.types import TopicPartition
+from oncelog.internal_topics import OFFSETS_TOPIC, TXN_TOPIC
 
 API_KEY = apis.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
@@ -45,7 +46,7 @@ RESOLVERS: dict[int, Callable[[BrokerContext, str], None]] = {GROUP: _group_key,
 
 
 #: key type -> the internal topic whose partition leader coordinates the key
-TOPICS = {GROUP: "__consumer_offsets", TRANSACTION: "__transaction_state"}
+TOPICS = {GROUP: OFFSETS_TOPIC, TRANSACTION: TXN_TOPIC}
 
 
 #: key type -> the role of its ACL check (issue 18, acl/rules.py): DESCRIBE on the group / transactional id

@@ -2,8 +2,10 @@
 
 Each partition's batch is validated (header, CRC, every record: ``records.validate_produce_batch``;
 every record's timestamp against the topic's message.timestamp.before/after.max.ms, KIP-937),
-checked by the transaction coordinator if transactional, then appended whole as bytes
-(``Partition.append_validated``: producer-state check, then the append, the same on every storage engine); errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
+then handed to its partition (``Partition.append_produced``), which makes every producer-state
+check: a retry of a batch already written is answered with its offsets, any other batch goes
+through this handler's transaction checks (``verify``), then is appended whole as bytes, the
+same on every storage engine; errors are per partition. The response is encoded straight to bytes (protocol/produce_response.py,
 byte-for-byte what kio would write), since this is the broker's hottest path. acks=0 gets no response; if such a request fails, the connection is
 closed instead, as Kafka does, so the producer notices. acks=1 and acks=-1 are equivalent with a
 single replica: the batch is in the log (and in every in-sync replica, i.e. this one) before the
@@ -42,8 +44,8 @@ from typing import Any, Awaitable, Callable
 
 from oncelog.broker.context import BrokerContext, Client, CloseConnection
 from oncelog.broker import pipelining
-from oncelog.broker.partitions.partition import AppendResult, Ready, await_appends
-from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS
+from oncelog.broker.partitions.partition import AppendResult, Partition, await_appends
+from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.broker.handlers import _acl
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import (
@@ -73,6 +75,25 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     # each topic for its partitions; checked once per topic, never per batch or record.
     g = _acl.gate(broker, client, API_KEY)
     request_denied = g.denied("transactional_id", txn_id) if g is not None and txn_id is not None else None
+    tv2 = request.api_version >= TV2_PRODUCE_VERSION
+
+    def verify(tp: TopicPartition, header: records.BatchHeader, part: Partition) -> Awaitable[None] | None:
+        """The transaction checks of a batch that is not a retry of a written one (R12)."""
+        if header.is_transactional and tv2 and txn_id is not None:
+            # Transactions version 2: the leader adds the partition to the transaction (on
+            # another broker's coordinator: only for the transaction's first batch here)
+            # (the batch's epoch too: under TV2 an open transaction of an older epoch is the
+            # previous one, whose marker is not written here yet; the coordinator answers
+            # retriably until it is, rather than this batch joining it or hanging after it)
+            if broker.transactions.serves(txn_id) or not part.has_open_transaction(header.producer_id,
+                                                                                   header.producer_epoch):
+                return broker.transactions.add_implicitly(txn_id, header.producer_id, header.producer_epoch, tp)
+            return None
+        if _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
+            return broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
+                                                       header.producer_epoch, tp)
+        return None
+
     for t in req.topic_data:
         results: list[PartitionResult] = []
         name, topic_id = t.name, getattr(t, "topic_id", None)
@@ -105,36 +126,14 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     header = records.validate_produce_batch(
                         p.records, config.max_message_bytes, config.max_uncompressed_bytes,
                         compacted="compact" in config.cleanup_policy, timestamps=timestamps)
-                tp = TopicPartition(name, p.index)
                 if metrics is not None:  # per batch, from its header: never per record
                     metrics.produced(name, len(p.records), header.records_count)
-                dup = part.producers.duplicate_of(header)
-                if dup is not None:
-                    # A retry of a batch that is in the log already is answered with its offsets
-                    # before any transaction check: the batch IS written. Refusing it (its
-                    # transaction may have ended since, so verification fails) tells the client
-                    # it was not, and librdkafka then gives its sequence numbers to the next
-                    # transaction's batch, which this check would take for the old one's retry
-                    # and drop (long run 7: 100 records lost). R6.
-                    results.append(PartitionResult(p.index, 0, dup.first_offset, part.log_start_offset))
-                    continue
-                if header.is_transactional and request.api_version >= TV2_PRODUCE_VERSION and txn_id is not None:
-                    # Transactions version 2: the leader adds the partition to the transaction (on
-                    # another broker's coordinator: only for the transaction's first batch here)
-                    # (the batch's epoch too: under TV2 an open transaction of an older epoch is the
-                    # previous one, whose marker is not written here yet; the coordinator answers
-                    # retriably until it is, rather than this batch joining it or hanging after it)
-                    if broker.transactions.serves(txn_id) or not part.has_open_transaction(header.producer_id,
-                                                                                           header.producer_epoch):
-                        await broker.transactions.add_implicitly(txn_id, header.producer_id, header.producer_epoch, tp)
-                elif _check_transactional(broker, txn_id, tp, header, part.has_open_transaction):
-                    await broker.transactions.verify_remotely(txn_id, header.producer_id,  # type: ignore[arg-type]
-                                                              header.producer_epoch, tp)
-                appended = part.append_validated(p.records, header, now)
-                if type(appended) is Ready:  # complete at the call (local files; a duplicate): answered now
-                    res = appended[0]
-                    results.append(PartitionResult(p.index, 0, res.base_offset, res.log_start_offset,
-                                                   log_append_time=res.log_append_time))
+                # the producer-state checks (a retry of a written batch answered first), then the
+                # transaction checks (``verify``), then the append: all in the partition (R6)
+                appended = await part.append_produced(p.records, header, now, verify)
+                if isinstance(appended, AppendResult):  # complete at once (local files; a duplicate)
+                    results.append(PartitionResult(p.index, 0, appended.base_offset, appended.log_start_offset,
+                                                   log_append_time=appended.log_append_time))
                     continue
                 appends.append(appended)  # completes later (a group COMMIT): awaited below, with the others
                 waiting.append((results, len(results), name, p.index))

@@ -54,7 +54,7 @@ RECORD_LIMIT = 1  # v2 share_acquire_mode: at most max_records (0: batch optimiz
 _MS = datetime.timedelta(milliseconds=1)
 
 
-def topic_denied(broker: BrokerContext, g: Any, topic_ids: set[uuid.UUID]) -> dict[uuid.UUID, KafkaError]:
+def topic_denied(broker: BrokerContext, g: _acl.Gate | None, topic_ids: set[uuid.UUID]) -> dict[uuid.UUID, KafkaError]:
     """Topic id -> TOPIC_AUTHORIZATION_FAILED for the topics the principal may not READ."""
     out: dict[uuid.UUID, KafkaError] = {}
     if g is None:

@@ -42,14 +42,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
-import psycopg
-
 from oncelog.broker import periodic
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.clock import Clock
 from oncelog.cluster import leadership, schema
 from oncelog.cluster import topics as store_topics
-from oncelog.cluster.connection import StoreConnection
+from oncelog.cluster.connection import StoreConnection, connector
 from oncelog.cluster.errors import BrokerNotRegistered, BrokerSessionExpired, StoreUnavailable
 from oncelog.cluster.membership import BrokerSession, SessionConfig
 from oncelog.cluster.notify import MetadataListener
@@ -63,11 +61,6 @@ log = logging.getLogger(__name__)
 #: how often a broker reads the leaders and live brokers from the store
 POLL_INTERVAL_S = 0.5
 T = TypeVar("T")
-
-
-def connector(dsn: str) -> Callable[[], Any]:
-    """A function opening a new autocommit psycopg connection to ``dsn`` (bounded connect)."""
-    return lambda: psycopg.connect(dsn, autocommit=True, connect_timeout=10)
 
 
 class ClusterMember:

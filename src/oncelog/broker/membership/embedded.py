@@ -33,7 +33,7 @@ from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage.engines.local import cleaner
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 from oncelog.types import TopicPartition
 
 __all__ = ["EmbeddedConfigs", "EmbeddedMembership", "EmbeddedTopics"]

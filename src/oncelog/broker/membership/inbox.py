@@ -55,7 +55,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import StoreUnavailable
@@ -63,11 +63,15 @@ from oncelog.cluster.inbox_schema import INBOX_CHANNEL
 from oncelog.cluster.notify import ChannelListener
 from oncelog.coordinator.group import records as rec
 from oncelog.coordinator.group.offsets import CommittedOffset
+from oncelog.coordinator.group.shard import GroupShard
 from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.group.types import Result
 from oncelog.protocol.errors import InvalidGroupId, KafkaError, UnstableOffsetCommit
 from oncelog.storable import unstorable
 from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
 
 __all__ = ["MAX_GROUP_ID_BYTES", "Inbox", "snapshot", "unstorable_group_id"]
 
@@ -115,7 +119,7 @@ def _member_key(member_id: str) -> str:
     return member_id.replace("\x00", "\ufffd") if "\x00" in member_id else member_id
 
 
-def snapshot(shard: Any, group_id: str) -> Snapshot:
+def snapshot(shard: GroupShard, group_id: str) -> Snapshot:
     """What the store's fencing needs of ``group_id`` in ``shard`` (a GroupShard), as the shard
     decides an OffsetCommit: a classic group wins over a consumer group of the same id."""
     group = shard.groups.get(group_id)
@@ -129,7 +133,7 @@ def snapshot(shard: Any, group_id: str) -> Snapshot:
     return ABSENT
 
 
-def _groups(shard: Any) -> set[str]:
+def _groups(shard: GroupShard) -> set[str]:
     """The groups of ``shard`` the store can hold (others were refused, or are older than the
     rule: nothing in the store can name them)."""
     return {g for g in (*shard.groups, *shard.consumers.groups) if unstorable_group_id(g) is None}
@@ -182,7 +186,7 @@ class Inbox:
         """Whether the store has the inbox (schema oncelog with oncelog.inbox)."""
         return bool(self._reader.query("SELECT to_regclass('oncelog.inbox') IS NOT NULL")[0][0])
 
-    def start(self, coordinator: Any) -> None:
+    def start(self, coordinator: GroupCoordinator) -> None:
         """Serve ``coordinator`` (a GroupCoordinator): listen and poll for pending commits."""
         self._coordinator = coordinator
         self._loop = asyncio.get_running_loop()
@@ -214,7 +218,7 @@ class Inbox:
 
     # -- 1. mirror --------------------------------------------------------------------------------
 
-    async def mirror(self, shard: Any, group_ids: Iterable[str] | None) -> None:
+    async def mirror(self, shard: GroupShard, group_ids: Iterable[str] | None) -> None:
         """Write the groups of ``shard`` (all of them when ``group_ids`` is None) whose snapshot
         changed since it was last written. A store failure is logged; the groups stay unwritten
         and are tried again at the next operation."""
@@ -233,7 +237,7 @@ class Inbox:
         if changed:
             await self._write(shard.partition, changed, replace=False)
 
-    async def mirror_partition(self, shard: Any) -> None:
+    async def mirror_partition(self, shard: GroupShard) -> None:
         """After ``shard`` was loaded: make every row of its partition describe it (groups it
         does not hold become kind 'none')."""
         self._written.pop(shard.partition, None)
@@ -379,7 +383,7 @@ class Inbox:
             except Exception:  # noqa: BLE001 - a broken connection
                 pass
 
-    async def drain_locked(self, shard: Any, group_id: str, execute: Callable[[Any, Result, int], Any],
+    async def drain_locked(self, shard: GroupShard, group_id: str, execute: Callable[[Any, Result, int], Any],
                            now: int) -> int:
         """Move ``group_id``'s pending commits into the log: ``execute(shard, result, now)``
         appends and replays (the coordinator's write path; the caller holds the shard's lock),

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
 
 from oncelog.broker.auth.acls import AclStore
+from oncelog.coordinator.producer_ids import ProducerIdSource
 from oncelog.protocol.errors import ErrorCode
 from oncelog.types import TopicPartition
 
@@ -161,12 +162,6 @@ class CredentialService(Protocol):
 
 
 @runtime_checkable
-class ProducerIdSource(Protocol):
-    def next_producer_id(self) -> int:
-        """An id never given before, by any broker of the cluster, across restarts (R5)."""
-        ...
-
-
 class Membership(Metadata, Protocol):
     """``Metadata`` plus the stores and the lifecycle (see the module docstring)."""
 

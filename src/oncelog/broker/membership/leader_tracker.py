@@ -40,21 +40,23 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol, cast
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.partitions.partition import Partition
-from oncelog.broker.partitions.replica_manager import INTERNAL_TOPICS, ReplicaManager, TopicMeta
+from oncelog.broker.partitions.replica_manager import ReplicaManager, TopicMeta
+from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.cluster import leadership
 from oncelog.cluster.leadership import Leadership
 from oncelog.cluster.connection import StoreConnection
+from oncelog.storage.config import LogConfig
+from oncelog.storage.engines import PostgresSpec, open_engine
 from oncelog.storage.engines.postgres.group_commit import GroupCommitter
-from oncelog.storage.engines.postgres.log import PgPartitionLog
+from oncelog.storage.store_log import StoreLeaderLog
 from oncelog.cluster.view import ClusterView
 if TYPE_CHECKING:
     from oncelog.diskless.parts import DisklessParts
-    from oncelog.storage.engines.diskless.log import DisklessPartitionLog
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import KafkaError, KafkaStorageError
 from oncelog.types import TopicPartition
@@ -64,23 +66,11 @@ __all__ = ["LeaderTracker"]
 log = logging.getLogger(__name__)
 
 
-class _LedEngine(Protocol):
-    """What the tracker needs of the engines it builds (PostgreSQL, diskless) beyond the engine
-    contract: the epoch it leads under, the error that stopped its appends, the reader hand-over."""
+class _Opened(NamedTuple):
+    """A partition recovered on the opener thread, and its engine (to be installed on the loop)."""
 
-    @property
-    def leader_epoch(self) -> int: ...
-
-    @property
-    def failed(self) -> KafkaError | None: ...
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    def hand_over(self, store: StoreConnection) -> None: ...
+    part: Partition
+    engine: StoreLeaderLog
 
 
 class LeaderTracker:
@@ -107,8 +97,10 @@ class LeaderTracker:
         #: issue 29: the broker's diskless parts (diskless/parts.py); None: no object store
         self.diskless: "DisklessParts | None" = None
         self._opener_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-open-{self.node_id}")
-        self._opening: dict[TopicPartition, asyncio.Future[Partition | None]] = {}
+        self._opening: dict[TopicPartition, asyncio.Future[_Opened | None]] = {}
         self._wanted: dict[TopicPartition, Leadership] = {}  # the latest view's, for installing opened ones
+        #: the engine of every partition this tracker installed (in ``replicas.partitions``)
+        self._engines: dict[TopicPartition, StoreLeaderLog] = {}
 
     def apply(self, view: ClusterView, may_lead: bool) -> None:
         self._set_topics(view)
@@ -121,7 +113,7 @@ class LeaderTracker:
         parts = self.replicas.partitions
         for tp, part in list(parts.items()):
             row = wanted.get(tp)
-            plog = cast(_LedEngine, part.log)  # every partition here was built by _build
+            plog = self._engines[tp]  # every partition here was installed by _install
             if row is None or row.leader_epoch != plog.leader_epoch or plog.failed is not None:
                 why = ("not led here any more" if row is None else
                        f"epoch {plog.leader_epoch} -> {row.leader_epoch}" if row.leader_epoch != plog.leader_epoch else
@@ -160,6 +152,7 @@ class LeaderTracker:
 
     def _close(self, tp: TopicPartition, part: Partition, why: str) -> None:
         self.replicas.partitions.pop(tp, None)
+        self._engines.pop(tp, None)
         if tp.topic in INTERNAL_TOPICS:
             self.on_resign(tp)
         try:
@@ -181,7 +174,7 @@ class LeaderTracker:
         fut = asyncio.wrap_future(self._opener_thread.submit(self._build, tp, partition_id, cfg), loop=loop)
         self._opening[tp] = fut
 
-        def done(f: "asyncio.Future[Partition | None]") -> None:
+        def done(f: "asyncio.Future[_Opened | None]") -> None:
             if self._opening.get(tp) is f:
                 del self._opening[tp]
             if not f.cancelled() and f.exception() is None:
@@ -189,40 +182,37 @@ class LeaderTracker:
 
         fut.add_done_callback(done)
 
-    def _build(self, tp: TopicPartition, partition_id: int, cfg: object) -> Partition | None:
+    def _build(self, tp: TopicPartition, partition_id: int, cfg: LogConfig) -> _Opened | None:
         """On the opener thread: read the row again and recover the partition from the store;
         None when it moved meanwhile or cannot be opened now (logged; retried at the next view)."""
         try:
             row = leadership.current(self.opener.raw(), partition_id)
             if row is None or row.leader_broker != self.node_id:
                 return None  # moved since the view was read
-            plog: _LedEngine
-            diskless: "DisklessPartitionLog | None" = None  # the engine built, when it is one
             meta = self.replicas.topics.get(tp.topic)
             if meta is not None and topic_rules.is_diskless(meta.configs):  # issue 29: storage/engines/diskless/
                 if self.diskless is None:
                     raise KafkaStorageError(f"{tp.topic} is diskless and this broker has no diskless.storage.url")
-                plog = diskless = self.diskless.engine(self.opener, row, cfg)  # type: ignore[arg-type]
+                plog: StoreLeaderLog = open_engine(self.diskless.engine_spec(self.opener, row, cfg))
             else:
-                plog = PgPartitionLog(self.opener, self.committer, row, cfg,  # type: ignore[arg-type]
-                                      compactor=self.compactor)
+                plog = open_engine(PostgresSpec(self.opener, self.committer, row, cfg, compactor=self.compactor))
             path = self.cache_dir / f"{tp.topic}-{tp.partition}"
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
-            part = Partition.recover(tp, plog, path, cfg)  # type: ignore[arg-type]
-            if diskless is not None:
-                diskless.on_ready = part.wake_waiters  # a read's missed bytes have landed: wake its fetches
-            return part
+            part = Partition.recover(tp, plog, path, cfg)
+            plog.on_ready = part.wake_waiters  # diskless: a read's missed bytes have landed: wake its fetches
+            return _Opened(part, plog)
         except Exception as exc:  # KafkaError, OSError, or a psycopg error of leadership.current
             self.opener.drop()  # a failed query may leave the connection unusable
             log.warning("node %d could not take the lead of %s (retried at the next view): %s", self.node_id, tp, exc)
             return None
 
-    def _install(self, tp: TopicPartition, part: Partition | None) -> None:
-        """On the event loop: serve ``part`` if the latest view still wants it under its epoch."""
-        if part is None:
+    def _install(self, tp: TopicPartition, opened: _Opened | None) -> None:
+        """On the event loop: serve the opened partition if the latest view still wants it under
+        its epoch."""
+        if opened is None:
             return
-        plog = cast(_LedEngine, part.log)  # built by _build
+        part, plog = opened
         row = self._wanted.get(tp)
         if row is None or row.leader_epoch != plog.leader_epoch or tp in self.replicas.partitions:
             part.close()
@@ -231,6 +221,7 @@ class LeaderTracker:
             return
         plog.hand_over(self.reader)
         self.replicas.partitions[tp] = part
+        self._engines[tp] = plog
         meta = self.replicas.topics.get(tp.topic)
         if meta is not None:
             self.replicas.refresh_log_configs([meta])  # configs altered while it was opening

@@ -34,7 +34,7 @@ from oncelog.protocol import apis, framing, messages
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from oncelog.broker.observability.metrics import BrokerMetrics
+    from oncelog.broker.request_stats import RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Dispatcher:
     """``handle(frame, client)``: the one callable the server knows."""
 
     def __init__(self, broker: BrokerContext, routes: dict[int, Handler], *, fence: Callable[[], None] = lambda: None,
-                 metrics: "BrokerMetrics | None" = None) -> None:
+                 metrics: "RequestStats | None" = None) -> None:
         self.broker = broker
         self.routes = routes
         self.versions = {k: v for k, v in apis.SUPPORTED_VERSIONS.items() if k in routes}  # served

@@ -100,7 +100,7 @@ from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
 from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.broker.context import Client, CloseConnection
 from oncelog.protocol import framing
-from oncelog.storage.parts import FileSlice
+from oncelog.storage.parts import FileSlice, ReadPart
 
 #: The one thing the server knows of the broker: a request frame in, response parts out (None:
 #: no response is due). It raises CloseConnection when the connection must be closed.
@@ -543,7 +543,7 @@ class Server:
             raise CloseConnection(f"listener {self.name}: {outcome.close}")
         return outcome.parts
 
-    async def _send(self, conn: Connection, parts: list[Any]) -> None:
+    async def _send(self, conn: Connection, parts: list[ReadPart]) -> None:
         """Write responses' parts in order, then wait for the transport to drain. What is copied
         goes out in pieces of at most ``STREAM_CHUNK`` bytes, each once the socket has taken the
         ones before (its write buffer below the high-water mark): a large answer on a TLS
@@ -587,7 +587,7 @@ class Server:
             transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
         await conn.drain()
 
-    async def _sendfile(self, transport: asyncio.Transport, part: Any) -> None:
+    async def _sendfile(self, transport: asyncio.Transport, part: FileSlice) -> None:
         """Send one slice with sendfile(2); a copy if the kernel refuses it for this socket."""
         loop = asyncio.get_running_loop()
         if transport.is_closing():
@@ -623,7 +623,7 @@ async def _write(conn: Connection, data: bytes | memoryview) -> None:
     await conn.drain()
 
 
-def _pread(part: Any) -> bytes:
+def _pread(part: FileSlice) -> bytes:
     data = os.pread(part.fd, part.length, part.position)
     if len(data) != part.length:
         raise ConnectionError(f"log file shrank under a fetch ({len(data)} of {part.length} bytes)")

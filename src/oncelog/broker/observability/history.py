@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from oncelog.broker.observability.observe import BrokerState, lag, take
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-    from oncelog.broker.observability.metrics import RequestStats
+    from oncelog.broker.observability.observed import ObservedBroker
+    from oncelog.broker.request_stats import RequestStats
 
 __all__ = ["History", "KINDS", "MAX_POINTS", "MAX_SERIES", "group_lags", "sample"]
 
@@ -160,7 +160,7 @@ def _readings(history: History, snap: BrokerState, stats: "RequestStats | None")
         history.add(snap.now_ms, topic_in, topic_out, lags)
 
 
-async def sample(broker: "Broker", history: History, stats: "RequestStats | None") -> None:
+async def sample(broker: "ObservedBroker", history: History, stats: "RequestStats | None") -> None:
     """Take one sample of ``broker`` into ``history``: the snapshot and a copy of the counters on
     the event loop (this coroutine runs there), the rest on a worker thread."""
     snap = await take(broker)

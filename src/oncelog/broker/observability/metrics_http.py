@@ -7,19 +7,22 @@ Imported only when ``metrics.listen`` is set."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from oncelog.http_server import BoundedHTTPServer, DeadlineHandler
 
-if TYPE_CHECKING:
-    from oncelog.broker.observability.metrics import BrokerMetrics
+
+class Rendered(Protocol):
+    """What the server serves (``BrokerMetrics``): the encoded answer of a scrape."""
+
+    def render(self) -> bytes: ...
 
 
 class MetricsHTTPServer(BoundedHTTPServer):
     """``GET /metrics`` (and ``/``) -> ``BrokerMetrics.render()``; at most ``max_connections``
     connections, each request within ``request_deadline_s``."""
 
-    def __init__(self, address: tuple[str, int], metrics: "BrokerMetrics", *, max_connections: int,
+    def __init__(self, address: tuple[str, int], metrics: Rendered, *, max_connections: int,
                  request_deadline_s: float, ipv6: bool = False) -> None:
         self.metrics = metrics
         super().__init__(address, MetricsHandler, max_connections=max_connections,

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-    from oncelog.broker.observability.metrics import RequestStats
+    from oncelog.broker.observability.observed import ObservedBroker
+    from oncelog.broker.request_stats import RequestStats
 
 __all__ = ["OPEN_TXN_STATES", "SNAPSHOT_CHUNK", "BrokerState", "GroupRow", "PartitionRow", "SharePartitionRow",
            "TxnRow", "lag", "take"]
@@ -150,7 +150,7 @@ class BrokerState:
         return [t.start_ms for t in self.txns if t.open and t.start_ms >= 0]
 
 
-def _named(broker: "Broker", assignment: "dict[uuid.UUID, frozenset[int]]") -> tuple[TopicPartition, ...]:
+def _named(broker: "ObservedBroker", assignment: "dict[uuid.UUID, frozenset[int]]") -> tuple[TopicPartition, ...]:
     """A KIP-848/KIP-932 assignment (topic id -> partitions) by topic name, sorted; a topic
     deleted meanwhile is left out."""
     out = []
@@ -161,7 +161,7 @@ def _named(broker: "Broker", assignment: "dict[uuid.UUID, frozenset[int]]") -> t
     return tuple(sorted(out))
 
 
-async def take(broker: "Broker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
+async def take(broker: "ObservedBroker", *, chunk: int = SNAPSHOT_CHUNK) -> BrokerState:
     """Copy ``broker``'s state; runs on its event loop, about ``chunk`` rows per turn of it."""
     held = 0.0
     started = time.perf_counter()

@@ -34,7 +34,7 @@ from oncelog.storage.parts import FileSlice
 from oncelog.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.observability.observed import ObservedBroker
     from oncelog.broker.partitions.partition import Partition
 
 __all__ = ["TxnFacts", "Window", "offset_for_timestamp", "read_window", "txn_facts"]
@@ -72,7 +72,7 @@ class TxnFacts(NamedTuple):
     lso: int
 
 
-def _partition(broker: "Broker", topic: str, partition: int) -> "Partition":
+def _partition(broker: "ObservedBroker", topic: str, partition: int) -> "Partition":
     """The partition as the Fetch path finds it: UnknownTopicOrPartition, or (cluster mode)
     NotLeaderOrFollower when another broker leads it."""
     return broker.replicas.partition(topic, partition)
@@ -89,7 +89,7 @@ def _copy(parts: list) -> bytes:
     return b"".join(out)
 
 
-async def read_window(broker: "Broker", topic: str, partition: int, offset: int, max_bytes: int, *,
+async def read_window(broker: "ObservedBroker", topic: str, partition: int, offset: int, max_bytes: int, *,
                       read_committed: bool, wait_s: float = 2.0) -> Window:
     """Whole batches from ``offset`` (see ``Window``). Runs on the event loop. Raises the
     partition's KafkaError (unknown, led elsewhere, storage error)."""
@@ -109,7 +109,7 @@ async def read_window(broker: "Broker", topic: str, partition: int, offset: int,
         await asyncio.sleep(LOAD_POLL_S)  # a diskless read cache loading the batches
 
 
-async def txn_facts(broker: "Broker", topic: str, partition: int, first: int, last: int,
+async def txn_facts(broker: "ObservedBroker", topic: str, partition: int, first: int, last: int,
                     producer_ids: frozenset[int]) -> TxnFacts:
     """The transaction facts of offsets ``first..last`` (see ``TxnFacts``). Runs on the loop."""
     part = _partition(broker, topic, partition)
@@ -128,7 +128,7 @@ async def txn_facts(broker: "Broker", topic: str, partition: int, first: int, la
     return TxnFacts(aborted, facts_open, names, start, hw, lso)
 
 
-async def offset_for_timestamp(broker: "Broker", topic: str, partition: int, ts_ms: int) -> int:
+async def offset_for_timestamp(broker: "ObservedBroker", topic: str, partition: int, ts_ms: int) -> int:
     """The offset of the first record (or batch, on an engine that answers at batch
     granularity) whose timestamp >= ``ts_ms``, as ListOffsets answers it; the high watermark
     when none is. Runs on the loop."""

@@ -5,6 +5,7 @@ their configs, retention and compaction), the transaction-marker writer (``marke
 KIP-890's produce verification (``txn_verifier.py``).
 
 May import: oncelog's pure layers (protocol, storage, coordinator, cluster stores) and
-broker/configuration. Peers are reached through an interface handed in (type-only imports of
-broker/membership). Coordinators, membership, handlers and the broker import it.
+broker/configuration, type-only imports included. Peers and the group coordinator are reached
+through Protocols of what is used, handed in (``peers.PeerRequests``,
+``markers.TransactionOffsets``). Coordinators, membership, handlers and the broker import it.
 """

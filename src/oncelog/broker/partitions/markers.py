@@ -28,17 +28,24 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollower, UnknownTopicOrPartition, error_for
 from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
+from oncelog.internal_topics import OFFSETS_TOPIC
+from oncelog.broker.partitions.peers import PeerRequests
 
 if TYPE_CHECKING:
-    from oncelog.broker.membership.peer_client import PeerClients
-    from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
     from oncelog.cluster.view import ClusterView
 
-OFFSETS_TOPIC = "__consumer_offsets"
 #: WriteTxnMarkers version sent between brokers (v1: Kafka 4.x's lowest; v2 adds the TV field)
 MARKERS_VERSION = 1
 #: how long a coordinator waits for a peer's WriteTxnMarkers answer before retrying later
 MARKERS_TIMEOUT_S = 5.0
+
+
+class TransactionOffsets(Protocol):
+    """What a marker on ``__consumer_offsets`` needs of the group coordinator
+    (``GroupCoordinator``): the producer's pending offsets there committed or dropped (R13)."""
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
+                             producer_epoch: int | None = None) -> None: ...
 
 
 class MarkerWriter(Protocol):
@@ -55,7 +62,7 @@ class MarkerWriter(Protocol):
         ...
 
 
-async def write_local(replicas: ReplicaManager, groups: "GroupCoordinator | None", producer_id: int,
+async def write_local(replicas: ReplicaManager, groups: "TransactionOffsets | None", producer_id: int,
                       producer_epoch: int, commit: bool, coordinator_epoch: int, tp: TopicPartition,
                       now_ms: int) -> None:
     """Append one marker on a partition this broker leads (see the module docstring). Raises
@@ -64,7 +71,7 @@ async def write_local(replicas: ReplicaManager, groups: "GroupCoordinator | None
     await begin_local(replicas, groups, producer_id, producer_epoch, commit, coordinator_epoch, tp, now_ms)
 
 
-def begin_local(replicas: ReplicaManager, groups: "GroupCoordinator | None", producer_id: int,
+def begin_local(replicas: ReplicaManager, groups: "TransactionOffsets | None", producer_id: int,
                 producer_epoch: int, commit: bool, coordinator_epoch: int, tp: TopicPartition,
                 now_ms: int) -> Awaitable[None]:
     """``write_local`` in two steps: the marker takes its place in its producer's line on ``tp``
@@ -106,7 +113,7 @@ async def _outcomes(writes: Sequence[Awaitable[None]]) -> list[KafkaError | None
 class LocalMarkerWriter:
     """Every partition is this broker's (the embedded single node)."""
 
-    def __init__(self, replicas: ReplicaManager, groups: "GroupCoordinator | None" = None) -> None:
+    def __init__(self, replicas: ReplicaManager, groups: "TransactionOffsets | None" = None) -> None:
         self.replicas = replicas
         self.groups = groups
 
@@ -127,8 +134,8 @@ class ClusterMarkerWriter(LocalMarkerWriter):
     UNKNOWN_TOPIC_OR_PARTITION is retried too while this broker's view has the partition: the
     coordinator alone decides that a partition is gone (deleted), from its view."""
 
-    def __init__(self, node_id: int, replicas: ReplicaManager, groups: "GroupCoordinator | None",
-                 view: Callable[[], "ClusterView"], peers: PeerClients) -> None:
+    def __init__(self, node_id: int, replicas: ReplicaManager, groups: "TransactionOffsets | None",
+                 view: Callable[[], "ClusterView"], peers: PeerRequests) -> None:
         super().__init__(replicas, groups)
         self.node_id = node_id
         self.view = view

@@ -6,7 +6,9 @@ it is in the log. There is one method per kind of append, each the same on every
 ``append_validated`` takes a producer's batch that the Produce handler has validated
 (records.py), checks it against the producer state (R6: duplicates are answered with their
 original offsets and not written again; gaps, stale epochs and unknown producers are refused),
-appends it whole, and only then updates the producer state; ``append_internal`` is the
+appends it whole, and only then updates the producer state (``append_produced``, the Produce
+handler's way in, first answers the retry of a written batch and runs the handler's transaction
+checks: every producer-state check is made here); ``append_internal`` is the
 coordinators' way in, ``append_marker`` writes a transaction marker, ``append_outbox`` a batch
 of the transactional outbox (cluster mode). Nothing here looks at single records.
 
@@ -42,7 +44,7 @@ import functools
 from operator import itemgetter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, TypeVar, Union
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Protocol, TypeVar, Union
 
 import logging
 
@@ -50,7 +52,7 @@ from oncelog.protocol import records
 from oncelog.storage.engine import PartitionEngine, PendingAppend
 from oncelog.storage.parts import ReadPart
 from oncelog.storage.config import LogConfig
-from oncelog.storage.engines.local.log import PartitionLog
+from oncelog.storage.engines import LocalSpec, open_engine
 from oncelog.protocol.errors import InvalidProducerEpoch, KafkaError, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.broker.partitions.pending_producers import PendingProducers
@@ -79,6 +81,16 @@ class ReadResult:
     last_stable_offset: int
     log_start_offset: int
     aborted: list[AbortedTxn]
+
+
+class ProduceVerifier(Protocol):
+    """The Produce handler's transaction checks of one batch (``Partition.append_produced``):
+    raise the KafkaError that refuses it, or return None (accepted), or an awaitable to wait
+    for before appending it (KIP-890: the coordinator, on another broker or writing the implicit
+    add, must answer first)."""
+
+    def __call__(self, tp: TopicPartition, header: records.BatchHeader,
+                 partition: "Partition") -> Awaitable[None] | None: ...
 
 
 class Partition:
@@ -111,7 +123,7 @@ class Partition:
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
         """Open the local-files log (recovering it) and rebuild the producer state (R7)."""
-        return cls.recover(tp, PartitionLog.open(path, config, now_ms), path, config)
+        return cls.recover(tp, open_engine(LocalSpec(path, config, now_ms)), path, config)
 
     @classmethod
     def recover(cls, tp: TopicPartition, plog: PartitionEngine, path: Path, config: LogConfig) -> "Partition":
@@ -208,6 +220,37 @@ class Partition:
             return self._in_line(pid, functools.partial(self._begin_validated_in_line, batch, header, now_ms))
         step = self._begin_validated(batch, header, now_ms, ())  # the hot path: inline, no partial
         return step if type(step) is Ready else self._in_flight(pid, step, header)
+
+    def append_produced(self, batch: bytes, header: records.BatchHeader, now_ms: int,
+                        verify: "ProduceVerifier") -> "Awaitable[AppendResult | Awaitable[AppendResult]]":
+        """The Produce handler's append of a client batch that ``records.validate_produce_batch``
+        accepted, with every producer-state check made here: a retry of a batch already in the
+        log is answered with its original offsets (R6) before anything else — its transaction
+        may have ended since, so the transaction checks would refuse a batch that IS written
+        (long run 7: librdkafka then reused its sequence numbers and a later batch was dropped
+        as its duplicate); any other batch goes to ``verify(tp, header, self)`` (the
+        transaction checks: raises to refuse it, or returns an awaitable to wait for first, the
+        coordinator's answer from elsewhere), then to ``append_validated``.
+
+        Await the returned value (it never suspends unless there is a verification to wait
+        for): it is the ``AppendResult`` when the append completed at once (local files; a
+        duplicate), else the started append's awaitable, to await with the request's others
+        (the batch has its place in its producer's line already). Raises the refusal's
+        KafkaError, at the call or when awaited."""
+        dup = self.producers.duplicate_of(header)
+        if dup is not None:
+            return Ready((AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True),))
+        verifying = verify(self.tp, header, self)
+        if verifying is not None:
+            return self._verified_then_appended(verifying, batch, header, now_ms)
+        appended = self.append_validated(batch, header, now_ms)
+        return appended if type(appended) is Ready else Ready((appended,))  # type: ignore[return-value]
+
+    async def _verified_then_appended(self, verifying: Awaitable[None], batch: bytes, header: records.BatchHeader,
+                                      now_ms: int) -> "AppendResult | Awaitable[AppendResult]":
+        await verifying
+        appended = self.append_validated(batch, header, now_ms)
+        return appended[0] if type(appended) is Ready else appended  # type: ignore[index]
 
     def _begin_validated_in_line(self, batch: bytes, header: records.BatchHeader,
                                  now_ms: int) -> "_Step[AppendResult]":

@@ -61,16 +61,16 @@ from oncelog.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from oncelog.storage.atomic import write_atomically
+from oncelog.atomic import write_atomically
 from oncelog.storage.engine import PartitionEngine
 from oncelog.types import TopicPartition
+from oncelog.internal_topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITIONS = 10_000
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state")
 _PARTITION_METADATA = "partition.metadata"
 
 

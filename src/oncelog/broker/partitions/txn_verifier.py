@@ -24,14 +24,14 @@ from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError, NotEnoughReplicas, error_for
 from oncelog.protocol.messages import Builder
 from oncelog.types import TopicPartition
+from oncelog.internal_topics import TXN_TOPIC
+from oncelog.broker.partitions.peers import PeerRequests
 
 if TYPE_CHECKING:
-    from oncelog.broker.membership.peer_client import PeerClients
     from oncelog.cluster.view import ClusterView
 
 __all__ = ["RemoteVerifier", "VERIFY_VERSION"]
 
-TXN_TOPIC = "__transaction_state"
 #: AddPartitionsToTxn version of broker-to-broker verification (v4: batched, verify_only)
 VERIFY_VERSION = 4
 VERIFY_TIMEOUT_S = 5.0
@@ -47,7 +47,7 @@ class RemoteVerifier:
     """``coordinator_partition(tid)``: the ``__transaction_state`` partition of a transactional
     id; ``view()``: the broker's latest cluster view (who leads that partition)."""
 
-    def __init__(self, view: Callable[[], "ClusterView"], peers: PeerClients,
+    def __init__(self, view: Callable[[], "ClusterView"], peers: PeerRequests,
                  coordinator_partition: Callable[[str], int]) -> None:
         self.view = view
         self.peers = peers

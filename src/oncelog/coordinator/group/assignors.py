@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping, Protocol
 
 from oncelog.coordinator.group.subscriptions import compile_regex
-
-if TYPE_CHECKING:
-    from oncelog.coordinator.group.consumer_group import ConsumerMember
 
 __all__ = ["ASSIGNORS", "Assignment", "Subscriptions", "Topics", "assign_range", "assign_uniform", "subscribers"]
 
@@ -39,7 +36,20 @@ Topics = Mapping[str, tuple[uuid.UUID, int]]
 Subscriptions = Mapping[str, frozenset[str]]
 
 
-def _subscribed(member: "ConsumerMember", topics: Topics) -> frozenset[str]:
+class ConsumerMember(Protocol):
+    """What an assignor reads of a member (consumer_group.ConsumerMember has it)."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    @property
+    def subscribed_names(self) -> Collection[str]: ...
+
+    @property
+    def subscribed_regex(self) -> str | None: ...
+
+
+def _subscribed(member: ConsumerMember, topics: Topics) -> frozenset[str]:
     """The topics of ``topics`` a member subscribes to, matched from scratch (an assignor called
     on its own; the group passes what it resolved)."""
     names = set(n for n in member.subscribed_names if n in topics)
@@ -49,7 +59,7 @@ def _subscribed(member: "ConsumerMember", topics: Topics) -> frozenset[str]:
     return frozenset(names)
 
 
-def _subscriptions(members: "list[ConsumerMember]", topics: Topics, given: Subscriptions | None) -> Subscriptions:
+def _subscriptions(members: list[ConsumerMember], topics: Topics, given: Subscriptions | None) -> Subscriptions:
     return given if given is not None else {m.member_id: _subscribed(m, topics) for m in members}
 
 
@@ -66,7 +76,7 @@ def _frozen(out: Mapping[str, Mapping[uuid.UUID, set[int]]]) -> dict[str, Assign
     return {mid: {t: frozenset(ps) for t, ps in a.items()} for mid, a in out.items()}
 
 
-def assign_range(members: "list[ConsumerMember]", topics: Topics, previous: Mapping[str, Assignment],
+def assign_range(members: list[ConsumerMember], topics: Topics, previous: Mapping[str, Assignment],
                  subscribed: Subscriptions | None = None,
                  by_topic: Mapping[str, list[str]] | None = None) -> dict[str, Assignment]:
     """``range``: per topic, the subscribed members (by member id) get contiguous ranges of its
@@ -87,7 +97,7 @@ def assign_range(members: "list[ConsumerMember]", topics: Topics, previous: Mapp
     return _frozen(out)
 
 
-def assign_uniform(members: "list[ConsumerMember]", topics: Topics, previous: Mapping[str, Assignment],
+def assign_uniform(members: list[ConsumerMember], topics: Topics, previous: Mapping[str, Assignment],
                    subscribed: Subscriptions | None = None,
                    by_topic: Mapping[str, list[str]] | None = None) -> dict[str, Assignment]:
     """``uniform``: every member gets as many partitions as it can (counts differ by at most one

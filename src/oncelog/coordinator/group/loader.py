@@ -20,10 +20,10 @@ from oncelog.coordinator.group.shard import GroupShard
 from oncelog.coordinator.load_report import SkipReport, batch_records
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
+from oncelog.internal_topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def new_report(partition: int) -> SkipReport:

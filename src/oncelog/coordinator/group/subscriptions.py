@@ -43,14 +43,11 @@ import bisect
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import re2  # google-re2: the RE2 library Kafka's RE2/J ports
 
 from oncelog.protocol.errors import InvalidRegularExpression
-
-if TYPE_CHECKING:
-    from oncelog.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
 
 __all__ = ["CACHE_PROGRAM_BUDGET", "MAX_REGEX_BYTES", "REFRESH_BUDGET", "RE2_MAX_MEM", "RegexResolution",
            "TopicImage", "compile_regex", "derive", "member_names", "member_topics", "refresh", "refresh_topics",
@@ -301,7 +298,35 @@ def member_names(sorted_names: tuple[str, ...], known: frozenset[str], known_ver
 # -- a group's subscriptions (the state machine's bookkeeping, consumer_group.py) ---------------------
 
 
-def derive(group: "ConsumerGroup") -> None:
+class ConsumerMember(Protocol):
+    """What the bookkeeping reads and keeps of a member (consumer_group.ConsumerMember)."""
+
+    member_id: str
+    subscribed_names: tuple[str, ...]
+    subscribed_regex: str | None
+    #: volatile: the topics of image version ``topics_version`` it names
+    topics: frozenset[str]
+    topics_version: int
+
+
+class ConsumerGroup(Protocol):
+    """What the bookkeeping reads and keeps of a group (consumer_group.ConsumerGroup): its
+    members, and the state derived from them (see the fields' comments there)."""
+
+    members: Mapping[str, Any]  # member id -> ConsumerMember
+    subscribed_topics: dict[str, tuple[uuid.UUID, int]]
+    regexes: dict[str, RegexResolution]
+    derived: bool
+    topics_version: int
+    stale: bool
+    joined: list[str]
+    next_full_refresh: int
+    resolved_for: int
+    index: dict[str, list[str]] | None
+
+
+
+def derive(group: ConsumerGroup) -> None:
     """Rebuild what is derived from the members (after a load or a replayed change)."""
     if group.derived:
         return
@@ -318,7 +343,7 @@ def derive(group: "ConsumerGroup") -> None:
     group.derived, group.stale, group.resolved_for, group.index = True, True, -1, None
 
 
-def set_regex(group: "ConsumerGroup", member: "ConsumerMember", regex: str | None) -> None:
+def set_regex(group: ConsumerGroup, member: ConsumerMember, regex: str | None) -> None:
     """``member`` subscribes by ``regex`` now (None: by none): the group's regex users follow."""
     old = member.subscribed_regex
     if old is not None:
@@ -336,7 +361,7 @@ def set_regex(group: "ConsumerGroup", member: "ConsumerMember", regex: str | Non
     group.stale = True
 
 
-def member_topics(member: "ConsumerMember", image: TopicImage) -> frozenset[str]:
+def member_topics(member: ConsumerMember, image: TopicImage) -> frozenset[str]:
     """The topics of ``image`` ``member`` names (``member_names``, kept on the member)."""
     if member.topics_version != image.version:
         member.topics = member_names(member.subscribed_names, member.topics, member.topics_version, image)
@@ -344,7 +369,7 @@ def member_topics(member: "ConsumerMember", image: TopicImage) -> frozenset[str]
     return member.topics
 
 
-def refresh_topics(group: "ConsumerGroup", member: "ConsumerMember", image: TopicImage, now: int,
+def refresh_topics(group: ConsumerGroup, member: ConsumerMember, image: TopicImage, now: int,
                    may_describe: Callable[[str], bool] | None) -> bool:
     """Bring the group's regex resolutions and subscribed topics up to ``image`` (the
     heartbeating member's regex first and completely, the others within the refresh
@@ -393,7 +418,7 @@ def refresh_topics(group: "ConsumerGroup", member: "ConsumerMember", image: Topi
     return True
 
 
-def subscriptions_of(group: "ConsumerGroup", image: TopicImage) -> dict[str, frozenset[str]]:
+def subscriptions_of(group: ConsumerGroup, image: TopicImage) -> dict[str, frozenset[str]]:
     """member id -> the topics of ``image`` it subscribes to (names and regex)."""
     by_regex = {p: frozenset(n for n in r.names if n in image.topics) for p, r in group.regexes.items()}
     out = {}

@@ -2,22 +2,19 @@
 coordinates in PostgreSQL. The storage engine (storage/engine.py) of topics created with
 ``diskless.enable=true``.
 
-Theory of operation. ``submit`` assigns the next offsets as the partition's leader, stamps them
-(and its leader epoch) into the 16 bytes outside the CRC and hands the batch, as an
-``ObjectAppend``, to the broker's object writer (oncelog/diskless/writer.py, behind the
-``ObjectCommitter`` protocol below), which gathers the batches of every diskless partition the
-broker leads into one object per interval, uploads it and commits the coordinates of all its
-batches in one PostgreSQL transaction (conditional, per batch, on the leader epoch and the log
-end). The returned ``PendingAppend`` (pending.py) completes after that COMMIT. So ``Partition``
+Theory of operation. The engine is the store-backed leader log (storage/store_log.py: leader
+state, offsets, ``submit``, retention, DeleteRecords, epochs and timestamps, shared with the
+PostgreSQL engine) whose committer is the broker's object writer (oncelog/diskless/writer.py,
+behind the ``ObjectCommitter`` protocol below): ``submit`` hands it the batch, with its offsets
+and leader epoch stamped outside the CRC, as an ``ObjectAppend``; the writer gathers the batches
+of every diskless partition the broker leads into one object per interval, uploads it and
+commits the coordinates of all its batches in one PostgreSQL transaction (conditional, per
+batch, on the leader epoch and the log end: the fence ``oncelog_fence``). The returned
+``PendingAppend`` (storage/store_pending.py) completes after that COMMIT. So ``Partition``
 (producer state, LSO, markers, aborted index, KIP-890 verification) is the same code for every
-engine: transactions on diskless topics need no second implementation.
-
-Offsets and failures as in the PostgreSQL engine: ``_next`` is the end including batches
-submitted but not yet committed, ``log_end_offset`` the committed end; if an append fails,
-every later batch of the partition was given offsets after it and fails too (the store
-refuses it: log end moved), and the engine refuses new appends (``failed``) until its leader
-is rebuilt from the store (the leader tracker closes a partition whose engine failed and opens
-it again at the next view).
+engine: transactions on diskless topics need no second implementation. A failed append stops
+the partition's appends until its leader is rebuilt from the store (the leader tracker closes a
+partition whose engine failed and opens it again at the next view).
 
 Reads never touch PostgreSQL for the tail and never block the event loop on the object store:
 
@@ -42,22 +39,19 @@ Reads never touch PostgreSQL for the tail and never block the event loop on the 
    and 12-15, outside the CRC); the rest are the producer's bytes.
 
 Timestamps (ListOffsets) are answered at batch granularity from the coordinates (the record
-bytes are not fetched): ``offset_for_timestamp`` gives the first batch whose max timestamp
-reaches the time, ``max_timestamp_offset`` the base offset of the batch holding the largest one.
-Retention and DeleteRecords delete coordinates in one transaction conditional on the epoch;
-the objects they pointed into are deleted by the collector (oncelog/diskless/collector.py).
-Compaction is refused at the topic level (oncelog/diskless/topic_rules.py): ``plan_compaction``
-answers None. The database outbox (issue 31) drains into it like into any partition:
-``outbox_id`` is the partition id, and ``submit(..., drained=ids)`` hands the rows' ids to the
-writer, whose commit deletes them in the transaction that commits the batch's coordinates. No file
-on the broker's disk (``disk_usage`` (-1, -1)) and no segment (constant active base offset).
+bytes are not fetched). Retention and DeleteRecords delete coordinates; the objects they
+pointed into are deleted by the collector (oncelog/diskless/collector.py). Compaction is refused
+at the topic level (oncelog/diskless/topic_rules.py): ``plan_compaction`` answers None. The
+database outbox (issue 31) drains into it like into any partition: ``outbox_id`` is the
+partition id, and ``submit(..., drained=ids)`` hands the rows' ids to the writer, whose commit
+deletes them in the transaction that commits the batch's coordinates. No file on the broker's
+disk (``disk_usage`` (-1, -1)) and no segment (constant active base offset).
 
 This module is synchronous, like every engine core: the object store, the writer and the cache
 (which use asyncio) are oncelog/diskless/'s, seen here only through the two protocols.
 Thread-safety: the writer completes futures on the event loop and calls ``_committed`` there;
-the committed end, the in-flight count and the failure are guarded by a lock, the tail by
-another. Reads and retention run on the owner's thread (the opener's during recovery, then the
-event loop's: ``hand_over``).
+the tail is guarded by its own lock (the rest as in storage/store_log.py). Reads and retention
+run on the owner's thread (the opener's during recovery, then the event loop's: ``hand_over``).
 """
 
 from __future__ import annotations
@@ -71,15 +65,13 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
 from oncelog.cluster.connection import StoreConnection
-from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.leadership import Leadership
-from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError, MessageTooLarge, OffsetOutOfRange
+from oncelog.protocol.errors import CorruptMessage, KafkaError, KafkaStorageError
 from oncelog.protocol.records import BatchHeader, LOG_OVERHEAD, offset_prefix, parse_header
 from oncelog.storage.batch_append import BatchAppend
 from oncelog.storage.config import LogConfig
-from oncelog.storage.engine import CompactionPass
-from oncelog.storage.engines.diskless.pending import PendingAppend
 from oncelog.storage.parts import ReadPart
+from oncelog.storage.store_log import PendingAppend, StoreLeaderLog, floor_sql
 
 __all__ = ["Committed", "DisklessPartitionLog", "ObjectAppend", "ObjectCommitter", "PendingAppend", "ReadCache"]
 
@@ -88,8 +80,7 @@ log = logging.getLogger(__name__)
 #: coordinates of the newest batches kept in memory per partition (~100 bytes each)
 TAIL_BATCHES = 1_000
 _PAGE_ROWS = 1000
-_FLOOR = ("coalesce((SELECT max(base_offset) FROM oncelog_dl_batch WHERE partition_id = %(p)s "
-          "AND base_offset <= %(o)s), %(o)s)")
+_FLOOR = floor_sql("oncelog_dl_batch")
 _COORDS = ("SELECT b.base_offset, b.last_offset, b.size, o.object_key, b.byte_offset, b.leader_epoch, b.inline_data "
            "FROM oncelog_dl_batch b LEFT JOIN oncelog_dl_object o ON o.id = b.object_id "
            "WHERE b.partition_id = %(p)s AND b.base_offset >= " + _FLOOR + " AND b.base_offset < %(u)s "
@@ -153,157 +144,29 @@ class ReadCache(Protocol):
         ...
 
 
-class DisklessPartitionLog:
-    """One diskless partition's log, led under ``lead.leader_epoch``; see the module docstring.
-    ``store`` is the reader connection of the thread that owns this object; ``writer`` and
-    ``cache`` are the broker's (one each for all its diskless partitions)."""
+class DisklessPartitionLog(StoreLeaderLog):
+    """One diskless partition's log, led under ``lead.leader_epoch``: the store-backed leader
+    log (storage/store_log.py) with its batches' coordinates in rows of ``oncelog_dl_batch`` and
+    their bytes in the object store; see the module docstring. ``store`` is the reader connection
+    of the thread that owns this object; ``writer`` and ``cache`` are the broker's (one each for
+    all its diskless partitions)."""
+
+    BATCHES = "oncelog_dl_batch"
 
     def __init__(self, store: StoreConnection, writer: ObjectCommitter, lead: Leadership, config: LogConfig,
                  cache: ReadCache) -> None:
-        self._store = store
+        super().__init__(store, writer, lead, config)
         self._writer = writer
         self._cache = cache
-        self.lead = lead
-        self.config = config
-        self.what = f"{lead.topic}-{lead.partition}"
-        self._lock = threading.Lock()
-        self._start = lead.log_start_offset
-        self._end = lead.log_end_offset  # committed
-        self._next = lead.log_end_offset  # committed + submitted
-        self._inflight = 0
-        self._failed: KafkaError | None = None
-        #: the control batches of the header page ``iter_headers`` is walking, by base offset
-        self._page_controls: dict[int, bytes] = {}
         self._tail: deque[Committed] = deque(maxlen=TAIL_BATCHES)
         self._tail_lock = threading.Lock()
-        #: called (on the loop) when bytes a read missed have been loaded
-        self.on_ready: Callable[[], None] = lambda: None
         #: base offsets of the damaged batches already logged (bounded: cleared when large)
         self._reported: set[int] = set()
         writer.register(self.partition_id, self._committed)
 
-    def hand_over(self, store: StoreConnection) -> None:
-        """From now on reads go through ``store`` (the opener thread hands the log to the loop)."""
-        self._store = store
-
     def _committed(self, coords: list[Committed]) -> None:
         with self._tail_lock:
             self._tail.extend(coords)
-
-    # -- state ------------------------------------------------------------------------------
-
-    @property
-    def partition_id(self) -> int:
-        return self.lead.partition_id
-
-    @property
-    def leader_epoch(self) -> int:
-        return self.lead.leader_epoch
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._start
-
-    @property
-    def log_end_offset(self) -> int:
-        """The committed end: the offset the next committed record gets."""
-        with self._lock:
-            return self._end
-
-    @property
-    def active_base_offset(self) -> int:
-        return 0  # no segments: never "rolls"
-
-    @property
-    def pending_deletes(self) -> int:
-        return 0  # coordinates are gone at COMMIT; objects are the collector's
-
-    @property
-    def size_bytes(self) -> int:
-        """The bytes of the readable batches (DescribeLogDirs); one query."""
-        rows = self._query("SELECT coalesce(sum(size), 0) FROM oncelog_dl_batch WHERE partition_id = %(p)s "
-                           "AND last_offset >= %(s)s AND base_offset < %(u)s",
-                           {"p": self.partition_id, "s": self._start, "u": self.log_end_offset})
-        return int(rows[0][0]) if rows else 0
-
-    def disk_usage(self) -> tuple[int, int]:
-        return -1, -1  # no files on the broker's disk
-
-    @property
-    def outbox_id(self) -> int:
-        """This partition's key in ``oncelog.outbox`` (issue 31): its partition id."""
-        return self.partition_id
-
-    @property
-    def failed(self) -> KafkaError | None:
-        """The error that stopped appends (None while healthy): the leader is rebuilt."""
-        with self._lock:
-            return self._failed
-
-    # -- writing ----------------------------------------------------------------------------
-
-    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int | None = None, *,
-               drained: tuple[int, ...] = ()) -> PendingAppend:
-        """The engine contract's append (storage/engine.py): assign the next offsets to a
-        validated batch and hand it to the object writer; the ``PendingAppend`` completes after
-        the COMMIT of the object's coordinates. ``drained``: the ``oncelog.outbox`` rows the
-        batch holds (issue 31), deleted in that same COMMIT (all of them, or the batch is refused
-        and nothing of it written). Raises MessageTooLarge, ValueError (header does not match),
-        StoreUnavailable (writer closed), or the error that stopped an earlier append of this
-        partition."""
-        size = header.size
-        if len(batch) != size:
-            raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
-        if size > self.config.max_message_bytes:
-            raise MessageTooLarge(f"record batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
-        view = batch if isinstance(batch, memoryview) else memoryview(batch)
-        with self._lock:
-            if self._failed is not None:
-                raise self._failed
-            base = self._next
-            last = base + header.last_offset_delta
-            self._next = last + 1
-            self._inflight += 1
-        data = b"".join((offset_prefix(batch, base, self.leader_epoch), view[16:]))
-        req = ObjectAppend(self.partition_id, self.what, self.leader_epoch, base, last, header.max_timestamp,
-                           header.producer_id, header.producer_epoch, header.base_sequence,
-                           header.is_transactional, header.is_control, data, drained=tuple(drained))
-        try:
-            fut = self._writer.submit(req)
-        except KafkaError as exc:
-            self._stop(exc)
-            raise
-        fut.add_done_callback(lambda f: self._on_done(f, last))
-        return PendingAppend(base, last, fut)
-
-    def _on_done(self, fut: Future, last: int) -> None:
-        if fut.cancelled():  # never by the writer or PendingAppend; whatever did it, the outcome is unknown
-            self._stop(StoreUnavailable(f"{self.what}: an append was cancelled", outcome_unknown=True))
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self._stop(exc if isinstance(exc, KafkaError) else StoreUnavailable(str(exc), outcome_unknown=True))
-            return
-        with self._lock:
-            self._inflight -= 1
-            self._end = max(self._end, last + 1)
-
-    def _stop(self, exc: KafkaError) -> None:
-        """An append finished with ``exc``: stop appends (the first error is kept)."""
-        with self._lock:
-            self._inflight -= 1
-            if self._failed is None:
-                self._failed = exc
-
-    def flush(self, now_ms: int | None = None) -> None:
-        """Nothing to do: an append completes only after COMMIT."""
-
-    def _check_offset(self, offset: int, end: int) -> None:
-        if offset < self._start or offset > end:
-            raise OffsetOutOfRange(f"{self.what}: offset {offset} outside [{self._start}, {end}]")
-
-    def _query(self, sql: str, params: dict, *, binary: bool = False) -> list[tuple]:
-        return self._store.query(sql, params, binary=binary)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -329,9 +192,7 @@ class DisklessPartitionLog:
              min_one_batch: bool = True) -> list[ReadPart]:
         """Whole batches as one in-memory chunk (see the module docstring: a cache miss returns
         the batches before it and loads the rest in the background)."""
-        end = self.log_end_offset
-        self._check_offset(offset, end)
-        upper = end if max_offset is None else min(max_offset, end)
+        upper = self._upper(offset, max_offset)
         if offset >= upper:
             return []
         out: list[bytes] = []
@@ -380,9 +241,7 @@ class DisklessPartitionLog:
         control = self._page_controls.get(offset)
         if control is not None and len(control) <= max_bytes:
             return control
-        end = self.log_end_offset
-        self._check_offset(offset, end)
-        upper = end if max_offset is None else min(max_offset, end)
+        upper = self._upper(offset, max_offset)
         out: list[bytes] = []
         total = 0
         for c in self._coordinates(offset, upper):
@@ -428,164 +287,29 @@ class DisklessPartitionLog:
                 pos += h.size
                 offset = h.next_offset
 
-    def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches whose last offset >= ``from_offset``, rebuilt from the
-        coordinates' columns (no object is read); control batches from their inline bytes, kept
-        for ``read_batches`` while their page is walked (recovery reads each marker next)."""
-        offset = max(from_offset, self._start)
-        end = self.log_end_offset
-        try:
-            while offset < end:
-                rows = self._query(_HEADERS, {"p": self.partition_id, "o": offset, "u": end}, binary=True)
-                if not rows:
-                    return
-                self._page_controls = {}
-                headers = []
-                for (base, last, size, epoch, attrs, first_ts, max_ts, pid, pepoch, seq, count, inline) in rows:
-                    if inline is not None:
-                        data = bytes(inline)
-                        h = parse_header(offset_prefix(data, base, epoch) + data[16:])
-                        self._page_controls[base] = offset_prefix(data, base, epoch) + data[16:]
-                    else:
-                        h = BatchHeader(base, size - LOG_OVERHEAD, epoch, 2, 0, attrs, last - base, first_ts, max_ts,
-                                        pid, pepoch, seq, count)
-                    headers.append(h)
-                for h in headers:
-                    yield h
-                    offset = h.next_offset
-        finally:
-            self._page_controls = {}
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(largest max timestamp, base offset of its first batch): batch granularity."""
-        rows = self._query(
-            "SELECT max_timestamp, base_offset FROM oncelog_dl_batch WHERE partition_id = %(p)s "
-            "AND last_offset >= %(s)s AND base_offset < %(u)s ORDER BY max_timestamp DESC, base_offset LIMIT 1",
-            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset})
-        if not rows:
-            return None
-        ts, base = rows[0]
-        return ts, max(base, self._start)
-
-    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
-        """The first batch at or after the log start whose max timestamp >= ``ts_ms``: its base
-        offset and max timestamp (batch granularity, allowed by the engine contract)."""
-        rows = self._query(
-            "SELECT base_offset, max_timestamp FROM oncelog_dl_batch WHERE partition_id = %(p)s "
-            "AND last_offset >= %(s)s AND base_offset < %(u)s AND max_timestamp >= %(t)s "
-            "ORDER BY base_offset LIMIT 1",
-            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset, "t": ts_ms})
-        if not rows:
-            return None
-        base, ts = rows[0]
-        return max(base, self._start), ts
-
-    # -- leader epochs ----------------------------------------------------------------------
-
-    def epoch_bounds(self, epoch: int) -> tuple[int | None, int | None]:
-        rows = self._query(
-            "SELECT (SELECT leader_epoch FROM oncelog_dl_batch WHERE partition_id = %(p)s AND leader_epoch <= %(e)s "
-            "ORDER BY leader_epoch DESC LIMIT 1), "
-            "(SELECT base_offset FROM oncelog_dl_batch WHERE partition_id = %(p)s AND leader_epoch > %(e)s "
-            "ORDER BY leader_epoch, base_offset LIMIT 1)", {"p": self.partition_id, "e": epoch})
-        return (rows[0][0], rows[0][1]) if rows else (None, None)
-
-    def epoch_at(self, offset: int) -> int:
-        if offset >= self.log_end_offset:
-            return self.leader_epoch
-        rows = self._query(
-            "SELECT leader_epoch FROM oncelog_dl_batch WHERE partition_id = %(p)s AND base_offset <= %(o)s "
-            "ORDER BY base_offset DESC LIMIT 1", {"p": self.partition_id, "o": offset})
-        return rows[0][0] if rows else self.leader_epoch
-
-    # -- retention --------------------------------------------------------------------------
-
-    def enforce_retention(self, now_ms: int) -> int:
-        """Delete the oldest coordinates breaching retention.ms (by max timestamp) or
-        retention.bytes, never the newest batch; the objects are the collector's."""
-        c = self.config
-        if "delete" not in c.cleanup_policy.split(","):
-            return 0
-        p = {"p": self.partition_id, "o": self._start, "u": self.log_end_offset}
-        rows = self._query("SELECT max(base_offset) FROM oncelog_dl_batch WHERE partition_id = %(p)s "
-                           "AND base_offset < %(u)s", p)
-        newest = rows[0][0] if rows else None
-        if newest is None:
-            return 0
-        keep_from = self._start
-        if c.retention_ms >= 0:
-            rows = self._query(
-                f"SELECT base_offset FROM oncelog_dl_batch WHERE partition_id = %(p)s AND base_offset >= {_FLOOR} "
-                f"AND max_timestamp >= %(cut)s ORDER BY base_offset LIMIT 1", p | {"cut": now_ms - c.retention_ms})
-            keep_from = max(keep_from, rows[0][0] if rows else newest)
-        if c.retention_bytes >= 0:
-            rows = self._query(
-                f"SELECT base_offset FROM (SELECT base_offset, sum(size) OVER (ORDER BY base_offset DESC) - size "
-                f"AS after FROM oncelog_dl_batch WHERE partition_id = %(p)s AND base_offset >= {_FLOOR} "
-                f"AND base_offset < %(u)s) s WHERE after < %(r)s ORDER BY base_offset LIMIT 1",
-                p | {"r": c.retention_bytes})
-            keep_from = max(keep_from, rows[0][0] if rows else newest)
-        keep_from = min(keep_from, newest)
-        if keep_from <= self._start:
-            return 0
-        return self._advance_start(keep_from)
-
-    def _advance_start(self, offset: int) -> int:
-        """Move the log start to ``offset`` and delete the coordinates wholly below it, in one
-        transaction conditional on the epoch (DeleteRecords, retention)."""
-        if offset <= self._start:
-            return 0
-        with self._store.transaction() as conn:
-            row = conn.execute(
-                "SELECT leader_broker, leader_epoch, log_start_offset, log_end_offset FROM oncelog_partition "
-                "WHERE id = %s FOR UPDATE", (self.partition_id,)).fetchone()
-            if row is None:
-                raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
-            leader, epoch, start, end = row
-            if epoch != self.leader_epoch:
-                raise LeaderFenced(self.what, self.leader_epoch, epoch, leader)
-            if offset > end:
-                raise OffsetOutOfRange(f"{self.what}: log start {offset} beyond log end {end}")
-            if offset <= start:
-                deleted, offset = 0, start
+    def _header_page(self, offset: int, end: int) -> list[BatchHeader]:
+        """Headers rebuilt from the coordinates' columns (no object is read); control batches
+        from their inline bytes, kept for ``read_batches`` while their page is walked (recovery
+        reads each marker next: ``iter_headers``)."""
+        rows = self._query(_HEADERS, {"p": self.partition_id, "o": offset, "u": end}, binary=True)
+        self._page_controls = {}
+        headers = []
+        for (base, last, size, epoch, attrs, first_ts, max_ts, pid, pepoch, seq, count, inline) in rows:
+            if inline is not None:
+                data = bytes(inline)
+                h = parse_header(offset_prefix(data, base, epoch) + data[16:])
+                self._page_controls[base] = offset_prefix(data, base, epoch) + data[16:]
             else:
-                conn.execute("UPDATE oncelog_partition SET log_start_offset = %s WHERE id = %s",
-                             (offset, self.partition_id))
-                deleted = conn.execute(
-                    "DELETE FROM oncelog_dl_batch WHERE partition_id = %s AND base_offset < %s AND last_offset < %s",
-                    (self.partition_id, offset, offset)).rowcount
-        with self._lock:
-            self._start = max(self._start, offset)
-        return deleted
-
-    def set_log_start_offset(self, offset: int, now_ms: int | None = None) -> None:
-        """DeleteRecords: move the log start up to ``offset`` and delete the coordinates wholly
-        below it, in one transaction conditional on the epoch."""
-        self._advance_start(offset)
-
-    def plan_compaction(self, upper: int, now_ms: int, stop: threading.Event) -> CompactionPass | None:
-        """None: diskless topics are never compacted (``cleanup.policy=compact`` is refused at
-        creation and alteration, oncelog/diskless/topic_rules.py)."""
-        return None
-
-    def cleanup_deleted(self, now_ms: int) -> int:
-        return 0
+                h = BatchHeader(base, size - LOG_OVERHEAD, epoch, 2, 0, attrs, last - base, first_ts, max_ts,
+                                pid, pepoch, seq, count)
+            headers.append(h)
+        return headers
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop receiving coordinates; the writer, cache and connection belong to the broker."""
         self._writer.unregister(self.partition_id, self._committed)
-
-    def delete(self, now_ms: int | None = None) -> None:
-        """DeleteTopics: remove the partition's row and (cascading) its coordinates, if this
-        engine still leads it; the objects are the collector's."""
-        with self._store.transaction() as conn:
-            conn.execute("DELETE FROM oncelog_partition WHERE id = %s AND leader_epoch = %s",
-                         (self.partition_id, self.leader_epoch))
-
-    def __repr__(self) -> str:
-        return f"DisklessPartitionLog({self.what}, epoch={self.leader_epoch}, start={self._start}, end={self._end})"
 
 
 def _stamped(data: bytes, c: Committed) -> bytes:

@@ -26,15 +26,14 @@ import logging
 import os
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, MAGIC, BatchHeader, parse_header
 from oncelog.storage.engines.local.damage import CheckedRuns, Damage, DamageMap, resume_point, unsound, unsound_prefix
+from oncelog.storage.engines.local.index import OffsetIndex
 
-if TYPE_CHECKING:
-    from oncelog.storage.engines.local.segment import LogSegment
-
-__all__ = ["HeaderChain"]
+__all__ = ["ChainedSegment", "HeaderChain"]
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,27 @@ _CHAIN = struct.Struct(">qi4xb6xi30xi")  # base offset, length, magic, last offs
 assert _HEADER.size == _CHAIN.size == BATCH_HEADER_SIZE
 
 
-class HeaderChain:
-    """See the module docstring. ``seg`` provides ``fd``, ``index``, ``size``, ``next_offset``,
-    ``base_offset`` and ``log_path``, read afresh at every call."""
+class ChainedSegment(Protocol):
+    """What a chain reads of its segment (segment.py's ``LogSegment``), afresh at every call."""
 
-    def __init__(self, seg: LogSegment) -> None:
+    fd: int
+    index: OffsetIndex
+    base_offset: int
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def log_path(self) -> Path: ...
+
+
+class HeaderChain:
+    """See the module docstring."""
+
+    def __init__(self, seg: ChainedSegment) -> None:
         self.seg = seg
         self.damage = DamageMap()
         self.checked = CheckedRuns()

@@ -57,17 +57,15 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Protocol
 
 from oncelog.protocol import records
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, KeepRules, is_compacted
 from oncelog.storage.engines.local.segment import LogSegment, segment_stem
+from oncelog.storage.config import LogConfig
 
-if TYPE_CHECKING:  # annotations only: the log imports the cleaner (PartitionLog.plan_compaction)
-    from oncelog.storage.engines.local.log import PartitionLog
-
-__all__ = ["Cleaner", "CleanResult", "recover"]
+__all__ = ["CleanableLog", "Cleaner", "CleanResult", "recover"]
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +137,23 @@ def _fsync_dir(path: Path) -> None:
 # -- a pass -----------------------------------------------------------------------------------------
 
 
+class CleanableLog(Protocol):
+    """What the cleaner needs of the log it compacts (log.py's ``PartitionLog``, whose
+    ``plan_compaction`` calls the cleaner)."""
+
+    path: Path
+    config: LogConfig
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The live segments, oldest first."""
+        ...
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment, now_ms: int) -> None:
+        """Put ``new`` in the place of ``old`` (segments whose files the cleaner moved away)."""
+        ...
+
+
 @dataclass
 class _Group:
     """Consecutive old segments and the one new segment that replaces them."""
@@ -153,7 +168,7 @@ class _Group:
 
 @dataclass
 class _Plan:
-    plog: PartitionLog
+    plog: CleanableLog
     segments: list[LogSegment]  # the cleanable segments
     fds: list[tuple[int, int]]  # a duplicated descriptor and the size of each
     after: int  # base offset of the first segment after them
@@ -189,7 +204,7 @@ class Cleaner:
 
     # -- on the event loop ----------------------------------------------------------------------
 
-    def plan(self, plog: PartitionLog, upper: int, now_ms: int, *, force: bool = False) -> _Plan | None:
+    def plan(self, plog: CleanableLog, upper: int, now_ms: int, *, force: bool = False) -> _Plan | None:
         """The groups of segments to clean now, or None when the log does not need it.
         ``upper``: nothing at or above this offset is touched (the partition's LSO)."""
         c = plog.config
@@ -256,7 +271,7 @@ class Cleaner:
         shutil.rmtree(plan.plog.path / TMP_DIR, ignore_errors=True)
 
     @staticmethod
-    def _still_live(plog: PartitionLog, g: _Group) -> bool:
+    def _still_live(plog: CleanableLog, g: _Group) -> bool:
         live = list(plog.segments)
         for i, seg in enumerate(live):
             if seg is g.segments[0]:
@@ -270,7 +285,7 @@ class Cleaner:
         return False
 
     @staticmethod
-    def _swap(plog: PartitionLog, g: _Group, now_ms: int) -> LogSegment:
+    def _swap(plog: CleanableLog, g: _Group, now_ms: int) -> LogSegment:
         assert g.built is not None
         x = g.segments[0].base_offset
         swap = plog.path / f"{segment_stem(x)}-{segment_stem(g.end)}{SWAP_SUFFIX}"
@@ -284,7 +299,7 @@ class Cleaner:
         plog.replace_segments(g.segments, new, now_ms)
         return new
 
-    def clean(self, plog: PartitionLog, upper: int, now_ms: int, *, force: bool = False) -> CleanResult | None:
+    def clean(self, plog: CleanableLog, upper: int, now_ms: int, *, force: bool = False) -> CleanResult | None:
         """Plan, build and commit one pass synchronously (tests, tools). None if not needed."""
         plan = self.plan(plog, upper, now_ms, force=force)
         if plan is None:
@@ -292,7 +307,7 @@ class Cleaner:
         self.build(plan)
         return self.commit(plan)
 
-    def pass_for(self, plog: PartitionLog, upper: int, now_ms: int) -> "LocalPass | None":
+    def pass_for(self, plog: CleanableLog, upper: int, now_ms: int) -> "LocalPass | None":
         """``plan`` as the engine contract's ``CompactionPass`` (``PartitionLog.plan_compaction``)."""
         plan = self.plan(plog, upper, now_ms)
         return None if plan is None else LocalPass(self, plan)

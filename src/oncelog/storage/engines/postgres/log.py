@@ -1,45 +1,34 @@
 """A partition's log in PostgreSQL: the storage engine of cluster mode (storage/engine.py).
 
-Theory of operation. The engine leads one partition under one leader epoch (``Leadership``
-from leadership.claim). ``submit`` assigns the next offsets itself — rewriting the 16 bytes of
-the batch outside its CRC, as the local engine does — and hands the batch to the broker's
-``GroupCommitter``; the batch is visible (``log_end_offset`` moves, reads see it) only once the
-transaction that holds it has committed, conditional on this engine's epoch. ``append`` (the
-engine interface) is ``submit`` and wait: it blocks its thread until COMMIT, so callers that
-must not block (the event loop) use ``submit`` and its future.
-
-Offsets: ``_next`` is the end including batches submitted but not yet committed, so several
-batches of one partition (up to five in flight per producer) can share a transaction;
-``log_end_offset`` is the committed end. If an append fails, every later batch of the
-partition was given offsets after it and fails too (``LogEndMoved``); the engine refuses new
-appends until ``resync()`` re-reads the store (after an ``outcome_unknown`` failure the batch
-may be there: ``resync`` returns the old end so the leader can replay what it missed).
+Theory of operation. The engine is the store-backed leader log (storage/store_log.py: leader
+state, offsets, ``submit``, retention, DeleteRecords, epochs and timestamps, shared with the
+diskless engine) with its batches in rows of ``oncelog_batch``, whole. ``submit`` hands a batch
+to the broker's ``GroupCommitter``; the batch is visible (``log_end_offset`` moves, reads see
+it) only once the transaction that holds it has committed, conditional on this engine's epoch.
+``append`` is ``submit`` and wait: it blocks its thread until COMMIT, so callers that must not
+block (the event loop) use ``submit`` and its future. After a failed append the engine refuses
+new appends until ``resync()`` re-reads the store (after an ``outcome_unknown`` failure the
+batch may be there: ``resync`` returns the old end so the leader can replay what it missed).
 
 Reads come from the store with the owner's reader connection (``StoreConnection``: it
 reconnects after PostgreSQL restarts), as ``bytes`` chunks of whole batches
 (one chunk per read; the fetch path copies them, no sendfile). Every query is by
 ``(partition_id, base_offset)``, the primary key; the batch holding an offset is the one with
-the greatest base offset at or below it.
+the greatest base offset at or below it. ListOffsets by timestamp decodes the one batch the
+``max_timestamp`` column points at.
 
-Retention deletes whole batches (rows), oldest first, never the newest batch, and moves the log
-start in the same transaction, conditional on the epoch; DeleteRecords moves the log start
-(which may fall inside a batch, which then stays) likewise. Compaction (``compact``) rewrites
-or deletes batches of the cleanable range with the local cleaner's rules (storage/keep_rules.py),
-a page per transaction, conditional on the epoch likewise; reads tolerate the gaps it leaves (a
-read at an offset of a removed batch serves the next batch). There is no segment: the active
-base offset is constant and ``pending_deletes`` is 0 (deleted rows are gone at COMMIT; a fetch
-that read them already holds their bytes).
+Compaction (``compact``) rewrites or deletes batches of the cleanable range with the local
+cleaner's rules (storage/keep_rules.py), a page per transaction, conditional on the epoch like
+retention; reads tolerate the gaps it leaves (a read at an offset of a removed batch serves the
+next batch).
 
-Thread-safety: the committer's thread completes futures; the committed end, the in-flight count
-and the failure are guarded by a lock. Reads, retention and ``resync`` run on the owner's
-thread (they use the reader connection, which is not shared across threads); ``compact`` runs
-on another thread with that thread's own connection, one pass at a time per partition.
+Thread-safety: as the store-backed leader log's; ``compact`` runs on another thread with that
+thread's own connection, one pass at a time per partition.
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Iterator
@@ -47,15 +36,13 @@ from typing import Iterator
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, StoreUnavailable
 from oncelog.cluster.leadership import CURRENT_SQL, Leadership
-from oncelog.protocol.errors import CorruptMessage, KafkaError, MessageTooLarge, OffsetOutOfRange
-from oncelog.protocol.records import (BATCH_HEADER_SIZE, BatchHeader, iter_records, offset_prefix, parse_header,
-                                     record_with_timestamp)
+from oncelog.protocol.records import BATCH_HEADER_SIZE, BatchHeader, parse_header
 from oncelog.storage.config import LogConfig
 from oncelog.storage.engine import CompactionPass
 from oncelog.storage.engines.postgres.group_commit import AppendRequest, GroupCommitter
-from oncelog.storage.engines.postgres.pending import PendingAppend
 from oncelog.storage.keep_rules import MIN_CLEANABLE_DIRTY_RATIO, KeepRules, is_compacted
 from oncelog.storage.parts import ReadPart
+from oncelog.storage.store_log import PendingAppend, StoreLeaderLog, floor_sql
 
 __all__ = ["CompactResult", "PendingAppend", "PgPartitionLog"]
 
@@ -67,8 +54,7 @@ APPEND_TIMEOUT_S = 30.0
 COMPACT_PAGE_ROWS = 500
 COMPACT_PAGE_BYTES = 4 << 20
 
-_FLOOR = ("coalesce((SELECT max(base_offset) FROM oncelog_batch WHERE partition_id = %(p)s "
-          "AND base_offset <= %(o)s), %(o)s)")
+_FLOOR = floor_sql("oncelog_batch")
 
 
 @dataclass
@@ -82,119 +68,29 @@ class CompactResult:
     pages: int = 0  # transactions that changed something
 
 
-class PgPartitionLog:
-    """One partition's log in PostgreSQL, led under ``lead.leader_epoch``. See the module
-    docstring. ``store`` is the reader connection of the thread that owns this object (it
-    reconnects by itself); ``committer`` is the broker's one GroupCommitter."""
+class PgPartitionLog(StoreLeaderLog):
+    """One partition's log in PostgreSQL, led under ``lead.leader_epoch``: the store-backed
+    leader log (storage/store_log.py) with its batches in rows of ``oncelog_batch``. See the
+    module docstring. ``store`` is the reader connection of the thread that owns this object (it
+    reconnects by itself); ``committer`` is the broker's GroupCommitter for this partition."""
+
+    BATCHES = "oncelog_batch"
+    BATCH_DATA = ", data"
+    REQUEST = AppendRequest
 
     def __init__(self, store: StoreConnection, committer: GroupCommitter, lead: Leadership, config: LogConfig, *,
                  append_timeout_s: float = APPEND_TIMEOUT_S, compactor: StoreConnection | None = None) -> None:
-        self._store = store
+        super().__init__(store, committer, lead, config)
         #: the connection of the thread that runs compaction passes (``plan_compaction``); None:
         #: this engine does not compact (tests and tools call ``compact`` themselves)
         self._compactor = compactor
-        self._committer = committer
-        self.lead = lead
-        self.config = config
-        self.what = f"{lead.topic}-{lead.partition}"
         self._append_timeout_s = append_timeout_s
-        self._lock = threading.Lock()
-        self._start = lead.log_start_offset
-        self._end = lead.log_end_offset  # committed
-        self._next = lead.log_end_offset  # committed + submitted
-        self._inflight = 0
-        self._failed: KafkaError | None = None
         #: compaction (``compact``; in memory, so a new leader cleans everything once more): the
         #: end of the range the last pass cleaned, and when a kept tombstone or marker goes
         self._clean_end = 0
         self._clean_deadline: int | None = None
-        #: the control batches of the header page ``iter_headers`` is walking, by base offset
-        self._page_controls: dict[int, bytes] = {}
 
-    def hand_over(self, store: StoreConnection) -> None:
-        """From now on reads go through ``store`` (the thread that built and recovered this
-        log hands it to the event loop, which reads with its own connection)."""
-        self._store = store
-
-    # -- state ------------------------------------------------------------------------------
-
-    @property
-    def partition_id(self) -> int:
-        return self.lead.partition_id
-
-    @property
-    def leader_epoch(self) -> int:
-        return self.lead.leader_epoch
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._start
-
-    @property
-    def log_end_offset(self) -> int:
-        """The committed end: the offset the next committed record gets."""
-        with self._lock:
-            return self._end
-
-    @property
-    def active_base_offset(self) -> int:
-        return 0  # no segments: never "rolls"
-
-    @property
-    def size_bytes(self) -> int:
-        """The bytes of the readable batches in the store (DescribeLogDirs); one query."""
-        rows = self._query("SELECT coalesce(sum(size), 0) FROM oncelog_batch WHERE partition_id = %(p)s "
-                           "AND last_offset >= %(s)s AND base_offset < %(u)s",
-                           {"p": self.partition_id, "s": self._start, "u": self.log_end_offset})
-        return int(rows[0][0]) if rows else 0
-
-    @property
-    def pending_deletes(self) -> int:
-        return 0
-
-    # -- writing ----------------------------------------------------------------------------
-
-    def disk_usage(self) -> tuple[int, int]:
-        return -1, -1  # no files on the broker's disk (DescribeLogDirs asks ``size_bytes``)
-
-    @property
-    def outbox_id(self) -> int:
-        """This partition's key in ``oncelog.outbox`` (issue 31): its partition id."""
-        return self.lead.partition_id
-
-    def submit(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int | None = None, *,
-               drained: tuple[int, ...] = ()) -> PendingAppend:
-        """The engine contract's append (storage/engine.py): assign the next offsets to a
-        validated batch and queue it for the next group commit; the returned ``PendingAppend``
-        completes at its COMMIT (awaited on the event loop, or ``future.result`` on a thread).
-        ``drained``: the ``oncelog.outbox`` rows the batch holds (issue 31), deleted in the
-        transaction that writes it (all of them, or the batch is refused).
-        Raises MessageTooLarge, ValueError (header does not match), or the error that stopped
-        an earlier append of this partition (until ``resync``)."""
-        size = header.size
-        if len(batch) != size:
-            raise ValueError(f"batch has {len(batch)} bytes, its header says {size}")
-        if size > self.config.max_message_bytes:
-            raise MessageTooLarge(f"record batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
-        view = batch if isinstance(batch, memoryview) else memoryview(batch)
-        with self._lock:
-            if self._failed is not None:
-                raise self._failed
-            base = self._next
-            last = base + header.last_offset_delta
-            self._next = last + 1
-            self._inflight += 1
-        data = b"".join((offset_prefix(batch, base, self.leader_epoch), view[16:]))
-        req = AppendRequest(self.partition_id, self.what, self.leader_epoch, base, last, header.max_timestamp,
-                            header.producer_id, header.producer_epoch, header.base_sequence,
-                            header.is_transactional, header.is_control, data, drained=drained)
-        try:
-            fut = self._committer.submit(req)
-        except KafkaError as exc:
-            self._on_done_error(exc, finished=True)
-            raise
-        fut.add_done_callback(lambda f: self._on_done(f, last))
-        return PendingAppend(base, last, fut)
+    # -- writing (``submit``: StoreLeaderLog's) ----------------------------------------------
 
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
                leader_epoch: int | None = None) -> tuple[int, int]:
@@ -208,34 +104,9 @@ class PgPartitionLog:
             pending.future.result(self._append_timeout_s)
         except FutureTimeout:
             err = StoreUnavailable(f"{self.what}: no COMMIT within {self._append_timeout_s}s", outcome_unknown=True)
-            self._on_done_error(err, finished=False)  # still in flight: its callback will finish it
+            self._stop(err, finished=False)  # still in flight: its callback will finish it
             raise err from None
         return pending.base_offset, pending.last_offset
-
-    def _on_done(self, fut: Future, last: int) -> None:
-        exc = fut.exception()
-        if exc is not None:
-            err = exc if isinstance(exc, KafkaError) else StoreUnavailable(str(exc), outcome_unknown=True)
-            self._on_done_error(err, finished=True)
-            return
-        with self._lock:
-            self._inflight -= 1
-            self._end = max(self._end, last + 1)
-
-    def _on_done_error(self, exc: KafkaError, *, finished: bool) -> None:
-        """Stop appends with ``exc``; ``finished``: the request is no longer in flight (each
-        request is finished exactly once, by its future's callback or a refused submit)."""
-        with self._lock:
-            if finished:
-                self._inflight -= 1
-            if self._failed is None:
-                self._failed = exc
-
-    @property
-    def failed(self) -> KafkaError | None:
-        """The error that stopped appends (None while healthy)."""
-        with self._lock:
-            return self._failed
 
     def resync(self) -> int:
         """After a failed append: re-read the partition's row and accept appends again from the
@@ -268,24 +139,12 @@ class PgPartitionLog:
             raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
         return Leadership(*rows[0])
 
-    def flush(self, now_ms: int | None = None) -> None:
-        """Nothing to do: an append returns only after COMMIT."""
-
     # -- reading ----------------------------------------------------------------------------
-
-    def _check_offset(self, offset: int, end: int) -> None:
-        if offset < self._start or offset > end:
-            raise OffsetOutOfRange(f"{self.what}: offset {offset} outside [{self._start}, {end}]")
-
-    def _query(self, sql: str, params: dict, *, binary: bool = False) -> list[tuple]:
-        return self._store.query(sql, params, binary=binary)
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_batch: bool = True) -> list[ReadPart]:
         """Whole batches as one in-memory chunk (see the engine interface for the contract)."""
-        end = self.log_end_offset
-        self._check_offset(offset, end)
-        upper = end if max_offset is None else min(max_offset, end)
+        upper = self._upper(offset, max_offset)
         if offset >= upper:
             return []
         p = {"p": self.partition_id, "o": offset, "u": upper}
@@ -336,163 +195,25 @@ class PgPartitionLog:
                 yield h, data
                 offset = h.next_offset
 
-    def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches whose last offset >= ``from_offset``: the first 61 bytes of
-        each row only (``data`` is stored uncompressed out of line, so only those are read),
-        and the whole of each control batch (a marker: one record, ~80 bytes), which recovery
-        reads next (``read_batches`` serves the current page's markers without a query: one
-        query per page of 1,000 headers, not one more per transaction marker)."""
-        offset = max(from_offset, self._start)
-        end = self.log_end_offset
-        try:
-            while offset < end:
-                rows = self._query(
-                    f"SELECT CASE WHEN is_control THEN data ELSE substring(data FROM 1 FOR {BATCH_HEADER_SIZE}) END "
-                    f"FROM oncelog_batch WHERE partition_id = %(p)s "
-                    f"AND base_offset >= {_FLOOR} AND last_offset >= %(o)s AND last_offset < %(u)s "
-                    f"ORDER BY base_offset LIMIT {_PAGE_ROWS}",
-                    {"p": self.partition_id, "o": offset, "u": end}, binary=True,
-                )
-                if not rows:
-                    return
-                self._page_controls = {}
-                for (prefix,) in rows:
-                    data = bytes(prefix)
-                    h = parse_header(data)
-                    if h.is_control:
-                        self._page_controls[h.base_offset] = data
-                for (prefix,) in rows:
-                    h = parse_header(bytes(prefix[:BATCH_HEADER_SIZE]))
-                    yield h
-                    offset = h.next_offset
-        finally:
-            self._page_controls = {}
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(timestamp, offset) of the record with the largest timestamp: the first batch with
-        the largest max timestamp is found by its column, then decoded to pick the first record
-        carrying it (a batch that does not decode answers its base offset)."""
+    def _header_page(self, offset: int, end: int) -> list[BatchHeader]:
+        """The first 61 bytes of each row only (``data`` is stored uncompressed out of line, so
+        only those are read), and the whole of each control batch (a marker: one record, ~80
+        bytes), which recovery reads next: one query per page of 1,000 headers, not one more per
+        transaction marker (``iter_headers``)."""
         rows = self._query(
-            "SELECT max_timestamp, base_offset, data FROM oncelog_batch WHERE partition_id = %(p)s "
-            "AND last_offset >= %(s)s AND base_offset < %(u)s ORDER BY max_timestamp DESC, base_offset LIMIT 1",
-            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset}, binary=True,
+            f"SELECT CASE WHEN is_control THEN data ELSE substring(data FROM 1 FOR {BATCH_HEADER_SIZE}) END "
+            f"FROM oncelog_batch WHERE partition_id = %(p)s "
+            f"AND base_offset >= {_FLOOR} AND last_offset >= %(o)s AND last_offset < %(u)s "
+            f"ORDER BY base_offset LIMIT {_PAGE_ROWS}",
+            {"p": self.partition_id, "o": offset, "u": end}, binary=True,
         )
-        if not rows:
-            return None
-        ts, base, data = rows[0]
-        try:
-            offset = record_with_timestamp(bytes(data), ts, self.config.max_uncompressed_bytes, self._start)
-        except CorruptMessage:
-            offset = base
-        return ts, max(offset, self._start)
-
-    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
-        """The first record at or after the log start with timestamp >= ``ts_ms``: the batch
-        is found by its max timestamp column, then that one batch is decoded (a batch that does
-        not decode is answered at batch level)."""
-        rows = self._query(
-            "SELECT data FROM oncelog_batch WHERE partition_id = %(p)s AND last_offset >= %(s)s "
-            "AND base_offset < %(u)s AND max_timestamp >= %(t)s ORDER BY base_offset LIMIT 1",
-            {"p": self.partition_id, "s": self._start, "u": self.log_end_offset, "t": ts_ms}, binary=True,
-        )
-        if not rows:
-            return None
-        data = bytes(rows[0][0])
-        h = parse_header(data)
-        try:
-            for rec in iter_records(data, max_uncompressed=self.config.max_uncompressed_bytes):
-                if rec.timestamp >= ts_ms and rec.offset >= self._start:
-                    return rec.offset, rec.timestamp
-        except CorruptMessage:
-            pass
-        return max(h.base_offset, self._start), h.max_timestamp
-
-    # -- leader epochs (KIP-320; storage/leader_epochs.py) ----------------------------------
-
-    def epoch_bounds(self, epoch: int) -> tuple[int | None, int | None]:
-        """The largest leader epoch <= ``epoch`` of a stored batch, and the base offset of the
-        first batch of a greater epoch: one statement, two probes of the index on
-        ``(partition_id, leader_epoch, base_offset)`` (epochs grow along the offsets, so the
-        first row of the next epoch in that order is the first batch after ``epoch``)."""
-        rows = self._query(
-            "SELECT (SELECT leader_epoch FROM oncelog_batch WHERE partition_id = %(p)s AND leader_epoch <= %(e)s "
-            "ORDER BY leader_epoch DESC LIMIT 1), "
-            "(SELECT base_offset FROM oncelog_batch WHERE partition_id = %(p)s AND leader_epoch > %(e)s "
-            "ORDER BY leader_epoch, base_offset LIMIT 1)", {"p": self.partition_id, "e": epoch})
-        return (rows[0][0], rows[0][1]) if rows else (None, None)
-
-    def epoch_at(self, offset: int) -> int:
-        """The epoch of the batch holding ``offset`` (primary-key probe); this engine's epoch at
-        or past the committed end, or when no batch holds it."""
-        if offset >= self.log_end_offset:
-            return self.leader_epoch
-        rows = self._query(
-            "SELECT leader_epoch FROM oncelog_batch WHERE partition_id = %(p)s AND base_offset <= %(o)s "
-            "ORDER BY base_offset DESC LIMIT 1", {"p": self.partition_id, "o": offset})
-        return rows[0][0] if rows else self.leader_epoch
-
-    # -- retention --------------------------------------------------------------------------
-
-    def set_log_start_offset(self, offset: int, now_ms: int | None = None) -> None:
-        """DeleteRecords: move the log start up to ``offset`` and delete the batches wholly
-        below it, in one transaction conditional on the epoch."""
-        self._advance_start(offset)
-
-    def enforce_retention(self, now_ms: int) -> int:
-        """Delete the oldest batches breaching retention.ms (by their max timestamp) or
-        retention.bytes, never the newest batch; returns how many were deleted."""
-        c = self.config
-        if "delete" not in c.cleanup_policy.split(","):
-            return 0
-        p = {"p": self.partition_id, "o": self._start, "u": self.log_end_offset}
-        rows = self._query(
-            f"SELECT max(base_offset) FROM oncelog_batch WHERE partition_id = %(p)s AND base_offset < %(u)s", p)
-        newest = rows[0][0] if rows else None
-        if newest is None:
-            return 0
-        keep_from = self._start
-        if c.retention_ms >= 0:
-            rows = self._query(
-                f"SELECT base_offset FROM oncelog_batch WHERE partition_id = %(p)s AND base_offset >= {_FLOOR} "
-                f"AND max_timestamp >= %(cut)s ORDER BY base_offset LIMIT 1", p | {"cut": now_ms - c.retention_ms})
-            keep_from = max(keep_from, rows[0][0] if rows else newest)
-        if c.retention_bytes >= 0:
-            rows = self._query(
-                f"SELECT base_offset FROM (SELECT base_offset, sum(size) OVER (ORDER BY base_offset DESC) - size "
-                f"AS after FROM oncelog_batch WHERE partition_id = %(p)s AND base_offset >= {_FLOOR} "
-                f"AND base_offset < %(u)s) s WHERE after < %(r)s ORDER BY base_offset LIMIT 1",
-                p | {"r": c.retention_bytes})
-            keep_from = max(keep_from, rows[0][0] if rows else newest)
-        keep_from = min(keep_from, newest)
-        if keep_from <= self._start:
-            return 0
-        return self._advance_start(keep_from)
-
-    def _advance_start(self, offset: int) -> int:
-        if offset <= self._start:
-            return 0
-        with self._store.transaction() as conn:
-            row = conn.execute(
-                "SELECT leader_broker, leader_epoch, log_start_offset, log_end_offset FROM oncelog_partition "
-                "WHERE id = %s FOR UPDATE", (self.partition_id,)).fetchone()
-            if row is None:
-                raise LeaderFenced(self.what, self.leader_epoch, -1, -1)
-            leader, epoch, start, end = row
-            if epoch != self.leader_epoch:
-                raise LeaderFenced(self.what, self.leader_epoch, epoch, leader)
-            if offset > end:
-                raise OffsetOutOfRange(f"{self.what}: log start {offset} beyond log end {end}")
-            if offset <= start:
-                deleted, offset = 0, start
-            else:
-                conn.execute("UPDATE oncelog_partition SET log_start_offset = %s WHERE id = %s",
-                             (offset, self.partition_id))
-                deleted = conn.execute(
-                    "DELETE FROM oncelog_batch WHERE partition_id = %s AND base_offset < %s AND last_offset < %s",
-                    (self.partition_id, offset, offset)).rowcount
-        with self._lock:
-            self._start = max(self._start, offset)
-        return deleted
+        self._page_controls = {}
+        for (prefix,) in rows:
+            data = bytes(prefix)
+            h = parse_header(data)
+            if h.is_control:
+                self._page_controls[h.base_offset] = data
+        return [parse_header(bytes(prefix[:BATCH_HEADER_SIZE])) for (prefix,) in rows]
 
     # -- compaction (cleanup.policy=compact; storage/keep_rules.py) ----------------------------
 
@@ -633,24 +354,6 @@ class PgPartitionLog:
             if deletes:
                 conn.execute("DELETE FROM oncelog_batch WHERE partition_id = %s AND base_offset = ANY(%s)",
                              (self.partition_id, deletes))
-
-    def cleanup_deleted(self, now_ms: int) -> int:
-        return 0
-
-    # -- lifecycle --------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Nothing to release: the connection and the committer belong to the broker."""
-
-    def delete(self, now_ms: int | None = None) -> None:
-        """DeleteTopics: remove the partition's row and (cascading) its batches, if this engine
-        still leads it."""
-        with self._store.transaction() as conn:
-            conn.execute("DELETE FROM oncelog_partition WHERE id = %s AND leader_epoch = %s",
-                         (self.partition_id, self.leader_epoch))
-
-    def __repr__(self) -> str:
-        return f"PgPartitionLog({self.what}, epoch={self.leader_epoch}, start={self._start}, end={self._end})"
 
 
 class _StorePass:
