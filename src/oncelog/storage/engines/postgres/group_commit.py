@@ -38,6 +38,7 @@ completed on the committer's thread; callers that live on an asyncio loop wrap t
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -49,6 +50,7 @@ import psycopg
 
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
+from oncelog.cluster.pg_arrays import encoder_for
 from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 from oncelog.storage.batch_append import BatchAppend
 
@@ -85,11 +87,18 @@ class AppendRequest(BatchAppend):
                 self.data, len(self.drained))
 
 
-def _round_params(reqs: list[AppendRequest]) -> list[list]:
-    """The arguments of ``oncelog_append`` for a round."""
-    cols = [list(col) for col in zip(*(r.params() for r in reqs))]
+#: per argument of ``_APPEND``, in order: the encoder of its array type (cluster/pg_arrays.py),
+#: or None where it knows none (psycopg then adapts the plain list)
+_ENCODERS = [encoder_for(t) if arr else None for t, arr in re.findall(r"%b(?:::(\w+)(\[\])?)?", _APPEND)]
+
+
+def _round_params(reqs: list[AppendRequest]) -> list[Any]:
+    """The arguments of ``oncelog_append`` for a round: the requests' rows transposed into one
+    array per column, each built in PostgreSQL's binary format at C speed (pg_arrays.py), not
+    by psycopg one element at a time."""
+    cols: list[Any] = list(zip(*map(AppendRequest.params, reqs)))
     cols.append([i for r in reqs for i in r.drained])
-    return cols
+    return [col if enc is None else enc(col) for enc, col in zip(_ENCODERS, cols)]
 
 
 @dataclass(slots=True)
