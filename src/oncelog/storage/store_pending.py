@@ -11,13 +11,14 @@ commit, so its future must complete and the engine must learn the outcome. So th
 awaited through ``asyncio.wrap_future``, which cancels the ``concurrent.futures.Future`` with its
 waiter: a waiter of the loop's own is settled from the future's completion.
 
-One hop to the loop per burst, not per future. A committer completes a round's futures one after
-the other on its thread; each completion that finds no hop to the waiter's loop pending schedules
-one (``call_soon_threadsafe``: a lock, a write to the loop's self-pipe, a wake-up of the loop) and
-the others join it, so a round of N batches costs the loop one wake-up and one callback that
-settles the N waiters, in the order their futures completed (``_hand_over``). A future completed
-on the loop's own thread (the diskless writer completes there) settles its waiter at once, without
-a hop; one complete before it is awaited needs no waiter at all.
+One hop to the loop per round, not per future. A committer completes a round's futures one
+after the other on its thread, inside ``one_hop()``: the waiters of those futures are collected
+and handed to their loop together when the block ends, with ONE ``call_soon_threadsafe`` (a lock,
+a write to the loop's self-pipe, a wake-up of the loop) whose callback settles them all, in the
+order their futures completed. Outside such a block a completion off the loop still shares a hop:
+the first one schedules it and those that complete before it runs ride with it. A future
+completed on the loop's own thread (the diskless writer completes there) settles its waiter at
+once, without a hop; one complete before it is awaited needs no waiter at all.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar, Generator
+from typing import Any, ClassVar, Generator, Iterator
 
-__all__ = ["PendingAppend"]
+__all__ = ["PendingAppend", "one_hop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +74,44 @@ def _completed(loop: asyncio.AbstractEventLoop, loop_thread: int, waiter: "async
         _hand_over(loop, waiter, fut)
 
 
+Handed = list[tuple["asyncio.Future[None]", Future]]
+
 #: the waiters whose futures completed off their loop, by loop, waiting for the one hop to it
 #: that the first of them scheduled (an entry exists only while that hop is pending)
-_handed: dict[asyncio.AbstractEventLoop, list[tuple["asyncio.Future[None]", Future]]] = {}
+_handed: dict[asyncio.AbstractEventLoop, Handed] = {}
 _handed_lock = threading.Lock()
+#: per thread, inside ``one_hop()``: the waiters collected so far, by loop
+_collecting = threading.local()
+
+
+@contextmanager
+def one_hop() -> Iterator[None]:
+    """Futures completed on this thread inside the block settle their waiters with ONE hop per
+    loop when it ends (a committer wraps the completion of a round in it). Re-entrant."""
+    if getattr(_collecting, "by_loop", None) is not None:
+        yield
+        return
+    by_loop: dict[asyncio.AbstractEventLoop, Handed] = {}
+    _collecting.by_loop = by_loop
+    try:
+        yield
+    finally:
+        _collecting.by_loop = None
+        for loop, handed in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, handed)
+            except RuntimeError:  # the loop is closed: nobody waits there any more
+                pass
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, waiter: "asyncio.Future[None]", fut: Future) -> None:
-    """Off the loop: queue ``waiter``'s settling for the loop; the first one queued since the
-    last hop schedules the next (``_settle_handed``), the others ride with it."""
+    """Off the loop: queue ``waiter``'s settling for the loop. Inside ``one_hop()`` it goes with
+    the block's hop; otherwise the first one queued since the last hop schedules the next
+    (``_settle_handed``) and the others ride with it."""
+    by_loop = getattr(_collecting, "by_loop", None)
+    if by_loop is not None:
+        by_loop.setdefault(loop, []).append((waiter, fut))
+        return
     with _handed_lock:
         queued = _handed.get(loop)
         if queued is not None:
@@ -98,7 +129,11 @@ def _settle_handed(loop: asyncio.AbstractEventLoop) -> None:
     """On the loop: settle every waiter handed over since the hop was scheduled, in order."""
     with _handed_lock:
         queued = _handed.pop(loop, ())
-    for waiter, fut in queued:
+    _settle_all(queued)
+
+
+def _settle_all(handed: "Handed | tuple[()]") -> None:
+    for waiter, fut in handed:
         _settle(waiter, fut)
 
 

@@ -53,6 +53,7 @@ from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
 from oncelog.cluster.pg_arrays import encoder_for
 from oncelog.protocol.errors import KafkaError, UnknownTopicOrPartition
 from oncelog.storage.batch_append import BatchAppend
+from oncelog.storage.store_pending import one_hop
 
 __all__ = ["AppendRequest", "CommitStats", "GroupCommitter"]
 
@@ -165,8 +166,8 @@ class GroupCommitter:
         with self._cond:  # only if the thread never ran or did not finish in time
             stranded = list(self._queue)
             self._queue.clear()
-        for req in stranded:
-            _fail(req, StoreUnavailable(f"{req.what}: the group committer closed before writing it"))
+        _complete([(req, StoreUnavailable(f"{req.what}: the group committer closed before writing it"))
+                   for req in stranded])
         self._store.drop()
 
     # -- the writer thread ------------------------------------------------------------------------
@@ -180,9 +181,8 @@ class GroupCommitter:
                 self._commit_round(reqs)
             except Exception as exc:  # a bug: never leave a caller waiting
                 log.exception("bug in the group commit round")
-                for req in reqs:
-                    _fail(req, StoreUnavailable(f"{req.what}: group commit failed ({type(exc).__name__})",
-                                                outcome_unknown=True))
+                _complete([(req, StoreUnavailable(f"{req.what}: group commit failed ({type(exc).__name__})",
+                                                  outcome_unknown=True)) for req in reqs if not req.future.done()])
 
     def _take_round(self) -> list[AppendRequest] | None:
         """The requests of the next transaction (None: closing and nothing left)."""
@@ -213,8 +213,7 @@ class GroupCommitter:
         except StoreUnavailable as exc:
             with self._cond:
                 self._stats.failed_rounds += 1
-            for req in reqs:
-                _fail(req, StoreUnavailable(f"{req.what}: {exc}"))
+            _complete([(req, StoreUnavailable(f"{req.what}: {exc}")) for req in reqs])
             time.sleep(RECONNECT_PAUSE_S)
             return
         accepted: list[AppendRequest] = []
@@ -234,14 +233,13 @@ class GroupCommitter:
             log.warning("group commit of %d batch(es) failed%s: %s", len(reqs),
                         " (outcome unknown)" if landed is None else "", exc)
             if landed is None:
-                for req in reqs:
-                    _fail(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc}); "
-                                                f"whether the batch was written is unknown", outcome_unknown=True))
+                _complete([(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc}); "
+                                                  f"whether the batch was written is unknown", outcome_unknown=True))
+                           for req in reqs])
                 return
             if not any(landed):
-                for req in reqs:
-                    _fail(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc}); "
-                                                f"nothing was written"))
+                _complete([(req, StoreUnavailable(f"{req.what}: the store failed ({type(exc).__name__}: {exc}); "
+                                                  f"nothing was written")) for req in reqs])
                 return
             # The statement committed before the connection broke: answer as if it had replied.
             rows = [(i, _APPENDED if ok else _END_MOVED, r.leader_epoch, -1, -1)
@@ -266,11 +264,7 @@ class GroupCommitter:
                 s.bytes += sum(len(r.data) for r in accepted)
                 s.max_batches_per_transaction = max(s.max_batches_per_transaction, len(accepted))
             s.refused += len(refused)
-        for r in accepted:
-            if r.future.set_running_or_notify_cancel():
-                r.future.set_result(None)
-        for r, err in refused:
-            _fail(r, err)
+        _complete([(r, None) for r in accepted] + refused)
 
     def _resolve(self, reqs: list[AppendRequest]) -> list[bool] | None:
         """After a connection broke during a round: which requests did the store commit? Found
@@ -293,6 +287,15 @@ class GroupCommitter:
         return None
 
 
-def _fail(req: AppendRequest, exc: KafkaError) -> None:
-    if req.future.set_running_or_notify_cancel():
-        req.future.set_exception(exc)
+def _complete(outcomes: list[tuple[AppendRequest, KafkaError | None]]) -> None:
+    """Complete the futures of a round's requests in this order (accepted: None; else the
+    error), their waiters on the event loop settled with one hop for them all (store_pending.py
+    ``one_hop``)."""
+    with one_hop():
+        for req, exc in outcomes:
+            fut = req.future
+            if fut.set_running_or_notify_cancel():
+                if exc is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(exc)
