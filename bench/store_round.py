@@ -18,7 +18,7 @@ batch and per round: broker CPU µs, PostgreSQL CPU µs; and batches per round.
 run a fresh process on a fresh database of one PostgreSQL server, so before and after are
 measured on one machine in one run. Without ``--dsn`` a PostgreSQL server is started in a
 temporary directory (``oncelog.testing.pgserver``: fsync and synchronous_commit on) and removed
-afterwards. ``--profile FILE``: the child runs under ``py-spy record`` (collapsed stacks of every
+afterwards; ``--dsn URL`` uses a running server instead (the device kit's ``$ONCELOG_PG_DSN``). ``--profile FILE``: the child runs under ``py-spy record`` (collapsed stacks of every
 thread, idle frames left out) into FILE, for the breakdown of where a round's CPU goes.
 """
 
@@ -157,7 +157,9 @@ def _child(args: argparse.Namespace) -> int:
 def _spawn(args: argparse.Namespace, dsn: str, src: str | None, profile: str | None) -> dict[str, Any]:
     env = dict(os.environ)
     if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([src, str(Path(__file__).resolve().parent.parent)])
+        # first on the path: this tree's oncelog wins over any other there (the wheels stay)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(src).resolve()), str(Path(__file__).resolve().parent.parent),
+                                                        env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "bench.store_round", "--child", "--dsn", dsn, "--partitions", str(args.partitions),
            "--in-flight", str(args.in_flight), "--committers", str(args.committers), "--seconds", str(args.seconds)]
     if profile:
@@ -177,7 +179,8 @@ COLUMNS = (("batches_per_s", "batches/s", "{:.0f}"), ("batches_per_round", "batc
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.store_round", description=__doc__.split("\n\n")[1])
-    ap.add_argument("--dsn", help="an existing PostgreSQL database server (default: a temporary server)")
+    ap.add_argument("--dsn", help="an existing PostgreSQL server's URL without a database name, e.g. "
+                    "$ONCELOG_PG_DSN (a database is created on it per run; default: a temporary server)")
     ap.add_argument("--partitions", type=int, default=24)
     ap.add_argument("--in-flight", type=int, default=4, help="appends in flight per partition")
     ap.add_argument("--committers", type=int, default=1)
@@ -192,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from oncelog.testing.pgserver import PgServer
 
-    server = None
-    if args.dsn is None:
-        server = PgServer().start()
+    server: Any = _Server(args.dsn) if args.dsn else PgServer().start()
     try:
         labels: list[tuple[str, str | None]] = [("old", args.compare[0]), ("new", args.compare[1])] if args.compare \
             else [("this", None)]
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             for label, src in (labels if i % 2 == 0 else labels[::-1]):
                 name = f"round_{label}_{i}_{time.time_ns() % 10**9}"
-                dsn = server.create_database(name) if server else args.dsn
+                dsn = server.create_database(name)
                 profile = args.profile if args.profile and i == 0 and label == labels[-1][0] else None
                 r = _spawn(args, dsn, src, profile)
                 results[label].append(r)
@@ -213,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("      broker µs/batch by thread: " + ", ".join(
                     f"{name} {us:.1f}" for name, us in sorted(r.get("thread_us_per_batch", {}).items()) if us >= 0.05),
                     flush=True)
-                if server:
-                    server.drop_database(name)
+                server.drop_database(name)
         print()
         print("| code | " + " | ".join(h for _, h, _ in COLUMNS) + " |")
         print("|---|" + "---:|" * len(COLUMNS))
@@ -225,9 +225,28 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(f"{fmt.format(statistics.median(vs))} ({fmt.format(min(vs))}–{fmt.format(max(vs))})")
             print(f"| {label} | " + " | ".join(cells) + " |")
     finally:
-        if server is not None:
-            server.close()
+        server.close()
     return 0
+
+
+class _Server:
+    """An existing PostgreSQL server (``--dsn``): databases made and dropped on it."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.url = url.rstrip("/")
+        self._admin = psycopg.connect(f"{self.url}/postgres", autocommit=True, connect_timeout=10)
+
+    def create_database(self, name: str) -> str:
+        self._admin.execute(f'CREATE DATABASE "{name}"')
+        return f"{self.url}/{name}"
+
+    def drop_database(self, name: str) -> None:
+        self._admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        self._admin.close()
 
 
 if __name__ == "__main__":
