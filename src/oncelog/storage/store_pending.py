@@ -15,10 +15,9 @@ One hop to the loop per round, not per future. A committer completes a round's f
 after the other on its thread, inside ``one_hop()``: the waiters of those futures are collected
 and handed to their loop together when the block ends, with ONE ``call_soon_threadsafe`` (a lock,
 a write to the loop's self-pipe, a wake-up of the loop) whose callback settles them all, in the
-order their futures completed. Outside such a block a completion off the loop still shares a hop:
-the first one schedules it and those that complete before it runs ride with it. A future
-completed on the loop's own thread (the diskless writer completes there) settles its waiter at
-once, without a hop; one complete before it is awaited needs no waiter at all.
+order their futures completed. A completion off the loop outside such a block hops alone. A
+future completed on the loop's own thread (the diskless writer completes there) settles its
+waiter at once, without a hop; one complete before it is awaited needs no waiter at all.
 """
 
 from __future__ import annotations
@@ -76,10 +75,6 @@ def _completed(loop: asyncio.AbstractEventLoop, loop_thread: int, waiter: "async
 
 Handed = list[tuple["asyncio.Future[None]", Future]]
 
-#: the waiters whose futures completed off their loop, by loop, waiting for the one hop to it
-#: that the first of them scheduled (an entry exists only while that hop is pending)
-_handed: dict[asyncio.AbstractEventLoop, Handed] = {}
-_handed_lock = threading.Lock()
 #: per thread, inside ``one_hop()``: the waiters collected so far, by loop
 _collecting = threading.local()
 
@@ -87,7 +82,8 @@ _collecting = threading.local()
 @contextmanager
 def one_hop() -> Iterator[None]:
     """Futures completed on this thread inside the block settle their waiters with ONE hop per
-    loop when it ends (a committer wraps the completion of a round in it). Re-entrant."""
+    loop when it ends, in completion order (a committer wraps the completion of a round in it).
+    Re-entrant: an inner block joins the outer one."""
     if getattr(_collecting, "by_loop", None) is not None:
         yield
         return
@@ -105,34 +101,20 @@ def one_hop() -> Iterator[None]:
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, waiter: "asyncio.Future[None]", fut: Future) -> None:
-    """Off the loop: queue ``waiter``'s settling for the loop. Inside ``one_hop()`` it goes with
-    the block's hop; otherwise the first one queued since the last hop schedules the next
-    (``_settle_handed``) and the others ride with it."""
+    """Off the loop: inside ``one_hop()`` the waiter goes with the block's hop; otherwise it
+    hops alone."""
     by_loop = getattr(_collecting, "by_loop", None)
     if by_loop is not None:
         by_loop.setdefault(loop, []).append((waiter, fut))
         return
-    with _handed_lock:
-        queued = _handed.get(loop)
-        if queued is not None:
-            queued.append((waiter, fut))
-            return
-        _handed[loop] = [(waiter, fut)]
     try:
-        loop.call_soon_threadsafe(_settle_handed, loop)
+        loop.call_soon_threadsafe(_settle, waiter, fut)
     except RuntimeError:  # the loop is closed: nobody waits there any more
-        with _handed_lock:
-            _handed.pop(loop, None)
+        pass
 
 
-def _settle_handed(loop: asyncio.AbstractEventLoop) -> None:
-    """On the loop: settle every waiter handed over since the hop was scheduled, in order."""
-    with _handed_lock:
-        queued = _handed.pop(loop, ())
-    _settle_all(queued)
-
-
-def _settle_all(handed: "Handed | tuple[()]") -> None:
+def _settle_all(handed: Handed) -> None:
+    """On the loop: settle the waiters of one hop, in order."""
     for waiter, fut in handed:
         _settle(waiter, fut)
 
