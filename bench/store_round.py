@@ -63,6 +63,7 @@ def _measure(dsn: str, partitions: int, in_flight: int, committers: int, seconds
     import psutil
     import psycopg
 
+    from bench.common import cpu_seconds
     from oncelog.cluster import leadership, schema
     from oncelog.cluster.connection import StoreConnection
     from oncelog.protocol import records as R
@@ -97,16 +98,6 @@ def _measure(dsn: str, partitions: int, in_flight: int, committers: int, seconds
         except psutil.Error:
             return []
 
-    def pg_cpu(procs: list[psutil.Process]) -> float:
-        total = 0.0
-        for p in procs:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
     async def run() -> dict[str, Any]:
         stop = asyncio.Event()
         tasks = [asyncio.create_task(appender(log, stop)) for log in logs for _ in range(in_flight)]
@@ -118,10 +109,10 @@ def _measure(dsn: str, partitions: int, in_flight: int, committers: int, seconds
                                     "--threads", "--gil", "--rate", "500", "--output", profile,
                                     "--duration", str(int(seconds)), "--pid", str(os.getpid())],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        s0, n0, c0, p0, w0 = pool.stats(), done[0], time.process_time(), pg_cpu(procs), time.monotonic()
+        s0, n0, c0, p0, w0 = pool.stats(), done[0], time.process_time(), cpu_seconds(procs), time.monotonic()
         t0 = _thread_cpu()
         await asyncio.sleep(seconds)
-        s1, n1, c1, p1, w1 = pool.stats(), done[0], time.process_time(), pg_cpu(procs), time.monotonic()
+        s1, n1, c1, p1, w1 = pool.stats(), done[0], time.process_time(), cpu_seconds(procs), time.monotonic()
         t1 = _thread_cpu()
         stop.set()
         await asyncio.gather(*tasks)

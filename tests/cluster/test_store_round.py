@@ -12,7 +12,7 @@ import asyncio
 import psycopg
 import pytest
 
-from cluster_store import Store
+from cluster_store import Store, loses_first_answer
 from oncelog.cluster.errors import StoreUnavailable
 from oncelog.protocol import records as R
 from oncelog.storage.engines.postgres.commit_pool import CommitterPool
@@ -172,40 +172,13 @@ def test_a_failed_round_fails_exactly_its_own_appends(pg_dsn) -> None:
         s.close()
 
 
-class _LosesAnswer:
-    """A real connection whose next statement reaches PostgreSQL (``runs``) or not, and whose
-    answer is then lost with the connection, as when a network or server fails mid-COMMIT."""
-
-    def __init__(self, conn: psycopg.Connection, runs: bool) -> None:
-        self.conn, self.runs, self.broken = conn, runs, False
-
-    @property
-    def closed(self) -> bool:
-        return self.conn.closed
-
-    def execute(self, query, params=None):
-        if self.runs:
-            self.conn.execute(query, params).fetchall()
-        self.conn.close()
-        self.broken = True
-        raise psycopg.OperationalError("server closed the connection unexpectedly (test)")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 @pytest.mark.parametrize("committed", [True, False])
 def test_a_lost_answer_is_resolved_for_every_append_of_the_round(pg_dsn, committed) -> None:
     """The connection breaks after the round's statement ran (or before it reached the server):
     the committer asks the store on a new connection, and every awaited append of the round
     gets the store's answer (committed: all accepted; not: all failed, nothing unknown)."""
     s = Store(pg_dsn, start=False)
-    connects = []
-
-    def connect():
-        conn = s.connect()
-        connects.append(conn)
-        return _LosesAnswer(conn, committed) if len(connects) == 1 else conn
+    connect, connects = loses_first_answer(s, committed)
 
     s.committer = GroupCommitter(connect, resolve_s=10)
     try:
