@@ -86,7 +86,10 @@ class GroupShard:
         *,
         reply_ids: Iterator[int] | None = None,
         new_member_id: Callable[[str], str] = _random_member_id,
+        consumer_settings_of: Callable[[str], cg.ConsumerSettings] | None = None,
     ) -> None:
+        """``consumer_settings_of(group_id)``: a consumer group's own settings (its group
+        configs over ``settings.consumer``); None: ``settings.consumer`` for every group."""
         self.partition = partition
         self.settings = settings or GroupSettings()
         self.groups: dict[str, ClassicGroup] = {}
@@ -96,7 +99,7 @@ class GroupShard:
         self.membership = Membership(
             self.groups, self.settings, self.outbox, reply_ids or itertools.count(1), new_member_id
         )
-        self.consumers = cg.ConsumerGroups(self.settings.consumer, lambda: str(uuid.uuid4()))
+        self.consumers = cg.ConsumerGroups(self.settings.consumer, lambda: str(uuid.uuid4()), consumer_settings_of)
         #: what the log holds of each consumer group (consumer_store.py)
         self.consumer_written: dict[str, consumer_store.Written] = {}
 
