@@ -268,3 +268,22 @@ class GroupConfigs:
     def _replace(self, groups: dict[str, dict[str, str]]) -> None:
         self.by_group = groups
         self._timing = {}
+
+
+_KAFKA_TYPES = {"share.auto.offset.reset": "STRING", "share.isolation.level": "STRING",
+                "share.renew.acknowledge.enable": "BOOLEAN"}
+
+
+def compatibility_table() -> str:
+    """The Markdown table of docs/COMPATIBILITY-configs.md's group section (generated)."""
+    rows = ["| config | type | here |", "|---|---|---|"]
+    for name, what in sorted(KAFKA.items()):
+        if what == APPLIED:
+            here = (f"applied by the consumer groups' coordinator at each heartbeat (default: the broker's "
+                    f"`{CONSUMER[name][0]}`, bounds `{CONSUMER[name][1]}` / `{CONSUMER[name][2]}`)")
+        elif what == SHARE:
+            here = "applied by the share groups (kept with their state)"
+        else:
+            here = "refused (INVALID_CONFIG): " + _WHY_NOT[name.split(".", 1)[0]]
+        rows.append(f"| `{name}` | {_KAFKA_TYPES.get(name, 'INT')} | {here} |")
+    return "\n".join(rows) + "\n"
