@@ -20,14 +20,16 @@ def _answered(sock: socket.socket) -> bool:
         return False
 
 
-def served(bootstrap: str, n: int) -> list[bool]:
-    """Open ``n`` connections one after the other, keeping them all open; whether each was served."""
+def served(bootstrap: str, n: int, source: str | None = None) -> list[bool]:
+    """Open ``n`` connections one after the other (from the address ``source``: 127.0.0.2 is
+    another loopback address), keeping them all open; whether each was served."""
     host, port = bootstrap.rsplit(":", 1)
     socks: list[socket.socket] = []
     try:
         out = []
         for _ in range(n):
-            s = socket.create_connection((host, int(port)), timeout=5)
+            s = socket.create_connection((host, int(port)), timeout=5,
+                                         source_address=None if source is None else (source, 0))
             socks.append(s)
             out.append(_answered(s))
         return out
@@ -36,12 +38,14 @@ def served(bootstrap: str, n: int) -> list[bool]:
             s.close()
 
 
-def served_once(bootstrap: str, n: int, expected: list[bool], timeout_s: float = 10.0) -> list[bool]:
+def served_once(bootstrap: str, n: int, expected: list[bool], timeout_s: float = 10.0,
+                source: str | None = None) -> list[bool]:
     """``served`` until it gives ``expected`` (connections just closed elsewhere, such as an admin
-    client's, take the broker a moment to count out), at most ``timeout_s``; the last answer."""
+    client's, take the broker a moment to count out; a limit set through another broker comes
+    with its next view), at most ``timeout_s``; the last answer."""
     deadline = time.monotonic() + timeout_s
-    got = served(bootstrap, n)
+    got = served(bootstrap, n, source)
     while got != expected and time.monotonic() < deadline:
         time.sleep(0.1)
-        got = served(bootstrap, n)
+        got = served(bootstrap, n, source)
     return got
