@@ -204,9 +204,13 @@ def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pai
     assert _alter_group(by_node[3 - coordinator].bootstrap, "cg-cfg", "consumer.heartbeat.interval.ms", "6000") == 0
     with ProtocolClient(by_node[coordinator].bootstrap) as c:
         m = c.classes(apis.CONSUMER_GROUP_HEARTBEAT, 1)
-        hb = c.request(apis.CONSUMER_GROUP_HEARTBEAT, m["ConsumerGroupHeartbeatRequest"](
-            group_id="cg-cfg", member_id="m-cfg", member_epoch=0, rebalance_timeout=datetime.timedelta(seconds=30),
-            subscribed_topic_names=("lcr",), topic_partitions=()), version=1)
+        for _ in range(50):  # bounded: 10 s (the coordinator has it at the notification or its next poll)
+            hb = c.request(apis.CONSUMER_GROUP_HEARTBEAT, m["ConsumerGroupHeartbeatRequest"](
+                group_id="cg-cfg", member_id="m-cfg", member_epoch=0, rebalance_timeout=datetime.timedelta(seconds=30),
+                subscribed_topic_names=("lcr",), topic_partitions=()), version=1)
+            if hb.error_code or hb.heartbeat_interval != datetime.timedelta(milliseconds=5000):
+                break
+            time.sleep(0.2)
     assert (hb.error_code, hb.heartbeat_interval) == (0, datetime.timedelta(milliseconds=6000))
     assert _described(b1.bootstrap, "cg-cfg", "consumer.heartbeat.interval.ms", 32) == ("6000", 8)  # GROUP_CONFIG
 

@@ -28,6 +28,7 @@ and deleting a consumer group leaves them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -39,7 +40,7 @@ from oncelog.atomic import write_atomically
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.configuration.topic_config import ConfigSource, ConfigType
 from oncelog.coordinator.group.consumer_group import ConsumerSettings
-from oncelog.protocol.errors import InvalidConfig
+from oncelog.protocol.errors import InvalidConfig, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -191,13 +192,14 @@ class GroupConfigs:
     value; groups without any are absent). Embedded: ``load`` reads ``<data-dir>/group-configs.json``
     and ``set`` replaces it atomically. Cluster mode (``start_cluster``): the store's
     ``oncelog_group_config`` is the record, ``set`` writes it (every broker is notified) and
-    ``refresh``, after each metadata poll, reloads every group's configs when the store's change
-    counter moved."""
+    ``refresh`` (after each metadata poll: ``refresh_soon``) reloads every group's configs when
+    the store's change counter moved."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.by_group: dict[str, dict[str, str]] = {}
         self._store: GroupConfigStore | None = None
+        self._refreshing: asyncio.Task[None] | None = None
         self._version: int | None = None
         #: group -> its ConsumerSettings as ``consumer_timing`` made them (cleared on any change)
         self._timing: dict[str, ConsumerSettings] = {}
@@ -257,6 +259,26 @@ class GroupConfigs:
         if groups is not None:
             self._replace(groups)
             self._version = version
+
+    def refresh_soon(self) -> None:
+        """Cluster mode: ``refresh`` in the background (after each metadata poll: the poll does
+        not wait for it, so a notification that comes meanwhile starts the next poll at once);
+        one at a time, a failure logged (the next poll tries again)."""
+        if self._store is None or (self._refreshing is not None and not self._refreshing.done()):
+            return
+        self._refreshing = asyncio.get_running_loop().create_task(self._refresh_logged())
+
+    async def _refresh_logged(self) -> None:
+        try:
+            await self.refresh()
+        except KafkaError as exc:
+            log.info("group configs not reloaded from the store (next poll tries again): %s", exc)
+
+    async def close(self) -> None:
+        """Cluster mode: wait for a background ``refresh`` to end."""
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+            await asyncio.gather(self._refreshing, return_exceptions=True)
 
     def _put(self, group_id: str, configs: dict[str, str]) -> None:
         if configs:

@@ -214,6 +214,7 @@ class GroupCoordinator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.configs.close()
         for fut in self._replies.values():
             if not fut.done():
                 fut.set_exception(CoordinatorNotAvailable("the broker is shutting down"))

@@ -292,9 +292,14 @@ class StoreMembership:
         groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
         groups.start(load_all=False)
         # the groups' consumer group configs: the store's, reloaded after each poll when they changed
-        groups.configs.start_cluster(StoreGroupConfigs(member))
-        await groups.configs.refresh()
-        member.after_poll.append(groups.configs.refresh)
+        configs = groups.configs
+        configs.start_cluster(StoreGroupConfigs(member))
+        await configs.refresh()
+
+        async def refresh_group_configs() -> None:
+            configs.refresh_soon()
+
+        member.after_poll.append(refresh_group_configs)
         shares.start_cluster(StoreShareState(StoreConnection(connector(self.dsn), f"node {self.node_id} share state"),
                                              self.node_id),
                              RemoteShareMembers(self.node_id, lambda g: member.view.leader(
