@@ -493,7 +493,7 @@ class GroupCoordinator:
         async with self.runtime.lock(self.partition_for(group_id)):
             shard = self._shard(group_id)
             now = self.clock.now_ms()
-            deadline = shard.next_deadline()
+            deadline = shard.group_deadline(group_id)  # this group's alone: no walk of the partition's
             if deadline is not None and deadline <= now:
                 await self._execute(shard, shard.tick(now), now)
         await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True, removes=True)

@@ -256,7 +256,7 @@ class ConsumerGroups:
     def __init__(self, settings: ConsumerSettings, new_member_id: Callable[[], str],
                  settings_of: Callable[[str], ConsumerSettings] | None = None) -> None:
         self.settings = settings
-        self.settings_of: Callable[[str], ConsumerSettings] = settings_of or (lambda group_id: settings)
+        self.settings_of: Callable[[str], ConsumerSettings] = settings_of or (lambda group_id: self.settings)
         self.groups: dict[str, ConsumerGroup] = {}
         self.new_member_id = new_member_id
         #: the image a plain mapping of topics was last wrapped in (``_image``)
@@ -495,8 +495,13 @@ class ConsumerGroups:
         return gone
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for g in self.groups.values() for m in g.members.values()
-                     for d in (m.session_deadline, m.revocation_deadline) if d is not None]
+        return min((d for g in self.groups.values() if (d := self.group_deadline(g.group_id)) is not None), default=None)
+
+    def group_deadline(self, group_id: str) -> int | None:
+        """The earliest session or revocation deadline of one group's members (None: none)."""
+        group = self.groups.get(group_id)
+        deadlines = [] if group is None else [d for m in group.members.values()
+                                              for d in (m.session_deadline, m.revocation_deadline) if d is not None]
         return min(deadlines, default=None)
 
     # -- offsets ------------------------------------------------------------------------------
