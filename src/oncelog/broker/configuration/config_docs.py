@@ -32,7 +32,9 @@ stored in the same place and described with their dynamic source. The connection
 (`max.connections`, `max.connections.per.ip`, `max.connections.per.ip.overrides`,
 `max.connection.creation.rate`) and `producer.id.expiration.ms` are applied to the running broker
 at once (every listener; connections already open stay, new ones meet the new limits), in cluster
-mode on every broker the change reaches, and again after a restart; the others are stored only,
+mode on every broker the change reaches, and again after a restart (each listener counts its own
+connections against `max.connections`, and the inter-broker listener is not exempt as in Kafka:
+keep the limits above what the brokers' own connections need); the others are stored only,
 for the reason the table gives (no Kerberos, no thread pools to resize; the listeners' security
 is read at start). `connections.max.idle.ms` is read-only, as in Kafka. The
 listener addresses (`listeners`, `advertised.listeners`, `listener.security.protocol.map`) and
