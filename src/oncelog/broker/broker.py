@@ -21,6 +21,7 @@ from oncelog.broker.auth import tls
 from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
 from oncelog.broker.auth.acls import AclService
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.dynamic_config import DynamicBrokerConfigs
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.broker.membership import (
@@ -103,12 +104,18 @@ class Broker:
         #: queued.max.request.bytes: one bound on the request bytes of every listener's connections
         self.request_memory = RequestMemory(config.queued_max_request_bytes)
         self.servers = [self._server_for(lst) for lst in self.listeners]
+        #: the dynamic connection limits (AlterConfigs on the BROKER resource) reach every listener at once
+        self.replicas.on_broker_configs.append(self._adopt_connection_limits)
         primary = self._primary_index()
         self.listener = self.listeners[primary]
         self.server = self.servers[primary]  # the ready line's, the one the cluster store registers
         self._housekeeping: list[asyncio.Task[None]] = []
         #: set when the broker stops: a compaction pass in progress gives up (InterruptedError)
         self._compaction_stop = threading.Event()
+
+    def _adopt_connection_limits(self, dynamic: DynamicBrokerConfigs) -> None:
+        for server in self.servers:
+            server.quotas.adopt(dynamic.value)
 
     def _primary_index(self) -> int:
         """The first PLAINTEXT listener, else the first listener."""

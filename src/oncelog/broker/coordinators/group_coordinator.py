@@ -33,9 +33,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.group_config import FILE_NAME as GROUP_CONFIGS_FILE
+from oncelog.broker.configuration.group_config import GroupConfigs
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
@@ -115,7 +118,12 @@ class GroupCoordinator:
                  new_member_id: Callable[[str], str] = _random_member_id) -> None:
         self.replicas = replicas
         self.clock = clock
+        self.config = config
         self.num_partitions = config.offsets_topic_num_partitions
+        #: the groups' own consumer group configs (KIP-848: consumer.session.timeout.ms ...,
+        #: broker/configuration/group_config.py): loaded by ``start`` (embedded) or kept from the
+        #: store (cluster mode: the membership's ``start_cluster`` and ``refresh``)
+        self.configs = GroupConfigs(Path(config.data_dir) / GROUP_CONFIGS_FILE)
         self.settings = GroupSettings(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -165,6 +173,7 @@ class GroupCoordinator:
         self._tasks = [loop.create_task(self._timer_loop()), loop.create_task(self._retention_loop())]
         if not load_all:
             return
+        self.configs.load()
         meta = self.replicas.ensure_internal_topic(
             OFFSETS_TOPIC,
             self.num_partitions,
@@ -205,6 +214,7 @@ class GroupCoordinator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.configs.close()
         for fut in self._replies.values():
             if not fut.done():
                 fut.set_exception(CoordinatorNotAvailable("the broker is shutting down"))
@@ -236,7 +246,12 @@ class GroupCoordinator:
                  self.clock.monotonic_ms() - started)
 
     def _new_shard(self, p: int) -> GroupShard:
-        return GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
+        return GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id,
+                          consumer_settings_of=self.consumer_settings_of)
+
+    def consumer_settings_of(self, group_id: str) -> cg.ConsumerSettings:
+        """A consumer group's settings: its own group configs over the broker's group.consumer.*."""
+        return self.configs.consumer_settings(group_id, self.settings.consumer, self.config)
 
     # -- the one write path -----------------------------------------------------------------------
 
@@ -470,6 +485,17 @@ class GroupCoordinator:
         return self._shard(group_id).describe_group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of one group. The sessions that ended before it are ended first, even
+        when the timer (every ``TICK_SECONDS``) has not come round yet: a group whose last
+        member's session timed out is empty, as it is on a Kafka broker, whose timers fire at
+        the deadline (librdkafka's 0081 deletes groups exactly one session timeout after
+        closing their static members)."""
+        async with self.runtime.lock(self.partition_for(group_id)):
+            shard = self._shard(group_id)
+            now = self.clock.now_ms()
+            deadline = shard.group_deadline(group_id)  # this group's alone: no walk of the partition's
+            if deadline is not None and deadline <= now:
+                await self._execute(shard, shard.tick(now), now)
         await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True, removes=True)
 
     # -- timers ---------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_T
 from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.clock import Clock
 from oncelog.cluster import broker_configs as store_broker_configs
+from oncelog.cluster import group_configs as store_group_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.diskless import topic_rules
 from oncelog.cluster.acls import StoreAcls
@@ -149,6 +150,20 @@ class StoreConfigs:
         member = self._owner.member
         await member.call(lambda conn: store_broker_configs.set_configs(conn, resource, configs))
         await member.refresh()
+
+
+class StoreGroupConfigs:
+    """``GroupConfigStore`` (broker/configuration/group_config.py) on the store
+    (cluster/group_configs.py), through the member's control thread."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self._member = member
+
+    async def set(self, group_id: str, configs: dict[str, str]) -> None:
+        await self._member.call(lambda conn: store_group_configs.set_configs(conn, group_id, configs))
+
+    async def load_if_changed(self, version: int | None) -> tuple[int, dict[str, dict[str, str]] | None]:
+        return await self._member.call(lambda conn: store_group_configs.load_if_changed(conn, version))
 
 
 class StoreMembership:
@@ -276,6 +291,15 @@ class StoreMembership:
         self._groups = groups
         groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
         groups.start(load_all=False)
+        # the groups' consumer group configs: the store's, reloaded after each poll when they changed
+        configs = groups.configs
+        configs.start_cluster(StoreGroupConfigs(member))
+        await configs.refresh()
+
+        async def refresh_group_configs() -> None:
+            configs.refresh_soon()
+
+        member.after_poll.append(refresh_group_configs)
         shares.start_cluster(StoreShareState(StoreConnection(connector(self.dsn), f"node {self.node_id} share state"),
                                              self.node_id),
                              RemoteShareMembers(self.node_id, lambda g: member.view.leader(
