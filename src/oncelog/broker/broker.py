@@ -298,7 +298,7 @@ class Broker:
             counts = m.internal_partitions
             self.transactions = TransactionCoordinator(
                 self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
-                producer_ids=m.producer_ids, markers=m.marker_writer(self.groups),
+                producer_ids=m.producer_ids, markers=m.marker_writer(self.groups), remote=m.transaction_remote,
                 coordinator_epoch=m.coordinator_epoch, crash=CrashPoints(),
             )
             await m.start_coordinators(self.groups, self.transactions, self.shares)

@@ -29,6 +29,7 @@ from oncelog.broker.partitions.markers import LocalMarkerWriter, MarkerWriter
 from oncelog.broker.membership.interface import Election, Node
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
+from oncelog.broker.coordinators.txn_remote import LocalOnly
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import KafkaError
@@ -115,6 +116,7 @@ class EmbeddedMembership:
         self.internal_partitions = {OFFSETS_TOPIC: config.offsets_topic_num_partitions,
                                     TXN_TOPIC: config.transaction_state_log_num_partitions}
         self.coordinator_epoch = 0
+        self.transaction_remote = LocalOnly()  # every transactional id is coordinated here
 
     # -- Metadata ---------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from oncelog.broker.partitions.markers import MarkerWriter
     from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
+    from oncelog.broker.coordinators.txn_remote import TxnRemote
     from oncelog.protocol.errors import KafkaError
 
 __all__ = ["AclStore", "ConfigStore", "CredentialService", "Election", "Membership", "Metadata", "Node",
@@ -181,6 +182,9 @@ class Membership(Metadata, Protocol):
     #: (after ``open``) the transaction coordinator's epoch: embedded, one more per start;
     #: cluster mode, each partition's leader epoch (so 0 here)
     coordinator_epoch: int
+    #: (after ``open``) the transaction coordinators on other brokers, as the transaction
+    #: coordinator reaches them: embedded ``LocalOnly`` (none), cluster mode ``RemoteVerifier``
+    transaction_remote: "TxnRemote"
 
     async def open(self) -> None:
         """Before anything listens: recover and open what this node holds or reach the store,

@@ -46,6 +46,7 @@ from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, 
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.clock import Clock
+from oncelog.coordinator.placement import partition_for
 from oncelog.cluster import broker_configs as store_broker_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.diskless import topic_rules
@@ -158,6 +159,7 @@ class StoreMembership:
     mode = "cluster"
     producer_ids: StoreProducerIds  # set by open()
     member: ClusterMember  # set by open()
+    transaction_remote: RemoteVerifier  # set by open()
 
     def __init__(self, dsn: str, config: BrokerConfig, clock: Clock, replicas: ReplicaManager,
                  inter_broker: Callable[[], tuple[str, PeerSecurity]]) -> None:
@@ -257,6 +259,9 @@ class StoreMembership:
             return None if b is None else b.endpoint(inter)
 
         self._peers = PeerClients(self.node_id, address_of, security)
+        txn_partitions = self.internal_partitions[TXN_TOPIC]
+        self.transaction_remote = RemoteVerifier(lambda: member.view, self._peers,
+                                                 lambda tid: partition_for(tid, txn_partitions))
         await self.users.refresh()  # the schema exists: member.prepare() made it
         self._jobs.append(periodic.every(CREDENTIALS_REFRESH_S, self.users.refresh_quietly,
                                          "housekeeping job refresh_quietly", log))
@@ -281,7 +286,6 @@ class StoreMembership:
                              RemoteShareMembers(self.node_id, lambda g: member.view.leader(
                                  TopicPartition(OFFSETS_TOPIC, groups.partition_for(g)))[0], self._peers,
                                  lambda g: set(grp.members) if (grp := shares.groups.groups.get(g)) else set()))
-        transactions.remote = RemoteVerifier(lambda: member.view, self._peers, transactions.partition_of)
 
         def on_lead(tp: TopicPartition, leader_epoch: int) -> None:
             if tp.topic == TXN_TOPIC:
