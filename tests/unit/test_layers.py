@@ -271,7 +271,10 @@ BROKER_PARTS: dict[str, set[str]] = {
     "coordinators": {"root", "partitions", "configuration"},
     "handlers": {"root", "configuration", "partitions", "coordinators", "auth", "membership", "observability"},
     "network": {"root", "configuration", "auth", "handlers"},
-    "membership": {"root", "configuration", "auth", "partitions", "coordinators"},
+    "membership": {"root", "configuration", "auth", "partitions", "coordinators", "database"},
+    #: the database bridge (outbox drain, inbox): it appends to partitions and is the group
+    #: coordinator's inbox; membership builds it in cluster mode
+    "database": {"configuration", "partitions", "coordinators"},
     "observability": {"root", "configuration", "partitions", "coordinators", "membership"},
 }
 

@@ -134,7 +134,7 @@ class GroupCoordinator:
         #: partition -> markers (producer id, commit, epoch) that arrived while it was loading
         self._deferred: dict[int, list[tuple[int, bool, int | None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        #: cluster mode: the database inbox (broker/membership/inbox.py; issue 31), else None
+        #: cluster mode: the database inbox (broker/database/inbox.py; issue 31), else None
         self.inbox: Any = None
         #: the topics consumer groups see, and the replicas' topics_version it was built from
         self._image: cg.TopicImage | None = None

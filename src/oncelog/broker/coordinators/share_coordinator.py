@@ -40,7 +40,7 @@ partitions (records there became available again) and on its log partitions (new
 an acknowledgement wakes only the fetches of its partition.
 
 Share sessions are the members' only: embedded, the member must be in the group here; in
-cluster mode the group's coordinator is asked (``members``: membership/share_members.py, a
+cluster mode the group's coordinator is asked (``members``: coordinators/share_members.py, a
 ShareGroupDescribe to it) when a session opens, and the sessions of groups coordinated
 elsewhere are checked against it every third of a session timeout (those of members gone are
 closed, their records released). A session also ends with its connection (as Kafka ties it to
@@ -182,7 +182,7 @@ class _Signal:
 
 class ShareMembers(Protocol):
     """Cluster mode: who the members of a share group are, at its coordinator
-    (membership/share_members.py)."""
+    (coordinators/share_members.py)."""
 
     async def members(self, group_id: str) -> set[str] | None: ...
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from oncelog.broker.membership.cluster_member import connector
 from oncelog.broker.configuration.config import BrokerConfig
-from oncelog.broker.membership.leader_tracker import LeaderTracker
+from oncelog.broker.partitions.leader_tracker import LeaderTracker
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
 from oncelog.diskless.parts import DisklessParts

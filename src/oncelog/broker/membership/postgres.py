@@ -36,11 +36,11 @@ from oncelog.broker.membership.cluster_parts import ClusterParts
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
-from oncelog.broker.membership.share_members import RemoteShareMembers
+from oncelog.broker.coordinators.share_members import RemoteShareMembers
 from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
-from oncelog.broker.membership.inbox import Inbox
+from oncelog.broker.database.inbox import Inbox
 from oncelog.broker.membership.interface import Election, Node
-from oncelog.broker.membership.outbox_drainer import OutboxDrainer
+from oncelog.broker.database.outbox_drainer import OutboxDrainer
 from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator

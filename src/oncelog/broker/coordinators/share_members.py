@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from oncelog.broker.membership.peer_client import PeerClients
+from oncelog.broker.partitions.peers import PeerRequests
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.messages import Builder
@@ -31,7 +31,7 @@ class RemoteShareMembers:
     ``local(group)``: the member ids this broker has when it coordinates the group itself
     (None otherwise)."""
 
-    def __init__(self, node_id: int, coordinator_of: Callable[[str], int], peers: PeerClients,
+    def __init__(self, node_id: int, coordinator_of: Callable[[str], int], peers: PeerRequests,
                  local: Callable[[str], "set[str] | None"]) -> None:
         self.node_id = node_id
         self.coordinator_of = coordinator_of
