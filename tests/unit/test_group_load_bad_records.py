@@ -16,6 +16,7 @@ import pytest
 
 import bad_batches
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.coordinators.offset_inbox import NoInbox
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group import records as rec
@@ -45,7 +46,7 @@ def _open(tmp: Path, clock: ManualClock, topic_configs: dict[str, str] | None = 
 
 
 async def _started(rm: ReplicaManager, tmp: Path, clock: ManualClock) -> GroupCoordinator:
-    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock, inbox=NoInbox())
     gc.start()
     await asyncio.wait_for(gc.loaded.wait(), 10)
     return gc

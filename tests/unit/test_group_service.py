@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.coordinators.offset_inbox import NoInbox
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
@@ -45,7 +46,7 @@ def _replicas(tmp: Path, clock: ManualClock, small_segments: bool = False) -> Re
 async def _loaded(tmp: Path, clock: ManualClock) -> tuple[ReplicaManager, GroupCoordinator]:
     """A started coordinator on the data dir ``tmp``, every partition loaded."""
     rm = _replicas(tmp, clock)
-    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock, inbox=NoInbox())
     gc.start()
     await asyncio.wait_for(gc.loaded.wait(), 10)
     return rm, gc
@@ -71,7 +72,7 @@ def test_requests_wait_for_loading_then_parked_joins_are_answered(tmp_path: Path
     async def go() -> None:
         clock = ManualClock()
         rm = _replicas(tmp_path, clock)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock, inbox=NoInbox())
         gc.start()
         with pytest.raises(CoordinatorLoadInProgress):
             await gc.join_group(_join("g"))
@@ -109,7 +110,7 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
     async def live() -> tuple:
         clock = ManualClock()
         rm = _replicas(tmp_path, clock, small_segments=True)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock, inbox=NoInbox())
         gc.start()
         await asyncio.wait_for(gc.loaded.wait(), 10)
         member, generation = await _member(gc, "stable")

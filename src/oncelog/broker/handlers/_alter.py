@@ -21,7 +21,7 @@ from typing import Callable
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
+from oncelog.coordinator.share.configs import GROUP_CONFIGS
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import InvalidRequest
 

@@ -61,4 +61,4 @@ def membership_for(config: "BrokerConfig", clock: "Clock", replicas: "ReplicaMan
         return StoreMembership(store, config, clock, replicas, inter_broker)
     from oncelog.broker.membership.embedded import EmbeddedMembership
 
-    return EmbeddedMembership(config, replicas, address_of)
+    return EmbeddedMembership(config, clock, replicas, address_of)
