@@ -98,6 +98,20 @@ def test_both_memberships_implement_the_interface_and_every_store(make: Any, con
     m.users.close()
 
 
+def _hold_to_protocols(pairs: dict[type, tuple[type, ...]]) -> None:
+    """Each class has its Protocol's methods: coroutine where the Protocol's is one, the same
+    parameters."""
+    for proto, impls in pairs.items():
+        methods, _ = _members(proto)
+        for impl in impls:
+            for name, want in methods.items():
+                have = getattr(impl, name, None)
+                assert have is not None, f"{impl.__name__}.{name} ({proto.__name__})"
+                assert inspect.iscoroutinefunction(have) == inspect.iscoroutinefunction(want), f"{impl.__name__}.{name}"
+                assert list(inspect.signature(have).parameters) == list(inspect.signature(want).parameters), \
+                    f"{impl.__name__}.{name}"
+
+
 def test_every_store_protocol_has_both_implementations(tmp_path: Path) -> None:
     """ACLs, credentials and producer ids: the data dir's files and the PostgreSQL store's
     classes, held to one Protocol (no more telling them apart by ``getattr``)."""
@@ -113,15 +127,7 @@ def test_every_store_protocol_has_both_implementations(tmp_path: Path) -> None:
         interface.CredentialService: (UserCredentials, StoreUserCredentials),
         interface.ProducerIdSource: (ProducerIdManager, StoreProducerIds),
     }
-    for proto, impls in pairs.items():
-        methods, _ = _members(proto)
-        for impl in impls:
-            for name, want in methods.items():
-                have = getattr(impl, name, None)
-                assert have is not None, f"{impl.__name__}.{name} ({proto.__name__})"
-                assert inspect.iscoroutinefunction(have) == inspect.iscoroutinefunction(want), f"{impl.__name__}.{name}"
-                assert list(inspect.signature(have).parameters) == list(inspect.signature(want).parameters), \
-                    f"{impl.__name__}.{name}"
+    _hold_to_protocols(pairs)
     store = AclFileStore(tmp_path)
     assert isinstance(store, interface.AclStore) and store.changed() is False  # one writer: never changed elsewhere
 
@@ -144,16 +150,8 @@ def test_what_differs_between_the_modes_has_both_implementations() -> None:
         SharePersister: (LogSharePersister, StoreSharePersister),
         ShareMembers: (LocalShareMembers, RemoteShareMembers),
     }
-    for proto, impls in pairs.items():
-        methods, data = _members(proto)
-        assert methods and not data, proto.__name__
-        for impl in impls:
-            for name, want in methods.items():
-                have = getattr(impl, name, None)
-                assert have is not None, f"{impl.__name__}.{name} ({proto.__name__})"
-                assert inspect.iscoroutinefunction(have) == inspect.iscoroutinefunction(want), f"{impl.__name__}.{name}"
-                assert list(inspect.signature(have).parameters) == list(inspect.signature(want).parameters), \
-                    f"{impl.__name__}.{name}"
+    assert all(_members(proto)[0] and not _members(proto)[1] for proto in pairs)
+    _hold_to_protocols(pairs)
 
 
 def test_the_embedded_node_is_the_whole_cluster(config: BrokerConfig) -> None:

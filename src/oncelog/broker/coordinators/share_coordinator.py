@@ -61,6 +61,7 @@ from oncelog.coordinator.share.group import HeartbeatAnswer, Sessions, ShareGrou
 from oncelog.coordinator.share.partition import AcquiredRange, SharePartition
 from oncelog.coordinator.share.shard import PartKey, ShareSettings, ShareShard
 from oncelog.protocol import records
+from oncelog.storage.txn_index import AbortedTxn
 from oncelog.protocol.errors import (
     CoordinatorNotAvailable,
     InvalidRequest,
@@ -126,7 +127,7 @@ class _PartitionLog:
     def batches(self, start: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
         return iter(self._part.log.iter_batches(start))
 
-    def aborted(self, start: int, upper: int) -> Sequence[Any]:
+    def aborted(self, start: int, upper: int) -> Sequence[AbortedTxn]:
         return self._part.aborted.collect(start, upper)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, ...] | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from oncelog.coordinator.share import records as srec
 from oncelog.coordinator.share.configs import BY_DURATION, GROUP_CONFIGS, by_duration_ms
@@ -36,7 +36,7 @@ from oncelog.coordinator.share.partition import AcquiredRange, LogBatch, SharePa
 from oncelog.protocol import records
 from oncelog.protocol.errors import InvalidRecordState, NonEmptyGroup
 
-__all__ = ["LogView", "PartKey", "ShareSettings", "ShareShard"]
+__all__ = ["Aborted", "LogView", "PartKey", "ShareSettings", "ShareShard"]
 
 PartKey = tuple[str, uuid.UUID, int]  # (group, topic id, partition)
 #: (topic id, partition) -> acknowledgement batches (first offset, last offset, types)
@@ -46,6 +46,19 @@ SESSION_SWEEP_MS = 1000
 #: how long a member whose ShareFetch ended keeps its place in a turn queue (ms; clients send
 #: the next one at once)
 TURN_GRACE_MS = 1000
+
+
+class Aborted(Protocol):
+    """An aborted transaction of the log (storage/txn_index.AbortedTxn)."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
 
 
 class LogView(Protocol):
@@ -65,9 +78,8 @@ class LogView(Protocol):
         """The batches from the one holding ``start`` on, lazily (read as far as iterated)."""
         ...
 
-    def aborted(self, start: int, upper: int) -> Sequence[Any]:
-        """The aborted transactions of ``[start, upper)`` (``producer_id``, ``first_offset``,
-        ``last_offset``)."""
+    def aborted(self, start: int, upper: int) -> Sequence[Aborted]:
+        """The aborted transactions of ``[start, upper)``."""
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, ...] | None:
@@ -469,7 +481,7 @@ def restored(raw: bytes, key: srec.SnapshotKey, max_locks: int) -> SharePartitio
     return SharePartition.restore(snap, max_in_flight=max_locks)
 
 
-def _is_aborted(h: records.BatchHeader, aborted: Sequence[Any]) -> bool:
+def _is_aborted(h: records.BatchHeader, aborted: Sequence[Aborted]) -> bool:
     if not h.is_transactional:
         return False
     return any(a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset for a in aborted)
