@@ -1,5 +1,5 @@
 """``python -m bench.produce_costs [--brokers 1 3] [--producers 2] [--seconds 8] [--repeat 2]
-[--compare OLD_SRC NEW_SRC]``
+[--compare OLD_SRC NEW_SRC] [--profile FILE]``
 
 Where cluster-mode produce CPU goes, per unit of work, and whether it scales per core. For each
 configuration — ``0`` (one embedded broker, local files) or B brokers on one PostgreSQL (a fresh
@@ -19,6 +19,9 @@ warm-up:
 The embedded broker (``0``) has no store: only its requests/s and CPU per request are given.
 ``--compare OLD_SRC NEW_SRC``: every configuration run with the brokers of both source trees
 (``PYTHONPATH``), alternated, ``--repeat`` times; the clients and PostgreSQL are the same.
+``--profile FILE``: in the first run of the largest B (of NEW_SRC with ``--compare``), the first
+broker is sampled by ``py-spy record`` over the window (collapsed stacks, idle frames left out)
+into FILE, for where a Produce request's CPU goes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import multiprocessing as mp
 import os
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -68,7 +73,8 @@ def _produce_requests(port: int) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def measure(pg: Any, brokers: int, producers: int, seconds: float, src: str | None) -> dict[str, Any]:
+def measure(pg: Any, brokers: int, producers: int, seconds: float, src: str | None,
+            profile: str | None = None) -> dict[str, Any]:
     """One configuration: ``brokers`` 0 is the embedded broker."""
     import psycopg
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -98,6 +104,9 @@ def measure(pg: Any, brokers: int, producers: int, seconds: float, src: str | No
                 c.start()
             time.sleep(WARMUP_S)
             bprocs, pgprocs = [psutil.Process(b.proc.pid) for b in procs], pg_processes(pg)
+            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(procs[0].proc.pid), "--duration",
+                                    str(max(1, int(seconds))), "--format", "raw", "--output", profile],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if profile else None
             with psycopg.connect(dsn, autocommit=True) as st:
                 def snap() -> tuple:
                     st.execute("SELECT pg_stat_clear_snapshot()")
@@ -111,6 +120,8 @@ def measure(pg: Any, brokers: int, producers: int, seconds: float, src: str | No
                 t0, q0, b0, p0, i0, k0, r0 = snap()
                 time.sleep(seconds)
                 t1, q1, b1, p1, i1, k1, r1 = snap()
+            if spy is not None:
+                spy.wait(seconds + 30)
             w = t1 - t0
             req, bcpu = q1 - q0, b1 - b0
             out: dict[str, Any] = {"brokers": brokers, "requests_per_s": req / w, "broker_cores": bcpu / w,
@@ -152,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--compare", nargs=2, metavar=("OLD_SRC", "NEW_SRC"))
+    ap.add_argument("--profile", help="py-spy's collapsed stacks of the first broker, one run, into this file")
     args = ap.parse_args(argv)
     from oncelog.testing.pgserver import PgServer
 
@@ -164,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             for label, src in (trees if i % 2 == 0 else trees[::-1]):
                 per: dict[int, dict[str, Any]] = {}
+                profiled = args.profile if i == 0 and label == trees[-1][0] else None
                 for b in args.brokers:
-                    r = per[b] = measure(pg, b, args.producers, args.seconds, src)
+                    r = per[b] = measure(pg, b, args.producers, args.seconds, src,
+                                         profiled if b == max(args.brokers) else None)
                     if b > 0 and 1 in per and "records_per_core_s" in per[1]:
                         r["ratio"] = r["records_per_core_s"] / per[1]["records_per_core_s"]
                     runs.setdefault((label, b), []).append(r)
