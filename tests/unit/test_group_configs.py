@@ -15,9 +15,10 @@ import pytest
 
 from oncelog.broker.configuration import group_config
 from oncelog.broker.configuration.config import BrokerConfig
-from oncelog.broker.configuration.group_config import GroupConfigs
+from oncelog.broker.configuration.group_config import FileGroupConfigs, GroupConfigs
+from oncelog.broker.coordinators.offset_inbox import NoInbox
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
-from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS as SHARE_GROUP_CONFIGS
+from oncelog.coordinator.share.configs import GROUP_CONFIGS as SHARE_GROUP_CONFIGS
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group import consumer_group as cg
@@ -96,17 +97,17 @@ def test_the_pure_core_gives_each_group_its_own_session_timeout_and_heartbeat_in
 
 def test_configs_are_durable_in_the_data_dir(tmp_path: Path) -> None:
     path = tmp_path / group_config.FILE_NAME
-    configs = GroupConfigs(path)
-    configs.load()
+    configs = GroupConfigs(FileGroupConfigs(path))
+    asyncio.run(configs.refresh())
     asyncio.run(configs.set("g1", {SESSION: "50000"}))
     asyncio.run(configs.set("g2", {HEARTBEAT: "6000"}))
     asyncio.run(configs.set("g2", {}))  # deleted: the group has none left
-    again = GroupConfigs(path)
-    again.load()
+    again = GroupConfigs(FileGroupConfigs(path))
+    asyncio.run(again.refresh())
     assert (again.groups(), again.of("g1"), again.of("g2")) == (["g1"], {SESSION: "50000"}, {})
     path.write_text("{not json")
-    broken = GroupConfigs(path)
-    broken.load()  # logged, read as none (as the dynamic broker configs' file)
+    broken = GroupConfigs(FileGroupConfigs(path))
+    asyncio.run(broken.refresh())  # logged, read as none (as the dynamic broker configs' file)
     assert broken.groups() == []
 
 
@@ -120,7 +121,9 @@ async def _coordinator(tmp: Path, clock: ManualClock) -> GroupCoordinator:
     if OFFSETS_TOPIC not in rm.topics:
         rm.create_topic(OFFSETS_TOPIC, 3, 1, {"cleanup.policy": "compact"}, internal=True)
         rm.create_topic("t", 2)
-    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock, inbox=NoInbox(),
+                          configs=GroupConfigs(FileGroupConfigs(tmp / group_config.FILE_NAME)))
+    await gc.configs.refresh()
     gc.start()
     await asyncio.wait_for(gc.loaded.wait(), 10)
     return gc

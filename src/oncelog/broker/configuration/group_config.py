@@ -11,11 +11,11 @@ them all with what oncelog does with each:
   the heartbeat interval, the broker's value standing in for the one a group does not set; each
   failure INVALID_CONFIG with Kafka's message), kept by ``GroupConfigs`` (durable: the data
   dir's ``group-configs.json``, replaced atomically; in cluster mode the store's
-  ``oncelog_group_config``, cluster/group_configs.py) and applied by the consumer-protocol group
+  ``oncelog_group_config``, cluster/group_configs.py: the membership hands in which) and applied by the consumer-protocol group
   coordinator at every heartbeat of the group's members (``consumer_timing``): the session
   timeout it holds a member to and the heartbeat interval it hands out;
 * the share group configs oncelog's share groups have are checked and kept by the share
-  coordinator with its state (broker/coordinators/share_coordinator.py, ``GROUP_CONFIGS``);
+  coordinator with its state (coordinator/share/configs.py, ``GROUP_CONFIGS``);
 * the others (the share groups' own session timeout, heartbeat interval and lock cap, and every
   streams group config: oncelog has no streams groups) are refused with INVALID_CONFIG naming
   them as not served here, rather than stored and described as if they applied.
@@ -177,9 +177,14 @@ def layers(name: str, own: Mapping[str, str], broker_name: str,
 
 
 class GroupConfigStore(Protocol):
-    """Cluster mode: the store's group configs (broker/membership/ adapts cluster/group_configs.py)."""
+    """Where the groups' configs are kept: the data dir's file (``FileGroupConfigs``, embedded)
+    or the store's ``oncelog_group_config`` (broker/membership/postgres.py adapts
+    cluster/group_configs.py). The membership picks one when it is built."""
 
-    async def set(self, group_id: str, configs: dict[str, str]) -> None: ...
+    async def set(self, group_id: str, configs: dict[str, str], every: dict[str, dict[str, str]]) -> None:
+        """Make ``configs`` the group's configs (``every``: all groups' configs with this change
+        in, for a store that rewrites them whole), durable before this returns."""
+        ...
 
     async def load_if_changed(self, version: int | None) -> tuple[int, dict[str, dict[str, str]] | None]:
         """(the store's change counter, every group's configs; None when the counter is still
@@ -187,39 +192,47 @@ class GroupConfigStore(Protocol):
         ...
 
 
-class GroupConfigs:
-    """Every group's own consumer group configs as this broker knows them (group id -> name ->
-    value; groups without any are absent). Embedded: ``load`` reads ``<data-dir>/group-configs.json``
-    and ``set`` replaces it atomically. Cluster mode (``start_cluster``): the store's
-    ``oncelog_group_config`` is the record, ``set`` writes it (every broker is notified) and
-    ``refresh`` (after each metadata poll: ``refresh_soon``) reloads every group's configs when
-    the store's change counter moved."""
+class FileGroupConfigs:
+    """``GroupConfigStore`` on ``<data-dir>/group-configs.json``, replaced atomically at each
+    change. Only this broker writes it, so it is read once (``version`` None)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+
+    async def set(self, group_id: str, configs: dict[str, str], every: dict[str, dict[str, str]]) -> None:
+        doc = {"version": 1, "groups": {g: c for g, c in sorted(every.items()) if c}}
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    async def load_if_changed(self, version: int | None) -> tuple[int, dict[str, dict[str, str]] | None]:
+        """The file's configs the first time (none when it is missing; an unreadable file is
+        logged and read as none, until a group's configs are set again); None after."""
+        if version is not None:
+            return version, None
+        try:
+            doc = json.loads(self.path.read_text())
+            groups = doc["groups"]
+            return 0, {str(g): {str(k): str(v) for k, v in c.items()} for g, c in groups.items() if c}
+        except FileNotFoundError:
+            return 0, {}
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+            log.error("%s is unreadable (%s); group configs ignored until set again", self.path, exc)
+            return 0, {}
+
+
+class GroupConfigs:
+    """Every group's own consumer group configs as this broker knows them (group id -> name ->
+    value; groups without any are absent), kept by ``store`` (the membership's choice, handed in
+    at construction). ``refresh`` loads them (at start, and in cluster mode after each metadata
+    poll through ``refresh_soon``, when the store's change counter moved); ``set`` writes them
+    through the store (in cluster mode every broker is notified)."""
+
+    def __init__(self, store: GroupConfigStore) -> None:
+        self.store = store
         self.by_group: dict[str, dict[str, str]] = {}
-        self._store: GroupConfigStore | None = None
         self._refreshing: asyncio.Task[None] | None = None
         self._version: int | None = None
         #: group -> its ConsumerSettings as ``consumer_timing`` made them (cleared on any change)
         self._timing: dict[str, ConsumerSettings] = {}
-
-    def load(self) -> None:
-        """Embedded: the configs as the data dir's file holds them (none when it is missing; an
-        unreadable file is logged and read as none, until a group's configs are set again)."""
-        try:
-            doc = json.loads(self.path.read_text())
-            groups = doc["groups"]
-            self._replace({str(g): {str(k): str(v) for k, v in c.items()} for g, c in groups.items() if c})
-        except FileNotFoundError:
-            self._replace({})
-        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-            log.error("%s is unreadable (%s); group configs ignored until set again", self.path, exc)
-            self._replace({})
-
-    def start_cluster(self, store: GroupConfigStore) -> None:
-        """Cluster mode: the store keeps the configs (cluster/group_configs.py)."""
-        self._store = store
 
     def of(self, group_id: str) -> dict[str, str]:
         return dict(self.by_group.get(group_id, {}))
@@ -242,29 +255,22 @@ class GroupConfigs:
         """Make ``configs`` (``validate``d) the whole set of the group's consumer group configs,
         durable before this returns. Raises OSError (embedded) or StoreUnavailable."""
         configs = dict(configs)
-        if self._store is not None:
-            await self._store.set(group_id, configs)
-        else:
-            groups = {**self.by_group, group_id: configs}
-            doc = {"version": 1, "groups": {g: c for g, c in sorted(groups.items()) if c}}
-            write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        await self.store.set(group_id, configs, {**self.by_group, group_id: configs})
         self._put(group_id, configs)
 
     async def refresh(self) -> None:
-        """Cluster mode: reload every group's configs if the store's change counter moved since
-        the last load (one small read otherwise). Raises StoreUnavailable."""
-        if self._store is None:
-            return
-        version, groups = await self._store.load_if_changed(self._version)
+        """Reload every group's configs if the store's change counter moved since the last load
+        (one small read otherwise; the file is read once). Raises StoreUnavailable."""
+        version, groups = await self.store.load_if_changed(self._version)
         if groups is not None:
             self._replace(groups)
-            self._version = version
+        self._version = version
 
     def refresh_soon(self) -> None:
-        """Cluster mode: ``refresh`` in the background (after each metadata poll: the poll does
+        """``refresh`` in the background (cluster mode, after each metadata poll: the poll does
         not wait for it, so a notification that comes meanwhile starts the next poll at once);
         one at a time, a failure logged (the next poll tries again)."""
-        if self._store is None or (self._refreshing is not None and not self._refreshing.done()):
+        if self._refreshing is not None and not self._refreshing.done():
             return
         self._refreshing = asyncio.get_running_loop().create_task(self._refresh_logged())
 
@@ -275,7 +281,7 @@ class GroupConfigs:
             log.info("group configs not reloaded from the store (next poll tries again): %s", exc)
 
     async def close(self) -> None:
-        """Cluster mode: wait for a background ``refresh`` to end."""
+        """Wait for a background ``refresh`` to end."""
         if self._refreshing is not None:
             self._refreshing.cancel()
             await asyncio.gather(self._refreshing, return_exceptions=True)

@@ -23,7 +23,7 @@ from typing import Callable
 
 from oncelog.broker.configuration import group_config, topic_config
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS, check_group_config
+from oncelog.coordinator.share.configs import GROUP_CONFIGS, check_group_config
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import InvalidConfig, InvalidRequest, KafkaStorageError
 

@@ -53,10 +53,10 @@ _BROKER_SYNONYM = {"share.record.lock.duration.ms": "group.share.record.lock.dur
 
 def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, str | None, bool, int, list, int, str]]:
     """DescribeConfigs rows of a group's configs: the consumer group configs
-    (broker/configuration/group_config.py) and the share groups' (the share coordinator's), each
+    (broker/configuration/group_config.py) and the share groups' (coordinator/share/configs.py), each
     the group's own value (GROUP_CONFIG) or its default: the broker config it defaults to, where
     it has one (STATIC_BROKER_CONFIG when the broker sets it, else DEFAULT_CONFIG)."""
-    from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
+    from oncelog.coordinator.share.configs import GROUP_CONFIGS
 
     rows = [(r.name, r.value, False, int(r.source), list(r.synonyms), int(r.type), r.doc)
             for r in group_config.describe(broker.groups.configs.of(group_id), broker.config)]
@@ -75,10 +75,9 @@ def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, s
 
 
 def refuse_share_group_id(broker: BrokerContext, group_id: str, error: type[Exception]) -> None:
-    """A classic or consumer member may not take the id of a share group (where the share state is
-    this broker's own, ``store`` None, the share service knows every share group): raises
-    ``error`` (Kafka: INCONSISTENT_GROUP_PROTOCOL for JoinGroup, GROUP_ID_NOT_FOUND for
+    """A classic or consumer member may not take the id of a share group (where the share service
+    knows every share group: the embedded broker, whose share state is its own): raises ``error``
+    (Kafka: INCONSISTENT_GROUP_PROTOCOL for JoinGroup, GROUP_ID_NOT_FOUND for
     ConsumerGroupHeartbeat)."""
-    shares = broker.shares
-    if shares.store is None and shares.known(group_id):
+    if broker.shares.is_share_group(group_id):
         raise error(f"Group {group_id} is a share group.")

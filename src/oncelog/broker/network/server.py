@@ -152,13 +152,16 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
 class Server:
     def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None,
                  name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 sasl: Callable[[], SaslSession] | None = None, memory: RequestMemory | None = None) -> None:
+                 sasl: Callable[[], SaslSession] | None = None, memory: RequestMemory | None = None,
+                 pipeline_produce: bool = False) -> None:
         """``config``: the connection limits and timeouts. ``sendfile``: None (default) uses
         sendfile(2) when the loop supports it; False never (for measurements). ``name``: the
         listener's name (in log lines). ``ssl_context``: TLS on this listener. ``sasl``: a new
         SASL session per connection (a SASL listener); None: no authentication. ``memory``:
         the request memory (``queued.max.request.bytes``) shared by all the broker's listeners;
-        None: one of this server's own."""
+        None: one of this server's own. ``pipeline_produce``: a connection's Produce requests
+        are pipelined (broker/pipelining.py: where appends complete at a store's COMMIT; the
+        embedded broker answers a Produce without waiting)."""
         self.handle = handle
         self.memory = memory if memory is not None else RequestMemory(config.queued_max_request_bytes)
         self.name = name
@@ -188,9 +191,7 @@ class Server:
         self._background: list[asyncio.Task[None]] = []
         self._sendfile_wanted = sendfile
         self.sendfile = False  # decided in start(), once the loop is known
-        #: cluster mode (set by the broker): a connection's Produce requests are pipelined
-        #: (broker/pipelining.py); the embedded broker answers a Produce without waiting
-        self.pipeline_produce = False
+        self.pipeline_produce = pipeline_produce
 
     @property
     def connection_count(self) -> int:
