@@ -26,13 +26,10 @@ NOT_PAGES = {DOCS / "upstream"}
 #: Pages still written issue by issue, to be rewritten as the system is (their history moved to
 #: docs/history/). Empty this list; do not add to it.
 STILL_TO_REWRITE = {
-    "ARCHITECTURE.md",
     "TRANSACTIONS.md",
     "CLUSTER.md",
     "DISKLESS.md",
     "PERFORMANCE.md",
-    "RELIABILITY.md",
-    "SCALING.md",
 }
 
 
