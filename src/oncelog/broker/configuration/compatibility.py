@@ -94,7 +94,7 @@ NOTES: dict[int, str] = {
     65: "a transaction at its coordinator (KIP-664; `oncelog transactions describe`)",
     66: "the transactions a broker coordinates, with state, producer-id, duration and id-pattern filters (KIP-664)",
     67: _KRAFT_INTERNAL,
-    68: "consumer rebalance protocol (KIP-848, embedded): server-side uniform/range assignors, member epochs, revocation before assignment, regex subscription; static members (epoch -2); the group's state durable in __consumer_offsets (members keep their ids and epochs across a restart or a coordinator failover)",
+    68: "consumer rebalance protocol (KIP-848, embedded and cluster mode): server-side uniform/range assignors, member epochs, revocation before assignment, regex subscription; static members (epoch -2); the group's state durable in __consumer_offsets (members keep their ids and epochs across a restart or a coordinator failover)",
     69: "consumer groups (KIP-848): state, epochs, assignor, members with epochs, subscriptions, current and target assignments; GROUP_ID_NOT_FOUND for a classic or unknown group",
     70: _KRAFT_INTERNAL,
     71: "not served: no client telemetry (KIP-714); clients carry on without it",
