@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-cluster test test-long test-fast bench bench-cluster bench-diskless clean venv cluster
+.PHONY: demo demo-cluster test test-long test-fast docs bench bench-cluster bench-diskless clean venv cluster
 
 venv: $(STAMP)
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_recordwalk.c
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "oncelog needs Python 3.11+"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[test,spark,docs]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -50,6 +50,14 @@ test-long: $(STAMP)
 # Unit tests only: seconds, no broker processes.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit
+
+# The documentation site (mkdocs.yml, pages in docs/) into build/site/, strictly: a broken link or
+# anchor, a page missing from the nav or a nav entry without a page fails the build. Offline (no
+# web fonts, no CDN). `make test` runs the same check (tests/unit/test_docs_site.py).
+docs: $(STAMP)
+	@$(PY) -c 'import mkdocs, material, pymdownx' 2>/dev/null || $(PY) -m pip install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
+	@echo "docs: open build/site/index.html"
 
 # The side-by-side suite (issue 7): oncelog, Tansu and librdkafka's mock cluster, default scenarios.
 bench: $(STAMP)

@@ -242,3 +242,26 @@ def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pai
     got = {p.partition_index: p.error_code for p in r.results[0].partitions}
     assert got == {p: (ErrorCode.none.value if leader == 2 else ErrorCode.replica_not_available.value)
                    for p, leader in leaders.items()}, (got, leaders)
+
+
+def test_a_groups_consumer_configs_set_on_one_broker_are_described_by_the_other(pair: list[BrokerProcess]) -> None:
+    """A GROUP resource's consumer group configs (KIP-848) are the store's in cluster mode: set
+    through broker 1 (confluent-kafka's AdminClient), described by broker 2 once its next poll
+    reloaded them, and still there after broker 2 restarts (read from the store at start)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    b1, b2 = pair
+    admin = AdminClient({"bootstrap.servers": b1.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, "cfg-group", incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=30)
+    seen: tuple[str | None, int] = (None, -1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        seen = _described(b2.bootstrap, "cfg-group", "consumer.session.timeout.ms", resource_type=32)
+        if seen[0] == "50000":
+            break
+        time.sleep(0.2)
+    assert seen == ("50000", 8)  # GROUP_CONFIG, on the broker the change did not go through
+    b2.restart(hard=False)
+    assert _described(b2.bootstrap, "cfg-group", "consumer.session.timeout.ms", resource_type=32) == ("50000", 8)

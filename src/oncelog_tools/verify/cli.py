@@ -79,7 +79,7 @@ def copy_cmd(
     cluster: int = typer.Option(0, "--cluster", help="run on this many brokers sharing a PostgreSQL started here "
                                 "(faults: broker SIGKILL/SIGSTOP, PostgreSQL restarts); 0: one embedded broker"),
     diskless: bool = typer.Option(False, "--diskless", help="with --cluster: diskless input and output topics on a "
-                                  "SeaweedFS started here (issue 29; one more fault: SeaweedFS SIGKILL + restart)"),
+                                  "SeaweedFS started here (one more fault: SeaweedFS SIGKILL + restart)"),
     store_faults: int = typer.Option(0, "--store-faults", help="with --diskless: object-store fault windows of a "
                                      "loopback S3 proxy between the brokers and SeaweedFS (delays under and past "
                                      "the request timeout, 503 SlowDown, 500 after the write, resets mid-request "

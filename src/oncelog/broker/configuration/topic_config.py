@@ -95,7 +95,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
            choices=("delete", "compact"), log_field="cleanup_policy"),
         _D("diskless.enable", _T.BOOLEAN, "false", None, True,
            "Keep the topic's record batches in the brokers' object store (KIP-1150); set at creation only.",
-           "oncelog's own (issue 29, docs/DISKLESS.md): cluster mode with diskless.storage.url only; refused "
+           "oncelog's own (docs/DISKLESS.md): cluster mode with diskless.storage.url only; refused "
            "with cleanup.policy=compact, on internal topics and as a change after creation"),
         # the schema registry (docs/SCHEMA-REGISTRY.md): Confluent Server's names
         _D("confluent.key.schema.validation", _T.BOOLEAN, "false", None, True,
