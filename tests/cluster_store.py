@@ -50,6 +50,42 @@ class Store:
         self.conn.close()
 
 
+class LosesAnswer:
+    """A real connection whose next statement reaches PostgreSQL (``runs``) or not, and whose
+    answer is then lost with the connection, as when a network or server fails mid-COMMIT."""
+
+    def __init__(self, conn: psycopg.Connection, runs: bool) -> None:
+        self.conn, self.runs, self.broken = conn, runs, False
+
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    def execute(self, query, params=None):
+        if self.runs:
+            self.conn.execute(query, params).fetchall()
+        self.conn.close()
+        self.broken = True
+        raise psycopg.OperationalError("server closed the connection unexpectedly (test)")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def loses_first_answer(store: Store, runs: bool) -> tuple:
+    """A connect function for ``store``'s database whose first connection loses its first answer
+    (``LosesAnswer``, the statement reaching PostgreSQL when ``runs``), and the list of the
+    connections it made."""
+    connects: list = []
+
+    def connect():
+        conn = store.connect()
+        connects.append(conn)
+        return LosesAnswer(conn, runs) if len(connects) == 1 else conn
+
+    return connect, connects
+
+
 def session(dsn: str, node: int, timeout_ms: int = 30_000, **kw) -> BrokerSession:
     """A broker session for node ``node`` (127.0.0.1:9000+node), not registered yet."""
     store = StoreConnection(lambda: psycopg.connect(dsn, autocommit=True, connect_timeout=10), f"node {node}")

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from cluster_store import Store
+from cluster_store import Store, loses_first_answer
 from oncelog.cluster import leadership, schema
 from oncelog.cluster.errors import LeaderFenced, LogEndMoved, StoreUnavailable
 from oncelog.storage.engines.postgres.log import PgPartitionLog
@@ -283,37 +283,10 @@ def test_an_append_that_times_out_is_unknown_until_resync_reads_the_store(pg_dsn
         s.close()
 
 
-class _LosesAnswer:
-    """A real connection whose next statement reaches PostgreSQL (``runs``) or not, and whose
-    answer is then lost with the connection, as when a network or server fails mid-COMMIT."""
-
-    def __init__(self, conn: psycopg.Connection, runs: bool) -> None:
-        self.conn, self.runs, self.broken = conn, runs, False
-
-    @property
-    def closed(self) -> bool:
-        return self.conn.closed
-
-    def execute(self, query, params=None):
-        if self.runs:
-            self.conn.execute(query, params).fetchall()
-        self.conn.close()
-        self.broken = True
-        raise psycopg.OperationalError("server closed the connection unexpectedly (test)")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 @pytest.mark.parametrize("committed", [True, False])
 def test_a_lost_answer_is_resolved_by_asking_the_store(pg_dsn, committed) -> None:
     s = Store(pg_dsn, start=False)
-    connects = []
-
-    def connect():
-        conn = s.connect()
-        connects.append(conn)
-        return _LosesAnswer(conn, committed) if len(connects) == 1 else conn
+    connect, connects = loses_first_answer(s, committed)
 
     s.committer = type(s.committer)(connect, resolve_s=10)
     s.committer.start()
