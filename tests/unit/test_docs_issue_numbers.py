@@ -27,9 +27,7 @@ NOT_PAGES = {DOCS / "upstream"}
 #: docs/history/). Empty this list; do not add to it.
 STILL_TO_REWRITE = {
     "TRANSACTIONS.md",
-    "CLUSTER.md",
     "DISKLESS.md",
-    "PERFORMANCE.md",
 }
 
 
