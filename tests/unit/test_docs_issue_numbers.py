@@ -26,7 +26,6 @@ NOT_PAGES = {DOCS / "upstream"}
 #: Pages still written issue by issue, to be rewritten as the system is (their history moved to
 #: docs/history/). Empty this list; do not add to it.
 STILL_TO_REWRITE = {
-    "TRANSACTIONS.md",
     "DISKLESS.md",
 }
 
