@@ -98,6 +98,17 @@ class WriterStats:
     failed_objects: int = 0
     waited: int = 0  # batches that waited for room (``buffer_max_bytes``)
     resolved: int = 0  # commits whose answer was lost, resolved by asking the store
+    #: where the committed batches' time went, summed over the batches (seconds, the loop's
+    #: clock; ``PHASES``): divided by ``batches`` it is a batch's mean time in each phase
+    phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    timed: int = 0  # the batches ``phase_s`` sums over (those of objects that committed a batch)
+
+
+#: a batch's way through the writer (``WriterStats.phase_s``): ``room`` waiting for buffer room
+#: (``buffer_max_bytes``), ``close`` in the open object until it closes, ``upload`` its object's
+#: PUT, ``order`` waiting for the previous object's commit, ``commit`` the commit statement (with
+#: the hop to the commit thread and back), ``complete`` caching, coordinates and the futures
+PHASES = ("room", "close", "upload", "order", "commit", "complete")
 
 
 @dataclass(slots=True)
@@ -105,6 +116,8 @@ class _Open:
     reqs: list[ObjectAppend] = field(default_factory=list)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
+    admitted: float = 0.0  # the sum of its batches' admission times (loop clock)
+    room: float = 0.0  # the time its batches waited for room, summed
 
 
 class ObjectWriter:
@@ -123,7 +136,8 @@ class ObjectWriter:
         self.buffer_max_bytes = buffer_max_bytes
         #: bytes of the open object and of the objects not committed yet (bounded: backpressure)
         self.buffered = 0
-        self._waiting: collections.deque[ObjectAppend] = collections.deque()
+        #: batches waiting for room, with when they started to wait (loop clock)
+        self._waiting: collections.deque[tuple[ObjectAppend, float]] = collections.deque()
         self._wall_ms = wall_ms
         self._db = StoreConnection(connect, f"node {broker_id} diskless commits")
         self._db_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-diskless-commit-{broker_id}")
@@ -173,16 +187,23 @@ class ObjectWriter:
             _fail(req, StoreUnavailable(f"{req.what}: the diskless writer is closed"))
             return
         if self._waiting or (self.buffered and self.buffered + len(req.data) > self.buffer_max_bytes):
-            self._waiting.append(req)  # no room: wait (in order) for objects to commit
+            assert self._loop is not None
+            self._waiting.append((req, self._loop.time()))  # no room: wait (in order) for objects to commit
             self.stats.waited += 1
             return
         self._admit(req)
 
-    def _admit(self, req: ObjectAppend) -> None:
+    def _admit(self, req: ObjectAppend, since: float | None = None) -> None:
+        """``req`` joins the open object (``since``: when it started waiting for room)."""
+        assert self._loop is not None
+        now = self._loop.time()
         self.buffered += len(req.data)
         o = self._open
         o.reqs.append(req)
         o.size += len(req.data)
+        o.admitted += now
+        if since is not None:
+            o.room += now - since
         if req.is_control or o.size >= self.max_bytes:
             self._close_open()
         elif o.timer is None:
@@ -199,37 +220,40 @@ class ObjectWriter:
         before = self._last_done
         done: asyncio.Future[None] = self._loop.create_future()
         self._last_done = done
-        task = self._loop.create_task(self._ship(o.reqs, o.size, before, done))
+        task = self._loop.create_task(self._ship(o, before, done))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # -- one object -------------------------------------------------------------------------
 
-    async def _ship(self, reqs: list[ObjectAppend], size: int, before: "asyncio.Future[None] | None",
-                    done: "asyncio.Future[None]") -> None:
+    async def _ship(self, o: _Open, before: "asyncio.Future[None] | None", done: "asyncio.Future[None]") -> None:
         try:
-            await self._ship_in_order(reqs, before)
+            await self._ship_in_order(o, before)
         except Exception as exc:  # noqa: BLE001 - a bug: never leave a producer waiting
             log.exception("diskless: shipping an object failed")
-            for r in reqs:
+            for r in o.reqs:
                 _fail(r, StoreUnavailable(f"{r.what}: diskless write failed ({type(exc).__name__})",
                                           outcome_unknown=True))
         finally:
             done.set_result(None)
-            self._released(size)
+            self._released(o.size)
 
     def _released(self, size: int) -> None:
         """An object committed (or failed): its bytes leave the buffer; batches that waited for
         room join the open object, oldest first, while they fit."""
         self.buffered -= size
         while self._waiting and not self._closing:
-            req = self._waiting[0]
+            req, since = self._waiting[0]
             if self.buffered and self.buffered + len(req.data) > self.buffer_max_bytes:
                 return
             self._waiting.popleft()
-            self._admit(req)
+            self._admit(req, since)
 
-    async def _ship_in_order(self, reqs: list[ObjectAppend], before: "asyncio.Future[None] | None") -> None:
+    async def _ship_in_order(self, o: _Open, before: "asyncio.Future[None] | None") -> None:
+        assert self._loop is not None
+        clock = self._loop.time
+        reqs = o.reqs
+        closed = clock()
         data = [(r.partition_id, r.data) for r in reqs if not r.is_control]
         key: str | None = None
         body_len = 0
@@ -250,8 +274,10 @@ class ObjectWriter:
                 self.stats.object_bytes += body_len
             except KafkaError as exc:
                 failure = exc
+        uploaded = clock()
         if before is not None:
             await asyncio.shield(before)  # commits in object order
+        ordered = clock()
         if failure is not None:
             self.stats.failed_objects += 1
             log.warning("diskless: upload of %d batch(es) failed: %s", len(data), failure)
@@ -266,8 +292,8 @@ class ObjectWriter:
             else:
                 e = next(it)
                 places.append((e.byte_offset, e.size))
-        assert self._loop is not None
         results = await self._loop.run_in_executor(self._db_thread, self._commit, key, body_len, reqs, places)
+        committed = clock()
         accepted: dict[int, list[Committed]] = {}
         ok: list[ObjectAppend] = []
         for r, (off, size), err in zip(reqs, places, results):
@@ -298,6 +324,16 @@ class ObjectWriter:
                     r.future.set_result(None)
             else:
                 _fail(r, err)
+        if ok:
+            n = len(reqs)
+            phase = self.stats.phase_s
+            phase["room"] += o.room
+            phase["close"] += n * closed - o.admitted
+            phase["upload"] += n * (uploaded - closed)
+            phase["order"] += n * (ordered - uploaded)
+            phase["commit"] += n * (committed - ordered)
+            phase["complete"] += n * (clock() - committed)
+            self.stats.timed += n
 
     # -- the commit thread ------------------------------------------------------------------
 
@@ -387,7 +423,7 @@ class ObjectWriter:
         o, self._open = self._open, _Open()
         if o.timer is not None:
             o.timer.cancel()
-        waiting, self._waiting = list(self._waiting), collections.deque()
+        waiting, self._waiting = [r for r, _since in self._waiting], collections.deque()
         for r in [*o.reqs, *waiting]:
             _fail(r, StoreUnavailable(f"{r.what}: the broker is stopping"))
         self._db_thread.shutdown(wait=True)
