@@ -52,7 +52,7 @@ import psutil
 
 from bench.common import drop_database, pg_and_workdir, stop_brokers
 
-PARTITIONS = 6
+PARTITIONS = int(os.environ.get("ONCELOG_BENCH_PARTITIONS", 6))  # (the spawned clients read it too)
 TOPIC = "lat"
 _HEAD = struct.Struct("<qd")  # sequence number, send time
 
@@ -361,6 +361,8 @@ def measure(pg: Any, seaweed: Any, work: Path, brokers: int, interval_ms: int | 
         if brokers:
             drop_database(pg, db)
     prod, cons = reports["produce"], reports["consume"]
+    if os.environ.get("ONCELOG_BENCH_RAW"):  # the raw times, for a closer look
+        Path(os.environ["ONCELOG_BENCH_RAW"]).write_text(json.dumps({"produce": prod, "consume": cons}))
     sent_at, acked, arrived = prod["sent_at"], prod["acked"], cons["arrived"]
     produce = [t - sent_at[seq] for seq, t in acked.items()]
     e2e = [t - sent_at[seq] for seq, t in arrived.items() if seq in sent_at]

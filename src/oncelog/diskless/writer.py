@@ -7,12 +7,22 @@ Theory of operation. ``submit(req)`` is the diskless engine's ``ObjectCommitter`
 offsets and stamped them (and its leader epoch) into the 16 bytes outside the CRC; the future
 completes after the COMMIT that holds the batch's coordinates, or fails with a KafkaError.
 
-1. The batch joins the open object (``_Open``). The object closes ``interval_s`` after its first
-   batch, when it holds ``max_bytes``, or at once when a control batch (a transaction marker)
-   joins it: a marker waits for no interval.
+1. The batch joins the open object (``_Open``). Objects close on a cadence: at the ticks
+   ``origin + n * interval_s`` of a fixed grid (``origin``: when the writer started), the open
+   object closes if it holds anything — so a batch waits at most one interval for its object to
+   close, whenever it came, and a client whose next request for a partition waits for the
+   previous one's answer (librdkafka, kafka-python, aiokafka) gets it into the next object,
+   one interval later, not one interval after the object's first batch. The timer runs only
+   while an object is open (no wake-ups when idle). An object also closes when it holds
+   ``max_bytes``, or at once when a control batch (a transaction marker) joins it: a marker
+   waits for no interval. So the objects closed by the cadence are at most one per interval
+   (the PUT bound: ``1 / interval_s`` per second, whatever the traffic), plus one per
+   ``max_bytes`` written and one per marker that finds data batches in the open object.
 2. A closed object is uploaded with ``put_if_absent`` under a fresh key (diskless/layout.py) —
    only when it holds data batches: control batches are committed inline (their ~80 bytes in
-   the coordinates' ``inline_data``), no PUT. At most ``max_uploads`` uploads run at once.
+   the coordinates' ``inline_data``), no PUT. Uploads are not limited in number, only by the
+   bytes the writer holds (``buffer_max_bytes``, below): while the store is slow, the next
+   objects close on time and upload beside it, and the next one fills meanwhile.
 3. Commits are made in object order (object k+1 commits after k has), on one thread with its
    own PostgreSQL connection: ONE statement, ``oncelog_dl_commit`` (cluster/diskless_schema.py), which
    inserts the object row and every batch's coordinates (conditional, per batch, on the leader
@@ -53,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -124,7 +135,7 @@ class ObjectWriter:
     """See the module docstring. ``connect`` returns a new autocommit psycopg connection."""
 
     def __init__(self, store: ObjectStore, connect: Callable[[], Any], cache: ByteCache, *, broker_id: int,
-                 interval_s: float = 0.25, max_bytes: int = 8 << 20, max_uploads: int = 2,
+                 interval_s: float = 0.25, max_bytes: int = 8 << 20,
                  buffer_max_bytes: int = 64 << 20,
                  incarnation: str | None = None, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.store = store
@@ -141,8 +152,8 @@ class ObjectWriter:
         self._wall_ms = wall_ms
         self._db = StoreConnection(connect, f"node {broker_id} diskless commits")
         self._db_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-diskless-commit-{broker_id}")
-        self._max_uploads = max_uploads
-        self._uploads: asyncio.Semaphore | None = None
+        self._origin = 0.0  # the cadence's grid: origin + n * interval_s (loop clock)
+        self._last_tick = float("-inf")  # the last tick that closed an object
         self._loop: asyncio.AbstractEventLoop | None = None
         self._open = _Open()
         self._last_done: asyncio.Future[None] | None = None  # the previous object's commit
@@ -153,7 +164,7 @@ class ObjectWriter:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> "ObjectWriter":
         self._loop = loop
-        self._uploads = asyncio.Semaphore(self._max_uploads)
+        self._origin = loop.time()
         return self
 
     # -- engines ----------------------------------------------------------------------------
@@ -207,8 +218,15 @@ class ObjectWriter:
         if req.is_control or o.size >= self.max_bytes:
             self._close_open()
         elif o.timer is None:
-            assert self._loop is not None
-            o.timer = self._loop.call_later(self.interval_s, self._close_open)
+            tick = self._origin + (math.floor((now - self._origin) / self.interval_s) + 1) * self.interval_s
+            if tick <= self._last_tick:  # the loop ran the last tick's timer a hair early
+                tick = self._last_tick + self.interval_s
+            o.timer = self._loop.call_at(tick, self._tick, tick)
+
+    def _tick(self, tick: float) -> None:
+        """The cadence: the open object closes (at most one such close per tick)."""
+        self._last_tick = tick
+        self._close_open()
 
     def _close_open(self) -> None:
         o, self._open = self._open, _Open()
@@ -264,10 +282,8 @@ class ObjectWriter:
             body, entries = layout.build(self.broker_id, now, data)
             body_len = len(body)
             key = layout.new_key(self.broker_id, self.incarnation, now)
-            assert self._uploads is not None
             try:
-                async with self._uploads:
-                    created = await self.store.put_if_absent(key, body)
+                created = await self.store.put_if_absent(key, body)
                 if not created:
                     raise ObjectStoreFailed(f"object {key} exists already (a key is never reused: a bug)")
                 self.stats.objects += 1
