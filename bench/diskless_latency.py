@@ -53,6 +53,7 @@ import psutil
 from bench.common import drop_database, pg_and_workdir, stop_brokers
 
 PARTITIONS = int(os.environ.get("ONCELOG_BENCH_PARTITIONS", 6))  # (the spawned clients read it too)
+LATENCY_RECORD = 1024  # bytes of a record (``--size``'s default)
 TOPIC = "lat"
 _HEAD = struct.Struct("<qd")  # sequence number, send time
 
@@ -68,13 +69,15 @@ RECOMMENDED: dict[str, dict[str, Any]] = {
 }
 
 
-def settings(client: str, which: str, interval_ms: int | None) -> dict[str, Any]:
-    """The producer settings of ``client`` besides idempotence (``which``: default, recommended)."""
-    if which == "default":
-        return {}
-    out = {}
-    for k, v in RECOMMENDED[client].items():
+def settings(client: str, which: str, interval_ms: int | None, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """The producer settings of ``client`` besides idempotence (``which``: default, recommended),
+    then ``extra`` (``--conf``: values may use ``{interval}``; numbers become ints)."""
+    out: dict[str, Any] = {}
+    for k, v in ({} if which == "default" else RECOMMENDED[client]).items():
         out[k] = int(v.format(interval=interval_ms or 5)) if isinstance(v, str) else v
+    for k, v in (extra or {}).items():
+        v = v.format(interval=interval_ms or 5)
+        out[k] = int(v) if v.lstrip("-").isdigit() else v
     return out
 
 
@@ -297,26 +300,32 @@ def _pct(xs: list[float], q: float) -> float:
 # -- one configuration ------------------------------------------------------------------------------
 
 def measure(pg: Any, seaweed: Any, work: Path, brokers: int, interval_ms: int | None, client: str, which: str,
-            rate: int, size: int, seconds: float, baseline: Path | None = None, settle: float = 4.0) -> dict:
+            rate: int, size: int, seconds: float, baseline: Path | None = None, settle: float = 4.0,
+            endpoint: str | None = None, extra: dict[str, str] | None = None, diskless: bool = True) -> dict:
     """One configuration (``brokers`` 0: one embedded broker, no store, a plain topic); see the
-    module docstring."""
+    module docstring. ``endpoint``: the brokers' object-store endpoint (a fault proxy in front of
+    ``seaweed`` that delays PUTs), else ``seaweed``'s. ``diskless`` False: a topic on the
+    PostgreSQL engine (``interval_ms`` None)."""
+    diskless = diskless and brokers > 0
     import psycopg  # noqa: F401 - the brokers' store needs it; fail here first
 
     from bench.systems import create_topic_admin, wait_leaders
     from oncelog.process import BrokerProcess, free_port
 
-    label = (f"B={brokers}, {interval_ms} ms" if brokers else "embedded") + f", {client}" + (
-        f" ({which})" if which != "default" else "") + (" [baseline]" if baseline else "")
+    label = (f"diskless B={brokers}, {interval_ms} ms" if diskless else f"PG engine B={brokers}" if brokers else "embedded") + (
+        f", {client}") + (
+        f" ({which})" if which != "default" else "") + "".join(f" {k}={v}" for k, v in (extra or {}).items()) + (
+        " [baseline]" if baseline else "")
     db = f"lat_{brokers}_{time.time_ns()}"
     dsn = pg.create_database(db) if brokers else None
     n = max(brokers, 1)
     metrics = [f"127.0.0.1:{free_port()}" for _ in range(n)]
     env = {"PYTHONPATH": str(baseline / "src")} if baseline else {}
     overrides: dict[str, str] = {}
-    if brokers:
+    if diskless:
         env.update(seaweed.env())
         overrides.update({"diskless.storage.url": f"s3://{seaweed.bucket}/{db}",
-                          "diskless.storage.endpoint": seaweed.endpoint,
+                          "diskless.storage.endpoint": endpoint or seaweed.endpoint,
                           "diskless.commit.interval.ms": str(interval_ms)})
     procs = [BrokerProcess(work / f"{db}-b{i}", node_id=i, store=dsn, log_path=work / f"{db}-b{i}.log",
                            env=env or None, overrides={**overrides, "metrics.listen": metrics[i - 1]})
@@ -327,11 +336,11 @@ def measure(pg: Any, seaweed: Any, work: Path, brokers: int, interval_ms: int | 
         for b in procs:
             b.start(timeout=60)
         bootstrap = ",".join(b.bootstrap for b in procs)
-        create_topic_admin(bootstrap, TOPIC, PARTITIONS, {"diskless.enable": "true"} if brokers else None)
+        create_topic_admin(bootstrap, TOPIC, PARTITIONS, {"diskless.enable": "true"} if diskless else None)
         wait_leaders(bootstrap, TOPIC, PARTITIONS, timeout=60)
         q = ctx.Queue()
         t_start = time.time() + settle
-        conf = settings(client, which, interval_ms)
+        conf = settings(client, which, interval_ms, extra)
         for kind, wargs in (("produce", (client, bootstrap, conf, t_start, seconds, rate, size)),
                             ("consume", (bootstrap, t_start, seconds))):
             w = ctx.Process(target=_worker, args=(kind, wargs, q))
@@ -396,17 +405,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", nargs="+", default=["confluent"], choices=sorted(RECOMMENDED))
     ap.add_argument("--settings", choices=["default", "recommended"], default="default")
     ap.add_argument("--rate", type=int, default=500)
-    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--size", type=int, default=LATENCY_RECORD)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--embedded", action="store_true", help="also each client against one embedded broker")
     ap.add_argument("--baseline", type=Path, metavar="DIR", help="also the brokers of this source tree, first")
+    ap.add_argument("--put-delay-ms", type=int, nargs=2, metavar=("LO", "HI"),
+                    help="every PUT delayed by LO..HI ms (uniform) through a fault proxy in front of SeaweedFS: "
+                         "an object store slower than loopback")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a producer setting on top of --settings (``{interval}`` is the interval in ms)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    extra = dict(kv.split("=", 1) for kv in args.conf)
+    from oncelog.testing.s3_fault_proxy import S3FaultProxy
     from oncelog.testing.seaweedfs import SeaweedServer
 
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     seaweed = SeaweedServer(volumes=64).start()
+    proxy = None
+    endpoint = None
+    if args.put_delay_ms:
+        proxy = S3FaultProxy(seaweed.s3_port).start()
+        proxy.set_fault("delay", delay_s=(args.put_delay_ms[0] / 1000, args.put_delay_ms[1] / 1000), ops=("PUT",))
+        endpoint = proxy.endpoint
     rows: list[dict] = []
     try:
         with pg_and_workdir("oncelog-dl-latency-") as (pg, work):
@@ -418,10 +440,12 @@ def main(argv: list[str] | None = None) -> int:
             for b, iv, client in configs:
                 for tree in ([args.baseline] if args.baseline and b else []) + [None]:
                     r = measure(pg, seaweed, work, b, iv, client, args.settings, args.rate, args.size, args.seconds,
-                                tree)
+                                tree, endpoint=endpoint, extra=extra)
                     rows.append(r)
                     print(_line(r), file=sys.stderr, flush=True)
     finally:
+        if proxy is not None:
+            proxy.close()
         seaweed.close()
     load1 = os.getloadavg()
     print(f"Measured {started}: `python -m bench.diskless_latency {' '.join(argv if argv is not None else sys.argv[1:])}`"
