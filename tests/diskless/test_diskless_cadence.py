@@ -172,3 +172,57 @@ def test_the_low_latency_profile_acknowledges_everything_within_the_put_bound(pg
         assert errors == []
         assert all(acked[i] == list(range(1, n // 6 + 1)) for i in range(6)), "lost, doubled or out of order"
         assert 0 < objects <= elapsed / 0.05 + 2, f"{objects} objects in {elapsed:.2f} s: past one per interval"
+
+
+def _pipelined_produce(pg_dsn: str, tmp_path: Path, seaweed, prefix: str, extra: dict[str, str], n: int) -> int:
+    """``n`` Produce requests (one non-idempotent batch each) written at once on one connection to a
+    diskless partition, right after an answer (so the next close is most of an interval away):
+    answered in order, each batch once; returns how many objects they took."""
+    import datetime
+
+    from oncelog.client import ProtocolClient
+    from oncelog.protocol import apis, framing
+
+    with diskless_brokers(pg_dsn, tmp_path, seaweed, prefix=prefix,
+                          extra={"diskless.commit.interval.ms": "1500", **extra}) as (b,):
+        kc.create_topic("confluent", b.bootstrap, "dlmany", 1, {"diskless.enable": "true"})
+        kc.produce("confluent", b.bootstrap, "dlmany", [(0, None, b"first")])
+        with ProtocolClient(b.bootstrap, timeout=60) as c:
+            pm = c.classes(apis.PRODUCE, 9)
+
+            def frame(i: int) -> bytes:
+                batch = records.build_batch([(None, b"r%d" % i, ())], timestamp_ms=int(time.time() * 1000))
+                req = pm["ProduceRequest"](transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                                           topic_data=(pm["TopicProduceData"](name="dlmany", partition_data=(
+                                               pm["PartitionProduceData"](index=0, records=batch),)),))
+                return framing.encode_request(apis.PRODUCE, 9, 1000 + i, c.client_id, req)
+
+            c.send_raw(b"".join(frame(i) for i in range(n)))
+            answers = []
+            for _ in range(n):
+                corr, resp = framing.decode_response(apis.PRODUCE, 9, c.recv_frame())
+                p = resp.responses[0].partition_responses[0]
+                answers.append((corr, p.error_code, p.base_offset))
+        assert answers == [(1000 + i, 0, 1 + i) for i in range(n)], answers[:12]
+        with psycopg.connect(pg_dsn) as conn:
+            return conn.execute("SELECT count(DISTINCT object_id) FROM oncelog_dl_batch b JOIN oncelog_partition p "
+                                "ON p.id = b.partition_id WHERE p.topic = 'dlmany' AND base_offset > 0").fetchone()[0]
+
+
+def test_a_connection_s_pipelined_produce_requests_all_join_the_open_object(pg_dsn: str, tmp_path: Path,
+                                                                            seaweed) -> None:
+    """A client that sends a Produce per partition every few milliseconds (librdkafka without
+    idempotence keeps a million in flight) has them all read as they come and put in the open
+    object: 60 requests written at once take one object (two if a tick falls among them), where
+    eight per connection were read per commit (eight objects)."""
+    objects = _pipelined_produce(pg_dsn, tmp_path, seaweed, "pl1", {}, 60)
+    assert objects <= 2, f"60 pipelined Produce requests took {objects} objects"
+
+
+def test_pipelined_produce_requests_past_eight_are_bounded_by_the_request_memory(pg_dsn: str, tmp_path: Path,
+                                                                                 seaweed) -> None:
+    """Each pipelined request past a connection's eighth takes ``PIPELINED_CHARGE`` bytes of the
+    request memory (``queued.max.request.bytes``): with 64 KiB, about sixteen are handled at once,
+    so 60 take several commits; every one is answered, in order."""
+    objects = _pipelined_produce(pg_dsn, tmp_path, seaweed, "pl2", {"queued.max.request.bytes": "65536"}, 60)
+    assert objects >= 3, f"60 pipelined Produce requests took {objects} objects within a 64 KiB request memory"
