@@ -43,8 +43,9 @@ and so does every batch after it, of any partition: the writer's order is the or
 offsets the engines assigned, and each partition's batches must reach the store in that order.
 Nothing blocks: the batch's future (its Produce answer) simply completes later, so the client's
 in-flight window fills and it stops sending, as with a slow Kafka leader; the request bytes
-waiting here are the ones the server already bounds per connection (``MAX_PIPELINED`` Produce
-requests, broker/network/server.py).
+waiting here are the ones the server already bounds (the request memory,
+``queued.max.request.bytes``, holds a pipelined Produce's bytes until its answer:
+broker/network/server.py).
 
 Failures. An upload that fails past the store's deadline fails every batch of the object with
 the store's error (KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT, retriable; nothing committed); the
@@ -110,7 +111,7 @@ class WriterStats:
     waited: int = 0  # batches that waited for room (``buffer_max_bytes``)
     resolved: int = 0  # commits whose answer was lost, resolved by asking the store
     #: where the committed batches' time went, summed over the batches (seconds, the loop's
-    #: clock; ``PHASES``): divided by ``batches`` it is a batch's mean time in each phase
+    #: clock; ``PHASES``): divided by ``timed`` it is a batch's mean time in each phase
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     timed: int = 0  # the batches ``phase_s`` sums over (those of objects that committed a batch)
 
