@@ -1,7 +1,8 @@
 """``python -m bench.diskless_latency [--brokers 1] [--intervals 50 250] [--clients confluent kafka-python aiokafka]
-[--rate 500] [--size 1024] [--seconds 10] [--settings default|recommended] [--embedded] [--baseline DIR]``
+[--rate 500] [--size 1024] [--seconds 10] [--settings default|recommended] [--conf KEY=VALUE] [--embedded]
+[--put-delay-ms LO HI] [--baseline DIR] [--json FILE]``
 
-Where a diskless record's time goes (docs/DISKLESS.md §1.5). One PostgreSQL server
+Where a diskless record's time goes (docs/DISKLESS.md §1.7). One PostgreSQL server
 (``oncelog.testing.pgserver``, fsync on) and one SeaweedFS (``oncelog.testing.seaweedfs``); per
 configuration (cluster size B, ``diskless.commit.interval.ms``, client) B fresh ``oncelog broker
 --store …`` processes on a fresh database, each with ``metrics.listen``, and a diskless topic of 6
@@ -9,8 +10,8 @@ partitions (their leaders spread over the brokers). Two client processes run alo
 
 * one idempotent producer at ``--rate`` records/s of ``--size`` bytes, round-robin over the
   partitions: confluent-kafka (librdkafka), kafka-python or aiokafka. ``--settings default``:
-  the client's defaults but idempotence (the issue's measure); ``recommended``: the settings
-  docs/DISKLESS.md recommends for diskless topics (``RECOMMENDED``). Each value carries its
+  the client's defaults but idempotence; ``recommended``: the settings docs/DISKLESS.md
+  recommends for diskless topics (``RECOMMENDED``); ``--conf``: more settings on top. Each value carries its
   sequence number and send time (``time.time()``); the producer notes when each record's
   acknowledgement arrived (its delivery report / future) and its own CPU time over the window
   (librdkafka's ``rdk:broker`` threads apart);
@@ -27,7 +28,8 @@ upload, order = waiting for the previous object's commit, commit, complete) and 
 request's time at the broker (arrival → encoded answer); "client" is the mean produce latency
 less that (the record waiting in the client for its partition's request in flight, linger, the
 network). ``--embedded``: also the same client against one embedded broker (no store: the
-reference for client CPU per record). ``--baseline DIR``: each configuration is run first with the
+reference for client CPU per record). ``--put-delay-ms``: every PUT delayed through the S3
+fault proxy (a store slower than loopback). ``--baseline DIR``: each configuration is run first with the
 brokers of that source tree (``git archive COMMIT src | tar -x -C DIR``, with the compiled
 ``_recordwalk`` copied in): before and after, alternating, on the same machine.
 
@@ -312,8 +314,8 @@ def measure(pg: Any, seaweed: Any, work: Path, brokers: int, interval_ms: int | 
     from bench.systems import create_topic_admin, wait_leaders
     from oncelog.process import BrokerProcess, free_port
 
-    label = (f"diskless B={brokers}, {interval_ms} ms" if diskless else f"PG engine B={brokers}" if brokers else "embedded") + (
-        f", {client}") + (
+    where = f"diskless B={brokers}, {interval_ms} ms" if diskless else f"PG engine B={brokers}" if brokers else "embedded"
+    label = where + f", {client}" + (
         f" ({which})" if which != "default" else "") + "".join(f" {k}={v}" for k, v in (extra or {}).items()) + (
         " [baseline]" if baseline else "")
     db = f"lat_{brokers}_{time.time_ns()}"
@@ -448,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             proxy.close()
         seaweed.close()
     load1 = os.getloadavg()
-    print(f"Measured {started}: `python -m bench.diskless_latency {' '.join(argv if argv is not None else sys.argv[1:])}`"
+    line = " ".join(argv if argv is not None else sys.argv[1:])
+    print(f"Measured {started}: `python -m bench.diskless_latency {line}`"
           f"; {os.cpu_count()} cores, load average {load0[0]:.1f} before, {load1[0]:.1f} after.\n")
     print(table(rows))
     if args.json:

@@ -12,8 +12,9 @@ Requests on a connection are handled one at a time, in arrival order, so respons
 request order; this is what Kafka does too (it mutes a connection while one of its requests is
 in flight). One exception, in cluster mode (``pipeline_produce``): a Produce waits for a
 PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
-started too (up to ``MAX_PIPELINED``, the request memory permitting; broker/pipelining.py) — at once when it is there already,
-else as soon as it arrives if that is before the oldest answer is ready (issue 29) — and their
+started too (up to ``MAX_PIPELINED``, the request memory permitting; broker/pipelining.py) — at
+once when it is there already, else as soon as it arrives if that is before the oldest answer is
+ready (issue 29) — and their
 answers still go out in request order; a WriteTxnMarkers from another broker's transaction
 coordinator is pipelined the same way (issue 28); any other request waits until every earlier
 one is answered. A connection that has requests queued gives the event loop back at least every
