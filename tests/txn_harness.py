@@ -18,6 +18,7 @@ from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.partitions.markers import LocalMarkerWriter
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
+from oncelog.broker.coordinators.txn_remote import LocalOnly
 from oncelog.clock import ManualClock
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.transaction import log as txnlog
@@ -80,7 +81,7 @@ class TxnNode:
             self.rm.create_topic(name, n)
         coord = TransactionCoordinator(self.rm, self.clock, self.settings,
                                        producer_ids=ProducerIdManager(self.root / "pids.json"),
-                                       markers=_FlakyMarkers(self))
+                                       markers=_FlakyMarkers(self), remote=LocalOnly())
         runtime_append = coord.runtime.append
 
         async def append(partition: int, batch: bytes, now: int) -> int:

@@ -14,6 +14,7 @@ import pytest
 
 from oncelog.client import ProtocolClient
 from cluster_procs import brokers
+from raw_connections import served_once
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis, records
 from oncelog.protocol.errors import ErrorCode
@@ -168,9 +169,11 @@ def _alter_group(bootstrap: str, group: str, key: str, value: str) -> int:
 def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pair: list[BrokerProcess]) -> None:
     """Kafka's other dynamic broker configs live in the store like the log ones: a cluster
     default (num.io.threads) set through broker 1 is described by broker 2 (before: refused as
-    read-only, and a broker adopting the store's view dropped names it did not know).
-    ListConfigResources on broker 2 lists a share group whose configs were set through broker 1
-    (the store's), both brokers, and the topics; AlterReplicaLogDirs on broker 2 for a partition
+    read-only, and a broker adopting the store's view dropped names it did not know); a
+    connection limit set through one broker is enforced by both at once (before: stored only).
+    A consumer group config set through the broker that does not coordinate the group is applied
+    by the one that does (before: INVALID_CONFIG). ListConfigResources on broker 2 lists the
+    groups whose configs were set through broker 1 (the store's), both brokers, and the topics; AlterReplicaLogDirs on broker 2 for a partition
     broker 1 leads is REPLICA_NOT_AVAILABLE, for its own NONE."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -183,12 +186,40 @@ def test_kafka_dynamic_configs_config_resources_and_log_dirs_in_cluster_mode(pai
     assert _alter_broker_default(b1.bootstrap, "sasl.kerberos.min.time.before.relogin", "1") == \
         ErrorCode.invalid_request.value  # per broker only, as Kafka
 
+    # a connection limit set through broker 1 is enforced by broker 2 at once, and lifted through
+    # broker 2 on broker 1 (connections from 127.0.0.2: the brokers' own, from 127.0.0.1, do not count)
+    assert _alter_broker_default(b1.bootstrap, "max.connections.per.ip.overrides", "127.0.0.2:2") == 0
+    assert served_once(b2.bootstrap, 3, [True, True, False], source="127.0.0.2") == [True, True, False]
+    assert served_once(b1.bootstrap, 3, [True, True, False], source="127.0.0.2") == [True, True, False]
+    assert _alter_broker_default(b2.bootstrap, "max.connections.per.ip.overrides", None) == 0
+    assert served_once(b1.bootstrap, 3, [True] * 3, source="127.0.0.2") == [True] * 3
+
+    # a consumer group config set through the broker that is not the group's coordinator is
+    # applied by the coordinator: the heartbeat interval it hands out
+    with ProtocolClient(b1.bootstrap) as c:
+        m = c.classes(apis.FIND_COORDINATOR, 3)
+        coordinator = c.request(apis.FIND_COORDINATOR, m["FindCoordinatorRequest"](key="cg-cfg", key_type=0),
+                                version=3).node_id
+    by_node = {1: b1, 2: b2}
+    assert _alter_group(by_node[3 - coordinator].bootstrap, "cg-cfg", "consumer.heartbeat.interval.ms", "6000") == 0
+    with ProtocolClient(by_node[coordinator].bootstrap) as c:
+        m = c.classes(apis.CONSUMER_GROUP_HEARTBEAT, 1)
+        for _ in range(50):  # bounded: 10 s (the coordinator has it at the notification or its next poll)
+            hb = c.request(apis.CONSUMER_GROUP_HEARTBEAT, m["ConsumerGroupHeartbeatRequest"](
+                group_id="cg-cfg", member_id="m-cfg", member_epoch=0, rebalance_timeout=datetime.timedelta(seconds=30),
+                subscribed_topic_names=("lcr",), topic_partitions=()), version=1)
+            if hb.error_code or hb.heartbeat_interval != datetime.timedelta(milliseconds=5000):
+                break
+            time.sleep(0.2)
+    assert (hb.error_code, hb.heartbeat_interval) == (0, datetime.timedelta(milliseconds=6000))
+    assert _described(b1.bootstrap, "cg-cfg", "consumer.heartbeat.interval.ms", 32) == ("6000", 8)  # GROUP_CONFIG
+
     assert _alter_group(b1.bootstrap, "sg-cfg", "share.auto.offset.reset", "earliest") == 0
     admin = KafkaAdminClient(bootstrap_servers=b2.bootstrap, request_timeout_ms=20_000)
     try:
         admin.create_topics([NewTopic("lcr", 2, 1)])
         listed = admin.list_config_resources()
-        assert listed.get("group") == ["sg-cfg"], listed
+        assert listed.get("group") == ["cg-cfg", "sg-cfg"], listed
         assert sorted(listed["broker"]) == ["1", "2"] and "lcr" in listed["topic"], listed
     finally:
         admin.close()

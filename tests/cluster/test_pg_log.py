@@ -39,6 +39,7 @@ def test_schema_is_created_idempotently(store) -> None:
     assert names == {"oncelog_partition", "oncelog_batch", "oncelog_topic", "oncelog_broker", "oncelog_cluster",
                      "oncelog_broker_config", "oncelog_scram_credential", "oncelog_acl", "oncelog_acl_version",
                      "oncelog_share_state", "oncelog_share_config",  # issue 30: share groups in cluster mode
+                     "oncelog_group_config", "oncelog_group_config_version",  # cluster/group_configs.py
                      "oncelog_dl_object", "oncelog_dl_batch"}  # issue 29: cluster/diskless_schema.py
 
 

@@ -95,3 +95,36 @@ def test_dynamic_security_and_limit_configs_are_accepted_stored_and_described(br
     _alter(admin, ConfigResource(ResourceType.BROKER, node, incremental_configs=[
         op("max.connections", None, AlterConfigOpType.DELETE)]))
     assert _described(admin, node)["max.connections"].source != ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+
+def test_a_dynamic_connection_limit_applies_at_once_and_after_a_restart(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """``max.connections.per.ip`` set through IncrementalAlterConfigs (the cluster default) is
+    enforced by the running broker at once: of four connections from 127.0.0.1 the fourth is
+    closed as it comes; again after a restart (the stored value); deleting it lifts it at once.
+    Before: stored and described, never enforced (all four served)."""
+    from raw_connections import served_once
+
+    b = broker_factory("limits")
+    assert served_once(b.bootstrap, 4, [True] * 4) == [True] * 4
+    assert _alter_default(b, "max.connections.per.ip", "3") == 0  # its own connection closes with it
+    assert served_once(b.bootstrap, 4, [True, True, True, False]) == [True, True, True, False]
+    b.stop()
+    b.start()
+    assert served_once(b.bootstrap, 4, [True, True, True, False]) == [True, True, True, False]
+    assert _alter_when_served(b, "max.connections.per.ip", "-1") == 40  # INVALID_CONFIG: at least 0, as Kafka
+    assert _alter_when_served(b, "max.connections.per.ip.overrides", "127.0.0.1:5") == 0  # an address's own limit
+    assert served_once(b.bootstrap, 6, [True] * 5 + [False]) == [True] * 5 + [False]
+    assert _alter_when_served(b, "max.connections.per.ip.overrides", "localhost:x") == 40
+
+
+def _alter_when_served(broker, name: str, value: str) -> int:  # type: ignore[no-untyped-def]
+    """``_alter_default`` once the broker has counted out the connections a check just closed
+    (until then, past the limit, the admin connection is refused too); bounded: 10 s."""
+    import time
+
+    for _ in range(100):
+        try:
+            return _alter_default(broker, name, value)
+        except OSError:  # refused: the limit is still full of the closed ones
+            time.sleep(0.1)
+    return _alter_default(broker, name, value)

@@ -10,8 +10,10 @@ disconnect, is tested with confluent-kafka in tests/integration/test_kafka_relea
 build/client-suites/ (tests/client_suites.py). librdkafka 2.15.1 is the newest the npm registry
 carries; confluent-kafka 2.16.1 bundles 2.16.0.
 
-The tests run: see ``TESTS`` (each chosen for what it covers, and short). The full suite and
-KIP-848's tests need a 3-broker cluster and minutes; they are not part of ``make test``.
+The tests run: see ``TESTS`` (each chosen for what it covers, and short), and of 0081 (every
+admin API) the config sub-tests (``SUBTESTS``); 0081 whole (about three minutes: its own waits,
+for its producer and its consumer half) runs in ``make test-long`` (``WHOLE``). The full suite
+and KIP-848's tests need a 3-broker cluster and minutes; they are not part of ``make test``.
 """
 
 from __future__ import annotations
@@ -37,12 +39,19 @@ TESTS = {
     "0017": "gzip, snappy and lz4 batches produced and consumed",
     "0030": "offset commits: sync, async, auto, committed offsets read back",
 }
-#: librdkafka test -> (sub-test, what it checks): one sub-test of a test whose other sub-tests
-#: need what oncelog does not have yet (0081's do_test_IncrementalAlterConfigs sets the KIP-848
-#: consumer group config ``consumer.session.timeout.ms`` on a GROUP, which oncelog refuses)
+#: librdkafka test -> (sub-tests: a substring of their names, what they check): the part of a
+#: long test that runs in ``make test``
 SUBTESTS = {
-    "0081": ("do_test_AlterConfigs", "AlterConfigs on topics and on a broker: its dynamic "
-                                     "sasl.kerberos.min.time.before.relogin (INVALID_REQUEST before)"),
+    "0081": ("Configs", "AlterConfigs and IncrementalAlterConfigs on topics, a broker (its dynamic "
+                        "sasl.kerberos.min.time.before.relogin: INVALID_REQUEST before) and a GROUP (the KIP-848 "
+                        "consumer.session.timeout.ms: INVALID_CONFIG before); DescribeConfigs of topics, brokers "
+                        "and a group that does not exist"),
+}
+#: run whole only by ``make test-long`` (minutes: the test's own waits, twice over for its
+#: producer and consumer halves)
+WHOLE = {
+    "0081": "every admin API librdkafka has: topics, partitions, ACLs, configs, records, consumer groups and "
+            "their offsets (static members deleted one session timeout after they close), SCRAM users",
 }
 
 
@@ -55,21 +64,35 @@ SUITE_BROKER = {
 }
 
 
-def test_librdkafka_own_tests(broker_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _run(tree, base: dict, name: str, extra: dict, numbers: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    done = subprocess.run(["./test-runner", "-p1", "-E"], cwd=tree / "tests", env={**base, **extra},
+                          capture_output=True, text=True, timeout=900)
+    out = done.stdout + done.stderr
+    (tmp_path / f"librdkafka-{name}.txt").write_text(out)
+    assert done.returncode == 0, out[-6000:]
+    for number in numbers:
+        assert re.search(rf"{number}_\w+ +\S* *PASSED", out) or f"{number}_" in out, (
+            f"test {number} did not run:\n{out[-3000:]}")
+
+
+def _suite(broker_factory, tmp_path):  # type: ignore[no-untyped-def]
     tree = librdkafka_tree()
     b = broker_factory("suite", overrides=SUITE_BROKER)
     conf = tmp_path / "test.conf"
     conf.write_text(f"metadata.broker.list={b.bootstrap}\n")
-    base = {**os.environ, "RDKAFKA_TEST_CONF": str(conf), "TEST_KAFKA_VERSION": "4.2.0", "TEST_LEVEL": "1",
-            "LD_LIBRARY_PATH": f"{tree / 'src'}:{tree / 'src-cpp'}"}
-    runs = [("tests", {"TESTS": ",".join(TESTS)}, list(TESTS))]
-    runs += [(f"{n}-{sub}", {"TESTS": n, "SUBTESTS": sub}, [n]) for n, (sub, _) in SUBTESTS.items()]
-    for name, extra, numbers in runs:
-        done = subprocess.run(["./test-runner", "-p1", "-E"], cwd=tree / "tests", env={**base, **extra},
-                              capture_output=True, text=True, timeout=900)
-        out = done.stdout + done.stderr
-        (tmp_path / f"librdkafka-{name}.txt").write_text(out)
-        assert done.returncode == 0, out[-6000:]
-        for number in numbers:
-            assert re.search(rf"{number}_\w+ +\S* *PASSED", out) or f"{number}_" in out, (
-                f"test {number} did not run:\n{out[-3000:]}")
+    return tree, {**os.environ, "RDKAFKA_TEST_CONF": str(conf), "TEST_KAFKA_VERSION": "4.2.0", "TEST_LEVEL": "1",
+                  "LD_LIBRARY_PATH": f"{tree / 'src'}:{tree / 'src-cpp'}"}
+
+
+def test_librdkafka_own_tests(broker_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tree, base = _suite(broker_factory, tmp_path)
+    _run(tree, base, "tests", {"TESTS": ",".join(TESTS)}, list(TESTS), tmp_path)
+    for n, (sub, _) in SUBTESTS.items():
+        _run(tree, base, f"{n}-{sub}", {"TESTS": n, "SUBTESTS": sub}, [n], tmp_path)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("number", sorted(WHOLE))
+def test_librdkafka_own_long_tests_whole(broker_factory, tmp_path, number: str) -> None:  # type: ignore[no-untyped-def]
+    tree, base = _suite(broker_factory, tmp_path)
+    _run(tree, base, number, {"TESTS": number}, [number], tmp_path)

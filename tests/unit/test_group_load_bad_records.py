@@ -16,6 +16,8 @@ import pytest
 
 import bad_batches
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.group_config import FILE_NAME, FileGroupConfigs, GroupConfigs
+from oncelog.broker.coordinators.offset_inbox import NoInbox
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group import records as rec
@@ -29,6 +31,11 @@ from appends import completed
 T0 = TopicPartition("t", 0)
 PARTITIONS = 3
 
+
+
+def _configs(tmp: Path) -> GroupConfigs:
+    """The groups' configs in the data dir, as the embedded membership keeps them."""
+    return GroupConfigs(FileGroupConfigs(tmp / FILE_NAME))
 
 def _config(tmp: Path) -> BrokerConfig:
     return dataclasses.replace(BrokerConfig(), data_dir=tmp, offsets_topic_num_partitions=PARTITIONS,
@@ -45,7 +52,7 @@ def _open(tmp: Path, clock: ManualClock, topic_configs: dict[str, str] | None = 
 
 
 async def _started(rm: ReplicaManager, tmp: Path, clock: ManualClock) -> GroupCoordinator:
-    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock, inbox=NoInbox(), configs=_configs(tmp))
     gc.start()
     await asyncio.wait_for(gc.loaded.wait(), 10)
     return gc

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.group_config import FILE_NAME, FileGroupConfigs, GroupConfigs
+from oncelog.broker.coordinators.offset_inbox import NoInbox
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import ManualClock
 from oncelog.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
@@ -24,6 +26,11 @@ from appends import completed
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
+
+
+def _configs(tmp: Path) -> GroupConfigs:
+    """The groups' configs in the data dir, as the embedded membership keeps them."""
+    return GroupConfigs(FileGroupConfigs(tmp / FILE_NAME))
 
 def _config(tmp: Path) -> BrokerConfig:
     return dataclasses.replace(BrokerConfig(), data_dir=tmp, offsets_topic_num_partitions=3,
@@ -45,7 +52,7 @@ def _replicas(tmp: Path, clock: ManualClock, small_segments: bool = False) -> Re
 async def _loaded(tmp: Path, clock: ManualClock) -> tuple[ReplicaManager, GroupCoordinator]:
     """A started coordinator on the data dir ``tmp``, every partition loaded."""
     rm = _replicas(tmp, clock)
-    gc = GroupCoordinator(rm, _config(tmp), clock)
+    gc = GroupCoordinator(rm, _config(tmp), clock, inbox=NoInbox(), configs=_configs(tmp))
     gc.start()
     await asyncio.wait_for(gc.loaded.wait(), 10)
     return rm, gc
@@ -71,7 +78,7 @@ def test_requests_wait_for_loading_then_parked_joins_are_answered(tmp_path: Path
     async def go() -> None:
         clock = ManualClock()
         rm = _replicas(tmp_path, clock)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock, inbox=NoInbox(), configs=_configs(tmp_path))
         gc.start()
         with pytest.raises(CoordinatorLoadInProgress):
             await gc.join_group(_join("g"))
@@ -109,7 +116,7 @@ def test_restart_loads_the_live_state_also_after_compaction(tmp_path: Path, comp
     async def live() -> tuple:
         clock = ManualClock()
         rm = _replicas(tmp_path, clock, small_segments=True)
-        gc = GroupCoordinator(rm, _config(tmp_path), clock)
+        gc = GroupCoordinator(rm, _config(tmp_path), clock, inbox=NoInbox(), configs=_configs(tmp_path))
         gc.start()
         await asyncio.wait_for(gc.loaded.wait(), 10)
         member, generation = await _member(gc, "stable")

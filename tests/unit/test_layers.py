@@ -5,6 +5,7 @@ routing table that is also the advertised one, one place that builds engines."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,38 @@ def test_the_produce_handler_leaves_the_producer_state_to_the_partition() -> Non
              | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
              | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names})
     assert not names & {"producers", "duplicate_of", "Ready", "append_validated"}
+
+
+#: issue 36: a service that is None in one mode, branched on (the mode decided again and again)
+_MODE_BRANCH = re.compile(r"\b(store|inbox|remote) is (not )?None|bool\(self\.store\)|def start_cluster")
+#: what differs between the modes, handed to constructors by the membership: never set afterwards
+_HANDED_IN = {"remote", "inbox", "persister", "members", "store", "on_lead", "on_resign", "pipeline_produce",
+              "_coordinator"}
+
+
+def test_the_mode_is_decided_once_and_handed_in() -> None:
+    """The mode is decided once, at start (issue 36, as Kafka's share-state ``Persister``): the
+    membership builds what differs (the share persister, the offset inbox, the transaction
+    coordinator's remote side, the share members, the leader tracker's parts) and hands it to
+    constructors. Nothing in broker/ branches on one of them being None, and none is set on an
+    object after it was built."""
+    branches, set_later = [], []
+    for name, path in MODULES.items():
+        if not name.startswith("oncelog.broker"):
+            continue
+        text = path.read_text()
+        branches += [f"{name}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1)
+                     if _MODE_BRANCH.search(line)]
+        for node in ast.walk(ast.parse(text)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+            for t in targets:
+                for a in ast.walk(t):
+                    if (isinstance(a, ast.Attribute) and a.attr in _HANDED_IN
+                            and not (isinstance(a.value, ast.Name) and a.value.id in ("self", "cls"))):
+                        set_later.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert not branches
+    assert not set_later
 
 
 def test_the_product_never_imports_the_tools() -> None:
@@ -271,7 +304,10 @@ BROKER_PARTS: dict[str, set[str]] = {
     "coordinators": {"root", "partitions", "configuration"},
     "handlers": {"root", "configuration", "partitions", "coordinators", "auth", "membership", "observability"},
     "network": {"root", "configuration", "auth", "handlers"},
-    "membership": {"root", "configuration", "auth", "partitions", "coordinators"},
+    "membership": {"root", "configuration", "auth", "partitions", "coordinators", "database"},
+    #: the database bridge (outbox drain, inbox): it appends to partitions and is the group
+    #: coordinator's inbox; membership builds it in cluster mode
+    "database": {"configuration", "partitions", "coordinators"},
     "observability": {"root", "configuration", "partitions", "coordinators", "membership"},
 }
 

@@ -73,7 +73,7 @@ def _embedded(config: BrokerConfig) -> Any:
     from oncelog.broker.membership.embedded import EmbeddedMembership
     from oncelog.broker.partitions.replica_manager import ReplicaManager
 
-    return EmbeddedMembership(config, ReplicaManager(config, ManualClock()), lambda listener: ("h", 9092))
+    return EmbeddedMembership(config, ManualClock(), ReplicaManager(config, ManualClock()), lambda listener: ("h", 9092))
 
 
 def _postgres(config: BrokerConfig) -> Any:
@@ -98,6 +98,20 @@ def test_both_memberships_implement_the_interface_and_every_store(make: Any, con
     m.users.close()
 
 
+def _hold_to_protocols(pairs: dict[type, tuple[type, ...]]) -> None:
+    """Each class has its Protocol's methods: coroutine where the Protocol's is one, the same
+    parameters."""
+    for proto, impls in pairs.items():
+        methods, _ = _members(proto)
+        for impl in impls:
+            for name, want in methods.items():
+                have = getattr(impl, name, None)
+                assert have is not None, f"{impl.__name__}.{name} ({proto.__name__})"
+                assert inspect.iscoroutinefunction(have) == inspect.iscoroutinefunction(want), f"{impl.__name__}.{name}"
+                assert list(inspect.signature(have).parameters) == list(inspect.signature(want).parameters), \
+                    f"{impl.__name__}.{name}"
+
+
 def test_every_store_protocol_has_both_implementations(tmp_path: Path) -> None:
     """ACLs, credentials and producer ids: the data dir's files and the PostgreSQL store's
     classes, held to one Protocol (no more telling them apart by ``getattr``)."""
@@ -113,17 +127,31 @@ def test_every_store_protocol_has_both_implementations(tmp_path: Path) -> None:
         interface.CredentialService: (UserCredentials, StoreUserCredentials),
         interface.ProducerIdSource: (ProducerIdManager, StoreProducerIds),
     }
-    for proto, impls in pairs.items():
-        methods, _ = _members(proto)
-        for impl in impls:
-            for name, want in methods.items():
-                have = getattr(impl, name, None)
-                assert have is not None, f"{impl.__name__}.{name} ({proto.__name__})"
-                assert inspect.iscoroutinefunction(have) == inspect.iscoroutinefunction(want), f"{impl.__name__}.{name}"
-                assert list(inspect.signature(have).parameters) == list(inspect.signature(want).parameters), \
-                    f"{impl.__name__}.{name}"
+    _hold_to_protocols(pairs)
     store = AclFileStore(tmp_path)
     assert isinstance(store, interface.AclStore) and store.changed() is False  # one writer: never changed elsewhere
+
+
+def test_what_differs_between_the_modes_has_both_implementations() -> None:
+    """Issue 36: the coordinators' collaborators the membership chooses once (the share
+    persister, the offset inbox, the transaction coordinator's remote side, the share members),
+    each one Protocol with a class per mode, held to it the same way."""
+    from oncelog.broker.coordinators.offset_inbox import NoInbox, OffsetInbox
+    from oncelog.broker.coordinators.share_members import LocalShareMembers, RemoteShareMembers, ShareMembers
+    from oncelog.broker.coordinators.share_persister import LogSharePersister, SharePersister
+    from oncelog.broker.coordinators.share_store_persister import StoreSharePersister
+    from oncelog.broker.coordinators.txn_remote import LocalOnly, TxnRemote
+    from oncelog.broker.database.inbox import DatabaseInbox
+    from oncelog.broker.partitions.txn_verifier import RemoteVerifier
+
+    pairs = {
+        TxnRemote: (LocalOnly, RemoteVerifier),
+        OffsetInbox: (NoInbox, DatabaseInbox),
+        SharePersister: (LogSharePersister, StoreSharePersister),
+        ShareMembers: (LocalShareMembers, RemoteShareMembers),
+    }
+    assert all(_members(proto)[0] and not _members(proto)[1] for proto in pairs)
+    _hold_to_protocols(pairs)
 
 
 def test_the_embedded_node_is_the_whole_cluster(config: BrokerConfig) -> None:
@@ -187,7 +215,8 @@ def test_every_listener_context_declares_the_whole_broker_context(config: Broker
                        advertised_listeners="PLAINTEXT://a.example:1,OTHER://b.example:2")
     broker = Broker(cfg)
     view = ListenerContext(broker, broker.listeners[1], broker.servers[1])
-    for name in data - {"transactions", "producer_ids", "advertised_host", "advertised_port", "listener_name"}:
+    for name in data - {"groups", "transactions", "shares", "producer_ids", "advertised_host", "advertised_port",
+                        "listener_name"}:  # made by start() (coordinators, producer ids), or the listener's own
         assert getattr(view, name) is getattr(broker, name), name
     assert (view.listener_name, view.advertised_host, view.advertised_port) == ("OTHER", "b.example", 2)
     assert [(n.host, n.port) for n in broker.metadata.nodes("OTHER")] == [("b.example", 2)]

@@ -21,6 +21,7 @@ from oncelog.broker.auth import tls
 from oncelog.broker.auth.sasl import SUPPORTED_MECHANISMS, SaslSession
 from oncelog.broker.auth.acls import AclService
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.dynamic_config import DynamicBrokerConfigs
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
 from oncelog.broker.membership import (
@@ -67,16 +68,17 @@ class Broker:
         self.clock = clock or SystemClock()
         self.node_id = config.node_id
         self.replicas = ReplicaManager(config, self.clock)
-        self.groups = GroupCoordinator(self.replicas, config, self.clock)
-        #: share groups (KIP-932, issue 30): state in __share_group_state (embedded) or the store
-        self.shares = ShareCoordinator(self.replicas, config, self.clock)
-        self.transactions: TransactionCoordinator  # set by start(): it needs the data directory
-        self.store = store
         #: issue 27: who the brokers are and where the metadata is kept: this node alone (the data
-        #: dir's files) or the cluster on PostgreSQL (broker/membership/); the one choice between them
+        #: dir's files) or the cluster on PostgreSQL (broker/membership/); the one choice between
+        #: them, which also gives the coordinators what differs between the modes
         self.membership: Membership = membership_for(config, self.clock, self.replicas, store,
                                                      address_of=self._advertised_address,
                                                      inter_broker=self._inter_broker)
+        #: the coordinators, built by start() with what the opened membership hands them (the
+        #: data directory's or the store's parts): groups, transactions, share groups (KIP-932)
+        self.groups: GroupCoordinator
+        self.transactions: TransactionCoordinator
+        self.shares: ShareCoordinator
         #: issue 19: Prometheus metrics (broker/observability/metrics.py); None unless metrics.listen is set
         self.metrics_endpoint: BrokerMetrics | None = metrics_mod.metrics_for(self)
         #: the request-path counters the handlers update (context.BrokerContext.metrics): the
@@ -103,12 +105,18 @@ class Broker:
         #: queued.max.request.bytes: one bound on the request bytes of every listener's connections
         self.request_memory = RequestMemory(config.queued_max_request_bytes)
         self.servers = [self._server_for(lst) for lst in self.listeners]
+        #: the dynamic connection limits (AlterConfigs on the BROKER resource) reach every listener at once
+        self.replicas.on_broker_configs.append(self._adopt_connection_limits)
         primary = self._primary_index()
         self.listener = self.listeners[primary]
         self.server = self.servers[primary]  # the ready line's, the one the cluster store registers
         self._housekeeping: list[asyncio.Task[None]] = []
         #: set when the broker stops: a compaction pass in progress gives up (InterruptedError)
         self._compaction_stop = threading.Event()
+
+    def _adopt_connection_limits(self, dynamic: DynamicBrokerConfigs) -> None:
+        for server in self.servers:
+            server.quotas.adopt(dynamic.value)
 
     def _primary_index(self) -> int:
         """The first PLAINTEXT listener, else the first listener."""
@@ -184,8 +192,8 @@ class Broker:
             lifetime = cfg.connections_max_reauth_ms
             sasl = lambda: SaslSession(enabled, lambda: self.users.store, lifetime_ms=lifetime)  # noqa: E731
         server = Server(self.dispatcher.handle, lst.host, lst.port, cfg, name=lst.name, ssl_context=ctx, sasl=sasl,
-                        memory=self.request_memory)
-        server.pipeline_produce = bool(self.store)  # issue 28: Produce waits for a COMMIT only in cluster mode
+                        memory=self.request_memory,
+                        pipeline_produce=self.membership.pipeline_produce)  # issue 28: Produce waits for a COMMIT
         if not (lst.name == "PLAINTEXT" and self.config.listeners is None):
             server.handle = self._dispatcher(ListenerContext(self, lst, server)).handle
         return server
@@ -296,11 +304,16 @@ class Broker:
             await m.open()  # ACLs before listening: no request is ever unchecked
             cfg = self.config
             counts = m.internal_partitions
+            self.groups = GroupCoordinator(self.replicas, cfg, self.clock, inbox=m.offset_inbox,
+                                           configs=m.group_configs,
+                                           num_partitions=counts[OFFSETS_TOPIC])
             self.transactions = TransactionCoordinator(
                 self.replicas, self.clock, self._txn_settings(counts[TXN_TOPIC], counts[OFFSETS_TOPIC]),
-                producer_ids=m.producer_ids, markers=m.marker_writer(self.groups),
+                producer_ids=m.producer_ids, markers=m.marker_writer(self.groups), remote=m.transaction_remote,
                 coordinator_epoch=m.coordinator_epoch, crash=CrashPoints(),
             )
+            self.shares = ShareCoordinator(self.replicas, cfg, self.clock, persister=m.share_persister,
+                                           members=m.share_members(self.groups))
             await m.start_coordinators(self.groups, self.transactions, self.shares)
             bound = await self._start_servers()
             listening = True

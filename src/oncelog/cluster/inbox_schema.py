@@ -17,7 +17,7 @@ inside it. The function (SECURITY DEFINER, fixed search_path, EXECUTE revoked fr
 3. fences the caller against ``oncelog.inbox_group``, the group coordinator's mirror of each
    group (kind, generation, state, member -> generation or member epoch), which the
    coordinator rewrites after each change, before answering the request that made it
-   (broker/membership/inbox.py). The row is read without a lock by a statement that starts after the
+   (broker/database/inbox.py). The row is read without a lock by a statement that starts after the
    advisory lock was taken, so under READ COMMITTED it is the latest committed version; other
    isolation levels are refused (their snapshot may predate a rebalance);
 4. inserts one row into ``oncelog.inbox`` (the pending commits) and sends ``NOTIFY
@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS oncelog.inbox (
 CREATE INDEX IF NOT EXISTS inbox_by_group ON oncelog.inbox (group_id, id);
 REVOKE ALL ON oncelog.inbox FROM PUBLIC;
 
--- The group coordinator's mirror of each group it coordinates (broker/membership/inbox.py): kind
+-- The group coordinator's mirror of each group it coordinates (broker/database/inbox.py): kind
 -- 'classic' | 'consumer' | 'none' (no such group), the classic generation, the state, and
 -- members as {{member id: generation (classic) or member epoch (consumer)}}. Rows are
 -- UPDATEd (a group that went away becomes kind 'none'), never deleted.

@@ -6,7 +6,7 @@ search_path, EXECUTE revoked from PUBLIC) validates the call and authorizes it a
 cluster's ACLs, then inserts one row into ``oncelog.outbox`` (the pending table) and sends
 ``NOTIFY oncelog_outbox, '<partition id>'``; PostgreSQL delivers the notification only if the
 transaction commits, and the row exists only if it commits. The partition's leader drains the
-pending rows (broker/membership/outbox_drainer.py): it appends them as one record batch through the group
+pending rows (broker/database/outbox_drainer.py): it appends them as one record batch through the group
 commit, whose ``oncelog_append`` deletes the drained rows in the same transaction (schema.py),
 so a record is in the log iff its row left the table, exactly once.
 

@@ -55,6 +55,11 @@ Tables (every name starts with ``oncelog_``, so the schema can share a database)
     encoded snapshot, written by the topic partition's leader fenced by its leader epoch; one
     row per share group with its configs.
 
+``oncelog_group_config``, ``oncelog_group_config_version`` (cluster/group_configs.py)
+    The consumer group configs (KIP-848's ``consumer.session.timeout.ms`` ...): one row per
+    group with configs of its own, and a counter every change moves, so brokers reload them
+    only when it did.
+
 ``oncelog_fence(...)``
     The exactly-once fence every commit path calls (the group commit's ``oncelog_append``, the
     diskless ``oncelog_dl_commit``): per batch, the leader-epoch and log-end checks, the outbox
@@ -88,6 +93,7 @@ from oncelog.cluster.inbox_schema import INBOX_DDL
 from oncelog.cluster.outbox_schema import OUTBOX_DDL
 from oncelog.cluster.diskless_schema import DISKLESS_DDL
 from oncelog.cluster.share_state import DDL as SHARE_DDL
+from oncelog.cluster.group_configs import DDL as GROUP_CONFIG_DDL
 
 __all__ = ["DDL", "SCHEMA_LOCK", "ensure_schema"]
 
@@ -294,6 +300,7 @@ def ensure_schema(conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute(DDL)
         conn.execute(SHARE_DDL)  # share groups' state (issue 30, cluster/share_state.py)
+        conn.execute(GROUP_CONFIG_DDL)  # consumer group configs (cluster/group_configs.py)
         conn.execute(DISKLESS_DDL)  # issue 29: diskless topics' coordinates (cluster/diskless_schema.py)
         try:
             with conn.transaction():  # a savepoint: the cluster works without the outbox

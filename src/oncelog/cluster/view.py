@@ -4,7 +4,7 @@
 other), the live brokers (as registered: node id, host, port, rack), every topic, every
 partition's leader and leader epoch, and the dynamic broker configs. A ``ClusterView`` is an immutable snapshot: the broker
 answers Metadata, DescribeCluster and FindCoordinator from the latest one and opens or closes
-the partitions it leads from it (broker/membership/leader_tracker.py). A view is at most one poll interval
+the partitions it leads from it (broker/partitions/leader_tracker.py). A view is at most one poll interval
 old; safety never rests on it (appends are fenced by the leader epoch in the store).
 """
 

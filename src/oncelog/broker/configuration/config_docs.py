@@ -4,7 +4,7 @@ tests/unit/test_topic_configs.py holds the file equal to ``render()``."""
 
 from __future__ import annotations
 
-from oncelog.broker.configuration import dynamic_config
+from oncelog.broker.configuration import dynamic_config, group_config
 from oncelog.broker.configuration import topic_config
 
 _HEAD = """# Configs: what oncelog does with each Kafka 4.x config
@@ -28,8 +28,15 @@ once (notification) or at its next poll. Kafka's other dynamic broker configs (S
 of the listeners, connection limits, thread pools, cleaner tuning, metric reporters) are accepted
 at the levels Kafka accepts them (the security ones per broker only, not at the cluster default;
 the keystore/truststore ones only as `listener.name.<listener>.<config>`), type-checked (INVALID_CONFIG),
-stored in the same place and described with their dynamic source, but not applied to the running
-broker (no Kerberos, no thread pools to resize; the listeners' security is read at start). The
+stored in the same place and described with their dynamic source. The connection limits
+(`max.connections`, `max.connections.per.ip`, `max.connections.per.ip.overrides`,
+`max.connection.creation.rate`) and `producer.id.expiration.ms` are applied to the running broker
+at once (every listener; connections already open stay, new ones meet the new limits), in cluster
+mode on every broker the change reaches, and again after a restart (each listener counts its own
+connections against `max.connections`, and the inter-broker listener is not exempt as in Kafka:
+keep the limits above what the brokers' own connections need); the others are stored only,
+for the reason the table gives (no Kerberos, no thread pools to resize; the listeners' security
+is read at start). `connections.max.idle.ms` is read-only, as in Kafka. The
 listener addresses (`listeners`, `advertised.listeners`, `listener.security.protocol.map`) and
 every other broker config are read-only (INVALID_REQUEST when altered, as Kafka). Secrets set
 dynamically are described without their value.
@@ -49,7 +56,15 @@ def render() -> str:
     return (_HEAD + topic_config.compatibility_table() + "\n## Broker configs\n\n"
             "Names as Kafka describes them. `listeners` / `advertised.listeners` are set with oncelog's "
             "`listener.host`/`listener.port` and `advertised.host`/`advertised.port`.\n\n"
-            + dynamic_config.compatibility_table())
+            + dynamic_config.compatibility_table()
+            + "\n## Group configs\n\n"
+            "IncrementalAlterConfigs / DescribeConfigs on a GROUP resource (Kafka 4.2's group configs). A "
+            "group's configs may be set before the group exists and stay when a consumer group is deleted, "
+            "as in Kafka; they are durable (`<data-dir>/group-configs.json`, or the store in cluster mode, "
+            "where a change made through any broker reaches the group's coordinator at once or at its next "
+            "poll) and listed by ListConfigResources. A value is checked against the broker's bounds when "
+            "set, and held within them when applied.\n\n"
+            + group_config.compatibility_table())
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ dynamic log configs): set for this node (resource name = the node id) or as the 
 and applied live to every partition whose topic does not set the config itself. Kafka's other
 dynamic broker configs (SASL, SSL, connection limits, thread pools: ``dynamic_kafka_configs``)
 are accepted at the levels Kafka accepts them, validated, stored in the same layers and
-described, but not applied. Every other broker config is read-only here (INVALID_REQUEST when
-altered, as Kafka). In cluster mode both layers live
+described; those that apply here (the connection limits, ``producer.id.expiration.ms``) are
+applied live: ``value`` gives a config's dynamic value, and the ReplicaManager tells the
+broker's listeners after every change (``ReplicaManager.on_broker_configs``); the others are
+stored only. Every other broker config is read-only here (INVALID_REQUEST when altered, as
+Kafka). In cluster mode both layers live
 in the store instead (cluster/broker_configs.py), the cluster default applies to every broker,
 and each broker ``adopt``s what its latest view holds; the file is not used.
 
@@ -107,6 +110,11 @@ class DynamicBrokerConfigs:
             out.setdefault(name, []).append((value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
         return out
 
+    def value(self, name: str) -> str | None:
+        """The dynamic value of ``name`` in force: this node's, else the cluster default's (None:
+        not set dynamically)."""
+        return self.node.get(name, self.default.get(name))
+
     def scope_of(self, resource_name: str) -> str:
         """"default" for "", "node" for this broker's id; raises InvalidRequest otherwise."""
         if resource_name == "":
@@ -136,6 +144,11 @@ class DynamicBrokerConfigs:
                 out[name] = topic_config.normalize(d, raw) if d is not None else kafka_dynamic.normalize(name, raw)
             except ValueError as exc:
                 raise InvalidConfig(f"invalid value {raw!r} for configuration {name}: {exc}") from None
+        layers = self.with_scope(scope, out)
+        per_ip = layers.get("max.connections.per.ip", [("", ConfigSource.UNKNOWN)])[0][0]
+        if per_ip == "0" and not layers.get(kafka_dynamic.OVERRIDES, [("", ConfigSource.UNKNOWN)])[0][0]:
+            raise InvalidConfig("max.connections.per.ip can be set to zero only if "
+                                "max.connections.per.ip.overrides property is set.")
         return out
 
     def resource_of(self, scope: str) -> str:
@@ -267,7 +280,14 @@ def _doc(name: str) -> str:
     d = BROKER_SYNONYMS.get(name)
     if d is not None:
         return d.doc
+    if kafka_dynamic.base_name(name) in kafka_dynamic.APPLIED:
+        return "Kafka's dynamic broker config: applied to the running broker when set."
     return "Kafka's dynamic broker config: stored and described here, not applied to the running broker."
+
+
+def _applied(name: str) -> str:
+    """The 'applied' column of one of Kafka's other dynamic configs."""
+    return kafka_dynamic.APPLIED.get(name) or kafka_dynamic.not_applied(name)
 
 
 
@@ -279,11 +299,10 @@ def compatibility_table(broker: BrokerConfig | None = None) -> str:
         d = BROKER_SYNONYMS.get(r.name)
         applied = ("yes" if d.applied else "no: " + d.note) if d is not None else (
             "oncelog's own" if r.name in _OWN else
-            "stored and described, not applied live (the value at start applies)" if kafka_dynamic.config_type(r.name)
-            else "yes")
+            _applied(r.name) if kafka_dynamic.config_type(r.name) else "yes")
         rows.append(f"| `{r.name}` | {r.type.name} | `{default}` | {'no' if r.read_only else 'yes'} | {applied} |")
     listed = {r.name for r in broker_config_rows(broker or BrokerConfig(), DynamicBrokerConfigs(Path("/nonexistent"), 1))}
     for name in sorted({**kafka_dynamic.PER_BROKER, **kafka_dynamic.CLUSTER_WIDE}.keys() - listed):
         level = "yes, per broker" if name in kafka_dynamic.PER_BROKER else "yes"
-        rows.append(f"| `{name}` | {dynamic_type(name).name} | (Kafka's) | {level} | stored and described, not applied |")
+        rows.append(f"| `{name}` | {dynamic_type(name).name} | (Kafka's) | {level} | {_applied(name)} |")
     return "\n".join(rows) + "\n"

@@ -55,6 +55,8 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8  # a group's own value (a GROUP resource)
 
 
 #: the broker's dynamic values: broker config name -> [(value, source)], per-node first

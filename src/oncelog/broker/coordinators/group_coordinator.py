@@ -36,7 +36,9 @@ import logging
 from typing import Any, Callable
 
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.group_config import GroupConfigs
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.coordinators.offset_inbox import OffsetInbox
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.group import consumer_group as cg
@@ -111,11 +113,22 @@ def _consumer_settings(config: BrokerConfig) -> cg.ConsumerSettings:
 class GroupCoordinator:
     """See the module docstring. ``replicas`` is the broker's ReplicaManager."""
 
-    def __init__(self, replicas: ReplicaManager, config: BrokerConfig, clock: Clock, *,
-                 new_member_id: Callable[[str], str] = _random_member_id) -> None:
+    def __init__(self, replicas: ReplicaManager, config: BrokerConfig, clock: Clock, *, inbox: OffsetInbox,
+                 configs: GroupConfigs,
+                 num_partitions: int | None = None, new_member_id: Callable[[str], str] = _random_member_id) -> None:
+        """``inbox``: offsets committed outside the Kafka protocol (offset_inbox.py: ``NoInbox``,
+        or in cluster mode the database inbox), and ``configs``, the groups' own configs kept in
+        the data dir or the store, both chosen by the membership. ``num_partitions``:
+        the partition count of ``__consumer_offsets`` (default offsets.topic.num.partitions; an
+        existing topic keeps its own, in cluster mode the store's)."""
         self.replicas = replicas
         self.clock = clock
-        self.num_partitions = config.offsets_topic_num_partitions
+        self.config = config
+        self.num_partitions = config.offsets_topic_num_partitions if num_partitions is None else num_partitions
+        #: the groups' own consumer group configs (KIP-848: consumer.session.timeout.ms ...,
+        #: broker/configuration/group_config.py), kept where the membership chose (the data dir's
+        #: file or the store); loaded by the membership's ``start_coordinators``
+        self.configs = configs
         self.settings = GroupSettings(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -134,8 +147,7 @@ class GroupCoordinator:
         #: partition -> markers (producer id, commit, epoch) that arrived while it was loading
         self._deferred: dict[int, list[tuple[int, bool, int | None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        #: cluster mode: the database inbox (broker/membership/inbox.py; issue 31), else None
-        self.inbox: Any = None
+        self.inbox = inbox
         #: the topics consumer groups see, and the replicas' topics_version it was built from
         self._image: cg.TopicImage | None = None
         self._image_of = -1
@@ -181,20 +193,18 @@ class GroupCoordinator:
 
     async def _settle_deferred(self, shard: GroupShard) -> None:
         """After a load: the markers that arrived while it ran (complete_transaction); the
-        inbox's mirror of the partition's groups rewritten, their pending commits drained."""
+        inbox's mirror of the partition's groups rewritten."""
         for producer_id, commit, epoch in self._deferred.pop(shard.partition, []):
             self.complete_transaction(shard.partition, producer_id, commit, epoch)
-        if self.inbox is not None:
-            async with self.runtime.lock(shard.partition):
-                if self.shards.get(shard.partition) is shard:
-                    await self.inbox.mirror_partition(shard)
+        async with self.runtime.lock(shard.partition):
+            if self.shards.get(shard.partition) is shard:
+                await self.inbox.mirror_partition(shard)
 
     def resign(self, partition: int) -> None:
         """Cluster mode: this broker stopped leading ``partition``: drop its shard and answer
         the requests parked there NOT_COORDINATOR."""
         self._deferred.pop(partition, None)  # in the log: the next leader's load replays them
-        if self.inbox is not None:
-            self.inbox.forget(partition)
+        self.inbox.forget(partition)
         if self.runtime.unload(partition) is None:
             return
         for reply_id in [r for r, p in self._reply_partition.items() if p == partition]:
@@ -205,6 +215,7 @@ class GroupCoordinator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.configs.close()
         for fut in self._replies.values():
             if not fut.done():
                 fut.set_exception(CoordinatorNotAvailable("the broker is shutting down"))
@@ -236,7 +247,12 @@ class GroupCoordinator:
                  self.clock.monotonic_ms() - started)
 
     def _new_shard(self, p: int) -> GroupShard:
-        return GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id)
+        return GroupShard(p, self.settings, reply_ids=self._reply_ids, new_member_id=self.new_member_id,
+                          consumer_settings_of=self.consumer_settings_of)
+
+    def consumer_settings_of(self, group_id: str) -> cg.ConsumerSettings:
+        """A consumer group's settings: its own group configs over the broker's group.consumer.*."""
+        return self.configs.consumer_settings(group_id, self.settings.consumer, self.config)
 
     # -- the one write path -----------------------------------------------------------------------
 
@@ -281,10 +297,10 @@ class GroupCoordinator:
         drain comes after this write. A group id the database inbox cannot keep is refused
         (InvalidGroupId) before anything changes, unless the operation only ``removes`` (a
         member, offsets, the group: such a group can only come from an older log)."""
-        if self.inbox is not None and not removes:
+        if not removes:
             self.inbox.check_group_id(group_id)
         try:
-            pending = drain and self.inbox is not None and await self.inbox.has_pending(group_id)
+            pending = drain and await self.inbox.has_pending(group_id)
         except KafkaError as exc:  # the store: the client retries, as after a failed append
             raise _coordinator_error(exc, offsets=offsets) from None
         async with self.runtime.lock(self.partition_for(group_id)):
@@ -333,8 +349,7 @@ class GroupCoordinator:
                 shard.store_failed(groups, failure, now)
                 if exc.code in _NEVER_WRITTEN:
                     shard.consumer_records_refused(result.records[done:], now)
-        if self.inbox is not None:  # the store's fencing learns of the change before any answer
-            await self.inbox.mirror(shard, None if group_id is None else {group_id, *(k.group for k, _ in result.records)})
+        await self.inbox.mirror(shard, group_id, result.records)  # its fencing learns of it before any answer
         outbox, shard.outbox[:] = list(shard.outbox), []
         for reply_id, payload in outbox:
             self._deliver(reply_id, failure if failure is not None else payload)
@@ -400,12 +415,10 @@ class GroupCoordinator:
                       member_id: str | None = None, member_epoch: int = -1,
                       ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
         rows = self._shard(group_id).fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
-        if self.inbox is not None:  # issue 31: commits of database transactions not drained yet
-            try:
-                rows = self.inbox.overlay(group_id, rows, partitions, require_stable)
-            except KafkaError as exc:  # the store: the client retries, as after a failed append
-                raise _coordinator_error(exc, offsets=True) from None
-        return rows
+        try:  # issue 31: commits of database transactions not drained yet
+            return self.inbox.overlay(group_id, rows, partitions, require_stable)
+        except KafkaError as exc:  # the store: the client retries, as after a failed append
+            raise _coordinator_error(exc, offsets=True) from None
 
     # -- consumer groups (KIP-848) ------------------------------------------------------------------
 
@@ -470,6 +483,17 @@ class GroupCoordinator:
         return self._shard(group_id).describe_group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of one group. The sessions that ended before it are ended first, even
+        when the timer (every ``TICK_SECONDS``) has not come round yet: a group whose last
+        member's session timed out is empty, as it is on a Kafka broker, whose timers fire at
+        the deadline (librdkafka's 0081 deletes groups exactly one session timeout after
+        closing their static members)."""
+        async with self.runtime.lock(self.partition_for(group_id)):
+            shard = self._shard(group_id)
+            now = self.clock.now_ms()
+            deadline = shard.group_deadline(group_id)  # this group's alone: no walk of the partition's
+            if deadline is not None and deadline <= now:
+                await self._execute(shard, shard.tick(now), now)
         await self._run(group_id, lambda shard, now: shard.delete_group(group_id, now), drain=True, removes=True)
 
     # -- timers ---------------------------------------------------------------------------------------

@@ -37,8 +37,8 @@ import logging
 from typing import Callable, Iterable, NamedTuple
 
 from oncelog.broker.coordinators.coordinator_runtime import CoordinatorRuntime
+from oncelog.broker.coordinators.txn_remote import TxnRemote
 from oncelog.broker.partitions.markers import MarkerWriter
-from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.coordinator.placement import partition_for
@@ -74,8 +74,10 @@ MARKER_RETRY_MAX_S = 4.0
 
 class TransactionCoordinator:
     def __init__(self, replicas: ReplicaManager, clock: Clock, settings: TxnSettings, *,
-                 producer_ids: ProducerIdSource, markers: MarkerWriter, coordinator_epoch: int = 0,
-                 remote: "RemoteVerifier | None" = None, crash: CrashPoints | None = None) -> None:
+                 producer_ids: ProducerIdSource, markers: MarkerWriter, remote: TxnRemote,
+                 coordinator_epoch: int = 0, crash: CrashPoints | None = None) -> None:
+        """``remote``: the coordinators on other brokers (txn_remote.py: ``LocalOnly`` on the
+        embedded broker, ``RemoteVerifier`` in cluster mode), chosen by the membership."""
         self.settings = settings
         self.clock = clock
         self.producer_ids = producer_ids
@@ -207,8 +209,6 @@ class TransactionCoordinator:
         ``verify_only``, as Kafka's leaders send it. A move under way, or a coordinator that
         cannot answer, is ``retriable`` (what the client retries)."""
         if not self.serves(transactional_id):
-            if self.remote is None:
-                raise retriable(f"{tp}: the transaction coordinator of {transactional_id!r} is not here")
             await self.remote.verify(transactional_id, producer_id, epoch, tp, retriable=retriable, add=True)
             return
         shard = self.shard_of(transactional_id)
@@ -224,10 +224,9 @@ class TransactionCoordinator:
                               retriable: type[KafkaError] = NotEnoughReplicas) -> None:
         """Cluster mode: verify a write to ``tp`` (a produce; or ``__consumer_offsets`` for a
         TxnOffsetCommit) with the coordinator on another broker (txn_verifier.py); ``retriable``
-        is what the client is told when the coordinator cannot answer now. Nothing to do when no
-        verifier is set (the embedded broker serves every transactional id itself)."""
-        if self.remote is not None:
-            await self.remote.verify(transactional_id, producer_id, epoch, tp, retriable=retriable)
+        is what the client is told when the coordinator cannot answer now. Nothing to do on the
+        embedded broker (``LocalOnly``: it serves every transactional id itself)."""
+        await self.remote.verify(transactional_id, producer_id, epoch, tp, retriable=retriable)
 
     def verify_txn_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
         self.shard_of(transactional_id).verify_txn_offsets(transactional_id, producer_id, epoch, group_id)

@@ -1,6 +1,8 @@
 """Shared by AlterConfigs (33) and IncrementalAlterConfigs (44): change the configs of one
-resource, a TOPIC, the BROKER's dynamic configs or a share GROUP's configs (cluster mode: in the store)
-(``share.auto.offset.reset`` ..., broker/coordinators/share_coordinator.py), as Kafka 4.x does.
+resource, a TOPIC, the BROKER's dynamic configs or a GROUP's configs (cluster mode: in the store):
+the consumer group configs (``consumer.session.timeout.ms`` ..., broker/configuration/group_config.py)
+and the share groups' (``share.auto.offset.reset`` ..., broker/coordinators/share_coordinator.py),
+as Kafka 4.x does.
 
 ``alter(broker, type, name, change, validate_only)``: ``change`` maps the resource's current
 configs to the complete new set (AlterConfigs: the request's set replaces them; Incremental:
@@ -19,11 +21,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from oncelog.broker.configuration import topic_config
+from oncelog.broker.configuration import group_config, topic_config
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
+from oncelog.coordinator.share.configs import GROUP_CONFIGS, check_group_config
 from oncelog.diskless import topic_rules
-from oncelog.protocol.errors import InvalidRequest
+from oncelog.protocol.errors import InvalidConfig, InvalidRequest, KafkaStorageError
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 Change = Callable[[dict[str, str], Callable[[str], str]], dict[str, str]]
@@ -61,17 +63,48 @@ async def alter(broker: BrokerContext, resource_type: int, name: str, change: Ch
             return
         await broker.configs.set_broker_configs(scope, new)
     elif resource_type == GROUP:
-        # share groups' configs (KIP-932, issue 30): broker/coordinators/share_coordinator.py keeps them
         if not name:
             raise InvalidRequest("a group resource needs a group id")
-        shares = broker.shares
-        await shares.refresh_configs(name)  # cluster mode: as the store has them
-        current = dict(shares.configs.get(name, {}))
-        new = change(current, lambda key: shares.config(name, key) if key in GROUP_CONFIGS else "")
-        await shares.alter_configs(name, new, validate_only)
+        await _alter_group(broker, name, change, validate_only)
     else:
         raise InvalidRequest(f"resource type {resource_type} cannot be altered here (TOPIC 2 or BROKER 4; "
                              f"GROUP 32)")
+
+
+async def _alter_group(broker: BrokerContext, name: str, change: Change, validate_only: bool) -> None:
+    """A GROUP's configs: the consumer group configs (broker/configuration/group_config.py, kept
+    by the group coordinator's ``configs``) and the share groups' (kept by the share coordinator
+    with its state, KIP-932). The whole new set is checked before either part is written; each
+    part is written only when it changed."""
+    shares, configs = broker.shares, broker.groups.configs
+    await shares.refresh_configs(name)  # cluster mode: as the store has them
+    await configs.refresh()
+    share_now, consumer_now = dict(shares.configs.get(name, {})), configs.of(name)
+
+    def effective(key: str) -> str:
+        if key in GROUP_CONFIGS:
+            return shares.config(name, key)
+        if key in group_config.CONSUMER:
+            return group_config.layers(key, consumer_now, group_config.CONSUMER[key][0], broker.config)[0] or ""
+        return ""
+
+    new = change({**share_now, **consumer_now}, effective)
+    for key in new:
+        if key not in GROUP_CONFIGS and key not in group_config.CONSUMER:
+            raise InvalidConfig(group_config.why_not_served(key) or f"Unknown group config name: {key}")
+    new_consumer = group_config.validate(new, broker.config)
+    new_share = {k: v for k, v in new.items() if k in GROUP_CONFIGS}
+    for key, value in new_share.items():
+        check_group_config(key, value)
+    if validate_only:
+        return
+    if new_share != share_now:
+        await shares.alter_configs(name, new_share, False)
+    if new_consumer != consumer_now:
+        try:
+            await configs.set(name, new_consumer)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write the configs of group {name!r}: {exc}") from None
 
 
 def check_unique(names: list[str]) -> None:

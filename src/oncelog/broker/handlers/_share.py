@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.configuration import group_config
+from oncelog.broker.configuration.topic_config import ConfigSource
 from oncelog.broker.context import BrokerContext
 from oncelog.protocol.errors import InvalidRequest
 
@@ -44,41 +46,38 @@ def acks_of(topics: Any, renew: bool = False) -> dict[tuple[uuid.UUID, int], lis
     return out
 
 
-_GROUP_CONFIG, _DEFAULT_CONFIG, _STATIC_BROKER_CONFIG = 8, 6, 5  # DescribeConfigs config sources
 _BOOLEAN, _STRING, _INT = 1, 2, 3  # config types
 _BROKER_SYNONYM = {"share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
                    "share.delivery.count.limit": "group.share.delivery.count.limit"}
 
 
 def group_config_rows(broker: BrokerContext, group_id: str) -> list[tuple[str, str | None, bool, int, list, int, str]]:
-    """DescribeConfigs rows of a share group's configs: its own value (GROUP_CONFIG) or the
-    default (the broker's config for those that have one)."""
-    from oncelog.broker.coordinators.share_coordinator import GROUP_CONFIGS
+    """DescribeConfigs rows of a group's configs: the consumer group configs
+    (broker/configuration/group_config.py) and the share groups' (coordinator/share/configs.py), each
+    the group's own value (GROUP_CONFIG) or its default: the broker config it defaults to, where
+    it has one (STATIC_BROKER_CONFIG when the broker sets it, else DEFAULT_CONFIG)."""
+    from oncelog.coordinator.share.configs import GROUP_CONFIGS
 
-    svc = service(broker)
-    own = svc.configs.get(group_id, {})
-    rows = []
+    rows = [(r.name, r.value, False, int(r.source), list(r.synonyms), int(r.type), r.doc)
+            for r in group_config.describe(broker.groups.configs.of(group_id), broker.config)]
+    own = service(broker).configs.get(group_id, {})
     for name, default in sorted(GROUP_CONFIGS.items()):
-        synonyms = []
-        if name in own:
-            synonyms.append((name, own[name], _GROUP_CONFIG))
         if name in _BROKER_SYNONYM:
-            broker_name = _BROKER_SYNONYM[name]
-            synonyms.append((broker_name, str(broker.config.kafka_value(broker_name)), _STATIC_BROKER_CONFIG))
+            value, synonyms = group_config.layers(name, own, _BROKER_SYNONYM[name], broker.config)
         else:
-            synonyms.append((name, default, _DEFAULT_CONFIG))
-        value, source = synonyms[0][1], synonyms[0][2]
+            synonyms = ((name, own[name], ConfigSource.GROUP_CONFIG),) if name in own else ()
+            synonyms += ((name, default, ConfigSource.DEFAULT_CONFIG),)
+            value = synonyms[0][1]
         kind = _STRING if name in ("share.auto.offset.reset", "share.isolation.level") else \
             _BOOLEAN if name == "share.renew.acknowledge.enable" else _INT
-        rows.append((name, value, False, source, synonyms, kind, ""))
-    return rows
+        rows.append((name, value, False, int(synonyms[0][2]), list(synonyms), kind, ""))
+    return sorted(rows, key=lambda r: r[0])
 
 
 def refuse_share_group_id(broker: BrokerContext, group_id: str, error: type[Exception]) -> None:
-    """A classic or consumer member may not take the id of a share group (where the share state is
-    this broker's own, ``store`` None, the share service knows every share group): raises
-    ``error`` (Kafka: INCONSISTENT_GROUP_PROTOCOL for JoinGroup, GROUP_ID_NOT_FOUND for
+    """A classic or consumer member may not take the id of a share group (where the share service
+    knows every share group: the embedded broker, whose share state is its own): raises ``error``
+    (Kafka: INCONSISTENT_GROUP_PROTOCOL for JoinGroup, GROUP_ID_NOT_FOUND for
     ConsumerGroupHeartbeat)."""
-    shares = broker.shares
-    if shares.store is None and shares.known(group_id):
+    if broker.shares.is_share_group(group_id):
         raise error(f"Group {group_id} is a share group.")

@@ -6,8 +6,9 @@ the broker (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_
 DEFAULT_CONFIG); synonyms (every value that applies, highest precedence first) when
 ``include_synonyms``; documentation (v3+) when ``include_documentation``. A broker (resource name
 = its node id) lists its configs under Kafka's names (broker/configuration/dynamic_config.py); resource name ""
-lists the dynamic cluster defaults. A GROUP (embedded) lists a share group's configs (KIP-932,
-broker/coordinators/share_coordinator.py). Nothing here is sensitive (no passwords are configured).
+lists the dynamic cluster defaults. A GROUP lists the group configs served here: the consumer
+group configs (KIP-848, broker/configuration/group_config.py) and the share groups' (KIP-932,
+broker/coordinators/share_coordinator.py), whether or not the group exists (as Kafka). Nothing here is sensitive (no passwords are configured).
 ``configuration_keys`` filters. Errors are per resource.
 
 Bounded work (issue 26 row 9): describing one topic costs milliseconds (every config resolved
@@ -79,6 +80,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                 rows = _broker_rows(broker, res.resource_name)
             elif res.resource_type == GROUP:
                 await broker.shares.refresh_configs(res.resource_name)  # cluster mode: the store's
+                await broker.groups.configs.refresh()
                 rows = _share.group_config_rows(broker, res.resource_name)
             else:
                 raise InvalidRequest(f"resource type {res.resource_type} has no configs here")

@@ -8,8 +8,8 @@ v0 was ListClientMetricsResources: the client-metrics resources, of which this b
 * BROKER (4) and BROKER_LOGGER (8): every live broker, by node id (as Kafka; DescribeConfigs
   answers a BROKER_LOGGER with its error, oncelog's loggers are not configs);
 * CLIENT_METRICS (16): none;
-* GROUP (32): every group with configs of its own (share groups' configs; in cluster mode the
-  store's).
+* GROUP (32): every group with configs of its own (consumer group configs and share groups'
+  configs; in cluster mode the store's).
 
 A type Kafka does not list (UNKNOWN, ANY, ...) makes the whole answer UNSUPPORTED_VERSION, as
 Kafka answers it. ACLs: DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED).
@@ -42,7 +42,9 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         return m.ListConfigResourcesResponse(error_code=ErrorCode.unsupported_version, config_resources=())
     found: list[tuple[str, int]] = []
     if GROUP in types:
-        found += [(g, GROUP) for g in await broker.shares.groups_with_configs()]
+        await broker.groups.configs.refresh()  # cluster mode: the store's
+        with_configs = {*await broker.shares.groups_with_configs(), *broker.groups.configs.groups()}
+        found += [(g, GROUP) for g in sorted(with_configs)]
     for kind in (BROKER_LOGGER, BROKER):
         if kind in types:
             found += [(str(n.node_id), kind) for n in _cluster.nodes(broker)]

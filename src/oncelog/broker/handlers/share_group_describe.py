@@ -36,8 +36,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         try:
             _acl.check(g, "group", group_id)
             validate_group_id(group_id)
-            if svc.store is not None:
-                broker.groups.check_coordinator(group_id)
+            svc.check_coordinator(group_id)  # cluster mode: its members are kept at its coordinator
             group = svc.groups.groups.get(group_id)
             if group is None and not svc.known(group_id):
                 raise GroupIdNotFound(f"Group {group_id} not found.")

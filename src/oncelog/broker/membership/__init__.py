@@ -8,17 +8,23 @@ credential/ACL/config files, local producer-id blocks) and ``postgres.py`` (the 
 PostgreSQL store). The broker's start sequence, the dispatcher and the handlers are written once
 against the interface; ``membership_for`` is the one place that picks an implementation.
 
+The mode is decided here, once: each implementation also builds what the coordinators need
+that differs between the modes (the transaction coordinator's remote side, the group
+coordinator's offset inbox, the share coordinator's persister and members, the marker writer)
+and the broker hands it to their constructors.
+
 The PostgreSQL implementation's parts: registration and the cluster view
-(``cluster_member.py``, ``cluster_parts.py``), leading the partitions the store assigns
-(``leader_tracker.py``), the store-backed credentials (``cluster_credentials.py``), requests to
-the other brokers (``peer_client.py``; ``share_members.py`` asks a share group's coordinator for
-its members), the database outbox's drain (``outbox_drainer.py``) and
-the group coordinator's side of the database inbox (``inbox.py``).
+(``cluster_member.py``, ``cluster_parts.py``: the store connections, the group committers, the
+diskless parts and the leader tracker, partitions/leader_tracker.py), the store-backed
+credentials (``cluster_credentials.py``) and requests to the other brokers (``peer_client.py``).
 They need psycopg (the 'cluster' extra): nothing imports them until a broker starts with a store.
+What is not membership lives where its concern is: the database outbox and inbox in
+broker/database/, opening the partitions led here in broker/partitions/, asking a share group's
+coordinator for its members in broker/coordinators/.
 
 May import: oncelog's pure layers and ``oncelog.cluster`` (the stores), the root's ``context``,
-``routes`` and ``periodic``, broker/configuration, broker/auth, broker/partitions and
-broker/coordinators. The broker (root), handlers and observability import it.
+``routes`` and ``periodic``, broker/configuration, broker/auth, broker/partitions,
+broker/coordinators and broker/database. The broker (root), handlers and observability import it.
 """
 
 from __future__ import annotations
@@ -61,4 +67,4 @@ def membership_for(config: "BrokerConfig", clock: "Clock", replicas: "ReplicaMan
         return StoreMembership(store, config, clock, replicas, inter_broker)
     from oncelog.broker.membership.embedded import EmbeddedMembership
 
-    return EmbeddedMembership(config, replicas, address_of)
+    return EmbeddedMembership(config, clock, replicas, address_of)

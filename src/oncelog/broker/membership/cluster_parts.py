@@ -11,14 +11,16 @@ finishes), then the committer (it writes what is queued, then stops), then the c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from oncelog.broker.membership.cluster_member import connector
 from oncelog.broker.configuration.config import BrokerConfig
-from oncelog.broker.membership.leader_tracker import LeaderTracker
+from oncelog.broker.partitions.leader_tracker import LeaderTracker
 from oncelog.broker.partitions.replica_manager import ReplicaManager
 from oncelog.cluster.connection import StoreConnection
 from oncelog.diskless.parts import DisklessParts
 from oncelog.storage.engines.postgres.commit_pool import CommitterPool
+from oncelog.types import TopicPartition
 
 __all__ = ["ClusterParts"]
 
@@ -33,23 +35,28 @@ class ClusterParts:
     diskless: "DisklessParts | None" = None
 
     @classmethod
-    def open(cls, dsn: str, config: BrokerConfig, replicas: ReplicaManager) -> "ClusterParts":
+    def open(cls, dsn: str, config: BrokerConfig, replicas: ReplicaManager,
+             on_lead: Callable[[TopicPartition, int], None], on_resign: Callable[[TopicPartition], None]
+             ) -> "ClusterParts":
+        """``on_lead`` / ``on_resign``: told of every internal partition this broker starts /
+        stops leading (the coordinators; leader_tracker.py)."""
         connect = connector(dsn)
         reader = StoreConnection(connect, f"node {config.node_id} reads")
         opener = StoreConnection(connect, f"node {config.node_id} opens partitions")
         compactor = StoreConnection(connect, f"node {config.node_id} compacts")
         committer = CommitterPool(connect, config.store_commit_connections,
                                   name=f"oncelog-group-commit-{config.node_id}").start()
-        replicas.awaiting_metadata = True  # until the tracker applies the first view
-        tracker = LeaderTracker(config, replicas, reader, committer, opener, compactor)
-        parts = cls(reader, opener, compactor, committer, tracker)
         try:
             # issue 29: diskless topics' writer, read cache and collector (diskless/parts.py)
-            parts.diskless = tracker.diskless = DisklessParts.open(config, connect)
+            diskless = DisklessParts.open(config, connect)
         except BaseException:
-            parts.close()
+            for part in (committer, opener, compactor, reader):
+                part.close()
             raise
-        return parts
+        replicas.awaiting_metadata = True  # until the tracker applies the first view
+        tracker = LeaderTracker(config, replicas, reader, committer, opener, compactor, diskless=diskless,
+                                on_lead=on_lead, on_resign=on_resign)
+        return cls(reader, opener, compactor, committer, tracker, diskless)
 
     def close(self) -> None:
         self.tracker.close_all()

@@ -8,8 +8,11 @@ ACLs in ``acls.json`` (acl/file_store.py), the SCRAM credentials in ``scram-cred
 atomically before it is answered.
 
 This node is the only broker, the controller, and every partition's leader at epoch 0: an
-election has nothing to do, and a NOT_LEADER answer has no other broker to name. The share-group
-state (KIP-932) is this node's ``__share_group_state``.
+election has nothing to do, and a NOT_LEADER answer has no other broker to name. What the
+coordinators need of the mode is built here and handed to them: the share-group state (KIP-932)
+is this node's ``__share_group_state`` (``LogSharePersister``) and every share group's members
+are here (``LocalShareMembers``), no offsets are committed outside the Kafka protocol
+(``NoInbox``), every transactional id is coordinated here (``LocalOnly``).
 """
 
 from __future__ import annotations
@@ -23,17 +26,24 @@ from typing import Callable, Mapping, Sequence
 from oncelog.broker.auth.acls import AclService
 from oncelog.broker.auth.credentials import CredentialFile, UserCredentials
 from oncelog.broker.configuration.config import BrokerConfig
-from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from oncelog.broker.configuration.group_config import FILE_NAME as GROUP_CONFIGS_FILE
+from oncelog.broker.configuration.group_config import FileGroupConfigs, GroupConfigs
+from oncelog.broker.coordinators.offset_inbox import NoInbox
+from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
+from oncelog.broker.coordinators.share_members import LocalShareMembers
+from oncelog.broker.coordinators.share_persister import LogSharePersister
 from oncelog.broker.partitions.markers import LocalMarkerWriter, MarkerWriter
 from oncelog.broker.membership.interface import Election, Node
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TransactionCoordinator
+from oncelog.broker.coordinators.txn_remote import LocalOnly
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.diskless import topic_rules
 from oncelog.protocol.errors import KafkaError
 from oncelog.storage.engines.local import cleaner
 from oncelog.atomic import write_atomically
+from oncelog.clock import Clock
 from oncelog.types import TopicPartition
 
 __all__ = ["EmbeddedConfigs", "EmbeddedMembership", "EmbeddedTopics"]
@@ -98,8 +108,9 @@ class EmbeddedMembership:
     this broker's advertised (host, port) on that listener."""
 
     mode = "embedded"
+    pipeline_produce = False  # appends complete at the call: nothing to overlap
 
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+    def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager,
                  address_of: Callable[[str], tuple[str, int]]) -> None:
         self._config = config
         self._replicas = replicas
@@ -115,6 +126,11 @@ class EmbeddedMembership:
         self.internal_partitions = {OFFSETS_TOPIC: config.offsets_topic_num_partitions,
                                     TXN_TOPIC: config.transaction_state_log_num_partitions}
         self.coordinator_epoch = 0
+        self.transaction_remote = LocalOnly()  # every transactional id is coordinated here
+        self.offset_inbox = NoInbox()  # offsets are committed through the Kafka protocol only
+        #: the groups' consumer group configs (KIP-848): the data dir's group-configs.json
+        self.group_configs = GroupConfigs(FileGroupConfigs(self._data_dir / GROUP_CONFIGS_FILE))
+        self.share_persister = LogSharePersister(replicas, clock)  # __share_group_state
 
     # -- Metadata ---------------------------------------------------------------------------
 
@@ -153,11 +169,15 @@ class EmbeddedMembership:
     def marker_writer(self, groups: GroupCoordinator) -> MarkerWriter:
         return LocalMarkerWriter(self._replicas, groups)
 
+    def share_members(self, groups: GroupCoordinator) -> LocalShareMembers:
+        return LocalShareMembers()
+
     async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
                                  shares: ShareCoordinator) -> None:
         """Create ``__consumer_offsets`` and load it in the background (and
         ``__share_group_state`` when it exists); load ``__transaction_state`` now (every
         transaction left between states is finished first, R19)."""
+        await groups.configs.refresh()
         groups.start()
         shares.start()
         loaded = await transactions.load()

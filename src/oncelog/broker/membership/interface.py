@@ -9,9 +9,31 @@ Two levels:
   controller id, and a preferred leader election. Embedded, this node leads everything at
   epoch 0 and is the controller.
 * ``Membership``: ``Metadata`` plus the stores and the lifecycle the broker drives, in this
-  order: ``open`` (before anything listens), ``marker_writer``, ``start_coordinators``, then,
-  once listening, ``join``; at stop ``stop_coordinators`` (before the coordinators stop), then
-  ``close`` (also after a failed start).
+  order: ``open`` (before anything listens), ``marker_writer``, ``share_members``,
+  ``start_coordinators``, then, once listening, ``join``; at stop ``stop_coordinators`` (before
+  the coordinators stop), then ``close`` (also after a failed start).
+
+The mode is decided once, here: after ``open`` the membership holds what the coordinators need
+of it, which the broker hands to their constructors (nothing is set on a coordinator afterwards,
+and nothing above asks which mode it runs in):
+
+==================  ===========================================  ================================
+collaborator        embedded                                     PostgreSQL
+==================  ===========================================  ================================
+transaction_remote  ``coordinators/txn_remote.LocalOnly``        ``partitions/txn_verifier.
+                                                                 RemoteVerifier``
+offset_inbox        ``coordinators/offset_inbox.NoInbox``        ``database/inbox.DatabaseInbox``
+                                                                 (``NoInbox`` without the schema)
+group_configs       ``configuration/group_config.GroupConfigs``  the same, on
+                    on ``FileGroupConfigs`` (group-configs.json) ``postgres.StoreGroupConfigs``
+share_persister     ``coordinators/share_persister.              ``coordinators/
+                    LogSharePersister`` (__share_group_state)    share_store_persister.
+                                                                 StoreSharePersister``
+share_members()     ``coordinators/share_members.                ``coordinators/share_members.
+                    LocalShareMembers``                          RemoteShareMembers``
+marker_writer()     ``partitions/markers.LocalMarkerWriter``     ``partitions/markers.
+                                                                 ClusterMarkerWriter``
+==================  ===========================================  ================================
 
 Each store is a Protocol of its own, implemented embedded and on PostgreSQL:
 
@@ -47,10 +69,15 @@ if TYPE_CHECKING:
     from oncelog.broker.auth.acls import AclService
     from oncelog.broker.auth.credentials import CredentialStore
     from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
+    from oncelog.broker.configuration.group_config import GroupConfigs
+    from oncelog.broker.coordinators.offset_inbox import OffsetInbox
     from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
+    from oncelog.broker.coordinators.share_members import ShareMembers
+    from oncelog.broker.coordinators.share_persister import SharePersister
     from oncelog.broker.partitions.markers import MarkerWriter
     from oncelog.broker.partitions.replica_manager import NewTopic, TopicMeta
     from oncelog.broker.coordinators.transaction_coordinator import TransactionCoordinator
+    from oncelog.broker.coordinators.txn_remote import TxnRemote
     from oncelog.protocol.errors import KafkaError
 
 __all__ = ["AclStore", "ConfigStore", "CredentialService", "Election", "Membership", "Metadata", "Node",
@@ -167,6 +194,9 @@ class Membership(Metadata, Protocol):
 
     #: "embedded" or "cluster" (the console and the metrics say which)
     mode: str
+    #: whether a connection's Produce requests are pipelined (broker/pipelining.py): where appends
+    #: complete at a store's COMMIT (cluster mode), not at the call
+    pipeline_produce: bool
     #: the cluster id (valid after ``open``)
     cluster_id: str
     topics: TopicStore
@@ -181,6 +211,15 @@ class Membership(Metadata, Protocol):
     #: (after ``open``) the transaction coordinator's epoch: embedded, one more per start;
     #: cluster mode, each partition's leader epoch (so 0 here)
     coordinator_epoch: int
+    #: (after ``open``) the transaction coordinators on other brokers, as the transaction
+    #: coordinator reaches them: embedded ``LocalOnly`` (none), cluster mode ``RemoteVerifier``
+    transaction_remote: "TxnRemote"
+    #: (after ``open``) the group coordinator's offsets committed outside the Kafka protocol
+    offset_inbox: "OffsetInbox"
+    #: (after ``open``) the groups' own consumer group configs, kept in the data dir or the store
+    group_configs: "GroupConfigs"
+    #: (after ``open``) where share groups' state is durable
+    share_persister: "SharePersister"
 
     async def open(self) -> None:
         """Before anything listens: recover and open what this node holds or reach the store,
@@ -190,6 +229,11 @@ class Membership(Metadata, Protocol):
     def marker_writer(self, groups: "GroupCoordinator") -> "MarkerWriter":
         """How the transaction coordinator writes its markers (to the partitions led here; in
         cluster mode also to the other brokers')."""
+        ...
+
+    def share_members(self, groups: "GroupCoordinator") -> "ShareMembers":
+        """Where the share coordinator learns who a share group's members are (at its group
+        coordinator: this broker, or in cluster mode possibly another)."""
         ...
 
     async def start_coordinators(self, groups: "GroupCoordinator", transactions: "TransactionCoordinator",

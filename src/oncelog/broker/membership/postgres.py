@@ -11,10 +11,17 @@ The parts it drives, opened by ``open`` and closed by ``close`` in reverse:
 ``ClusterParts`` (the store connections, the group committers and the leader tracker that opens
 and closes partitions as leadership moves), ``ClusterMember`` (the session, heartbeat, poll and
 rebalance), ``PeerClients`` (markers and transaction verification for partitions led
-elsewhere), the ACL and credential stores, and once joined the outbox drainer and the inbox
-(issue 31; the inbox stops before the group coordinator: ``stop_coordinators``). The
-group and transaction coordinators load an internal partition when this broker is given its
-leadership, with the leader epoch as the coordinator epoch.
+elsewhere), the ACL and credential stores, and the database bridge (issue 31,
+broker/database/: the outbox's drain and the inbox, started once joined; the inbox stops before
+the group coordinator: ``stop_coordinators``). The group and transaction coordinators load an
+internal partition when this broker is given its leadership, with the leader epoch as the
+coordinator epoch.
+
+What the coordinators need of cluster mode is built by ``open`` and handed to them when the
+broker builds them: the transaction coordinator's ``transaction_remote`` (``RemoteVerifier``),
+the group coordinator's ``offset_inbox`` (the database inbox, when the store has it), the share
+coordinator's ``share_persister`` (the store's rows) and ``share_members(groups)`` (the group's
+coordinator, asked over the peers).
 
 psycopg (the 'cluster' extra) is needed: ``membership_for`` imports this module only for a
 broker started with a store.
@@ -26,8 +33,6 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
-import psycopg
-
 from oncelog.broker import periodic
 from oncelog.broker.auth.acls import AclService
 from oncelog.broker.membership.cluster_credentials import StoreUserCredentials
@@ -36,17 +41,21 @@ from oncelog.broker.membership.cluster_parts import ClusterParts
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.coordinators.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_SEGMENT_BYTES, GroupCoordinator
 from oncelog.broker.coordinators.share_coordinator import ShareCoordinator
-from oncelog.broker.membership.share_members import RemoteShareMembers
+from oncelog.broker.configuration.group_config import GroupConfigs
+from oncelog.broker.coordinators.offset_inbox import OffsetInbox
+from oncelog.broker.coordinators.share_members import RemoteShareMembers
+from oncelog.broker.coordinators.share_store_persister import StoreSharePersister
+from oncelog.broker.database.bridge import DatabaseBridge
 from oncelog.broker.partitions.markers import ClusterMarkerWriter, MarkerWriter
-from oncelog.broker.membership.inbox import Inbox
 from oncelog.broker.membership.interface import Election, Node
-from oncelog.broker.membership.outbox_drainer import OutboxDrainer
 from oncelog.broker.membership.peer_client import PeerClients, PeerSecurity
 from oncelog.broker.partitions.replica_manager import NewTopic, ReplicaManager, TopicMeta
 from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC, TXN_TOPIC_SEGMENT_BYTES, TransactionCoordinator
 from oncelog.broker.partitions.txn_verifier import RemoteVerifier
 from oncelog.clock import Clock
+from oncelog.coordinator.placement import partition_for
 from oncelog.cluster import broker_configs as store_broker_configs
+from oncelog.cluster import group_configs as store_group_configs
 from oncelog.cluster import topics as store_topics
 from oncelog.diskless import topic_rules
 from oncelog.cluster.acls import StoreAcls
@@ -151,13 +160,32 @@ class StoreConfigs:
         await member.refresh()
 
 
+class StoreGroupConfigs:
+    """``GroupConfigStore`` (broker/configuration/group_config.py) on the store
+    (cluster/group_configs.py), through the member's control thread."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self._member = member
+
+    async def set(self, group_id: str, configs: dict[str, str], every: dict[str, dict[str, str]]) -> None:
+        await self._member.call(lambda conn: store_group_configs.set_configs(conn, group_id, configs))
+
+    async def load_if_changed(self, version: int | None) -> tuple[int, dict[str, dict[str, str]] | None]:
+        return await self._member.call(lambda conn: store_group_configs.load_if_changed(conn, version))
+
+
 class StoreMembership:
     """``Membership`` of a broker of the cluster at ``dsn`` (see the module docstring).
     ``inter_broker()``: the inter-broker listener's name and how to log in there."""
 
     mode = "cluster"
+    pipeline_produce = True  # appends complete at a COMMIT of the store
     producer_ids: StoreProducerIds  # set by open()
     member: ClusterMember  # set by open()
+    transaction_remote: RemoteVerifier  # set by open()
+    offset_inbox: OffsetInbox  # set by open()
+    group_configs: GroupConfigs  # set by open()
+    share_persister: StoreSharePersister  # set by open()
 
     def __init__(self, dsn: str, config: BrokerConfig, clock: Clock, replicas: ReplicaManager,
                  inter_broker: Callable[[], tuple[str, PeerSecurity]]) -> None:
@@ -177,9 +205,10 @@ class StoreMembership:
         self._parts: ClusterParts | None = None
         self._peers: PeerClients | None = None
         self._store_acls: StoreAcls | None = None
-        self._outbox: OutboxDrainer | None = None
-        self._inbox: Inbox | None = None
+        self._bridge: DatabaseBridge | None = None
+        #: the coordinators the leader tracker tells of the internal partitions led here
         self._groups: GroupCoordinator | None = None
+        self._transactions: TransactionCoordinator | None = None
         self._jobs: list[asyncio.Task[None]] = []
         self._joined = False
 
@@ -235,7 +264,7 @@ class StoreMembership:
         """Open the store parts, create the schema and the internal topics unless they exist
         (the first broker's partition counts are everyone's), load the ACLs and credentials."""
         cfg = self.config
-        parts = self._parts = ClusterParts.open(self.dsn, cfg, self.replicas)
+        parts = self._parts = ClusterParts.open(self.dsn, cfg, self.replicas, self._lead, self._resign)
         self.producer_ids = StoreProducerIds(parts.reader)
         self.member = member = ClusterMember(self.dsn, cfg, self.clock, parts.tracker.apply)
         self.internal_partitions = await member.prepare([
@@ -257,6 +286,19 @@ class StoreMembership:
             return None if b is None else b.endpoint(inter)
 
         self._peers = PeerClients(self.node_id, address_of, security)
+        txn_partitions = self.internal_partitions[TXN_TOPIC]
+        self.transaction_remote = RemoteVerifier(lambda: member.view, self._peers,
+                                                 lambda tid: partition_for(tid, txn_partitions))
+        # issue 31: the outbox and the inbox, as the store has them (its role may lack the schema)
+        self._bridge = DatabaseBridge(self.dsn, parts.reader, self.replicas, self.producer_ids.next_producer_id,
+                                      self.clock, self.node_id)
+        self.offset_inbox = self._bridge.inbox
+        # the groups' consumer group configs (KIP-848): the store's oncelog_group_config
+        self.group_configs = GroupConfigs(StoreGroupConfigs(member))
+        # issue 30: share groups' state is the store's, written by each partition's leader
+        self.share_persister = StoreSharePersister(
+            StoreShareState(StoreConnection(connector(self.dsn), f"node {self.node_id} share state"), self.node_id),
+            self.replicas)
         await self.users.refresh()  # the schema exists: member.prepare() made it
         self._jobs.append(periodic.every(CREDENTIALS_REFRESH_S, self.users.refresh_quietly,
                                          "housekeeping job refresh_quietly", log))
@@ -266,62 +308,64 @@ class StoreMembership:
         member = self.member
         return ClusterMarkerWriter(self.node_id, self.replicas, groups, lambda: member.view, self._peers)
 
+    def share_members(self, groups: GroupCoordinator) -> RemoteShareMembers:
+        """A share group's members are kept by its group coordinator, the leader of its
+        ``__consumer_offsets`` partition, asked over the peers unless it is this broker."""
+        assert self._peers is not None, "open() first"
+        member = self.member
+        return RemoteShareMembers(self.node_id, lambda g: member.view.leader(
+            TopicPartition(OFFSETS_TOPIC, groups.partition_for(g)))[0], self._peers, groups)
+
     async def start_coordinators(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
                                  shares: ShareCoordinator) -> None:
         """Each internal partition is loaded when this broker is given its leadership (the
         leader tracker's ``on_lead``) and dropped when it loses it (``on_resign``). The share
         state (KIP-932, issue 30) is the store's, written by each partition's leader."""
         assert self._parts is not None and self._peers is not None, "open() first"
-        member = self.member
-        self._groups = groups
-        groups.num_partitions = self.internal_partitions[OFFSETS_TOPIC]
+        self._groups, self._transactions = groups, transactions
         groups.start(load_all=False)
-        shares.start_cluster(StoreShareState(StoreConnection(connector(self.dsn), f"node {self.node_id} share state"),
-                                             self.node_id),
-                             RemoteShareMembers(self.node_id, lambda g: member.view.leader(
-                                 TopicPartition(OFFSETS_TOPIC, groups.partition_for(g)))[0], self._peers,
-                                 lambda g: set(grp.members) if (grp := shares.groups.groups.get(g)) else set()))
-        transactions.remote = RemoteVerifier(lambda: member.view, self._peers, transactions.partition_of)
+        # the groups' consumer group configs: the store's, reloaded after each poll when they changed
+        configs = groups.configs
+        await configs.refresh()
 
-        def on_lead(tp: TopicPartition, leader_epoch: int) -> None:
-            if tp.topic == TXN_TOPIC:
-                transactions.lead(tp.partition, leader_epoch)
-            elif tp.topic == OFFSETS_TOPIC:
-                groups.lead(tp.partition)
+        async def refresh_group_configs() -> None:
+            configs.refresh_soon()
 
-        def on_resign(tp: TopicPartition) -> None:
-            if tp.topic == TXN_TOPIC:
-                transactions.resign(tp.partition)
-            elif tp.topic == OFFSETS_TOPIC:
-                groups.resign(tp.partition)
+        member.after_poll.append(refresh_group_configs)
+        shares.start()
 
-        self._parts.tracker.on_lead = on_lead
-        self._parts.tracker.on_resign = on_resign
+    def _lead(self, tp: TopicPartition, leader_epoch: int) -> None:
+        """The leader tracker opened internal partition ``tp`` here (after ``start_coordinators``:
+        views are applied once joined)."""
+        assert self._groups is not None and self._transactions is not None, "start_coordinators() first"
+        if tp.topic == TXN_TOPIC:
+            self._transactions.lead(tp.partition, leader_epoch)
+        elif tp.topic == OFFSETS_TOPIC:
+            self._groups.lead(tp.partition)
+
+    def _resign(self, tp: TopicPartition) -> None:
+        if self._groups is None or self._transactions is None:
+            return
+        if tp.topic == TXN_TOPIC:
+            self._transactions.resign(tp.partition)
+        elif tp.topic == OFFSETS_TOPIC:
+            self._groups.resign(tp.partition)
 
     async def join(self, listeners: Mapping[str, tuple[str, int]], host: str, port: int) -> None:
         """Register (``host:port`` the primary listener's advertised address), rebalance, load
         the first view, then start draining the database outbox (issue 31) into the
         partitions led here, and the database inbox (issue 31: ``oncelog.commit_offsets``'s
-        commits) into the groups coordinated here, where the store has one."""
-        assert self._parts is not None and self._groups is not None, "open() and start_coordinators() first"
+        commits) into the groups coordinated here, where the store has them."""
+        assert self._bridge is not None and self._groups is not None, "open() and start_coordinators() first"
         await self.member.start(host, port, dict(listeners))
         self._joined = True
         self.cluster_id = self.member.cluster_id
-        self._outbox = OutboxDrainer(self.replicas, self._parts.reader, connector(self.dsn),
-                                     self.producer_ids.next_producer_id, self.clock, self.node_id)
-        self._outbox.start()
-        dsn = self.dsn
-        inbox = Inbox(connector(dsn), lambda: psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10),
-                      self.node_id)
-        if inbox.available():
-            inbox.start(self._groups)
-            self._groups.inbox = self._inbox = inbox
+        self._bridge.start(self._groups)
 
     async def stop_coordinators(self) -> None:
         """Stop the inbox before the group coordinator: its drains write through it."""
-        if self._inbox is not None:
-            inbox, self._inbox = self._inbox, None
-            await inbox.stop()
+        if self._bridge is not None:
+            await self._bridge.stop_inbox()
 
     def fence_if_lease_lapsed(self) -> None:
         self.member.fence_if_lease_lapsed()
@@ -334,10 +378,9 @@ class StoreMembership:
             task.cancel()
         await asyncio.gather(*self._jobs, return_exceptions=True)
         self._jobs = []
-        await self.stop_coordinators()
-        if self._outbox is not None:
-            outbox, self._outbox = self._outbox, None
-            await outbox.stop()
+        if self._bridge is not None:
+            bridge, self._bridge = self._bridge, None
+            await bridge.stop()
         if self._joined:
             self._joined = False
             await self.member.stop()

@@ -2,7 +2,8 @@
 
 Accepting. The broker runs its own accept loop on the listening socket, so it can refuse a
 connection at once instead of letting it time out in the backlog: past ``max.connections`` or
-``max.connections.per.ip`` (Kafka's properties), and when the process is out of file
+``max.connections.per.ip`` (Kafka's properties, also set dynamically: connection_quotas.py, with
+``max.connections.per.ip.overrides`` and ``max.connection.creation.rate``), and when the process is out of file
 descriptors (one descriptor is held in reserve for exactly that: released, the waiting
 connection accepted and closed, the reserve taken again). Every such refusal is logged; the
 broker's log handler cuts repeats (``oncelog.logs``), so an attack is never a log storm.
@@ -97,6 +98,8 @@ from oncelog.broker.auth.gate import gate
 from oncelog.broker.auth.sasl import SaslSession
 from oncelog.broker.auth.tls_transport import TlsProtocol
 from oncelog.broker.configuration.config import BrokerConfig
+from oncelog.broker.configuration.dynamic_kafka_configs import ConnectionLimits
+from oncelog.broker.network.connection_quotas import ConnectionQuotas
 from oncelog.broker.network.connection import PIPELINED_KEYS, Connection
 from oncelog.broker.network.request_memory import RequestMemory
 from oncelog.broker.context import Client, CloseConnection
@@ -159,13 +162,16 @@ def loop_supports_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
 class Server:
     def __init__(self, handle: Handle, host: str, port: int, config: BrokerConfig, *, sendfile: bool | None = None,
                  name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 sasl: Callable[[], SaslSession] | None = None, memory: RequestMemory | None = None) -> None:
+                 sasl: Callable[[], SaslSession] | None = None, memory: RequestMemory | None = None,
+                 pipeline_produce: bool = False) -> None:
         """``config``: the connection limits and timeouts. ``sendfile``: None (default) uses
         sendfile(2) when the loop supports it; False never (for measurements). ``name``: the
         listener's name (in log lines). ``ssl_context``: TLS on this listener. ``sasl``: a new
         SASL session per connection (a SASL listener); None: no authentication. ``memory``:
         the request memory (``queued.max.request.bytes``) shared by all the broker's listeners;
-        None: one of this server's own."""
+        None: one of this server's own. ``pipeline_produce``: a connection's Produce requests
+        are pipelined (broker/pipelining.py: where appends complete at a store's COMMIT; the
+        embedded broker answers a Produce without waiting)."""
         self.handle = handle
         self.memory = memory if memory is not None else RequestMemory(config.queued_max_request_bytes)
         self.name = name
@@ -179,8 +185,8 @@ class Server:
         cfg = config
         self.max_request_bytes = cfg.socket_request_max_bytes
         self.sasl_max_bytes = min(cfg.sasl_server_max_receive_size, cfg.socket_request_max_bytes)
-        self.max_connections = cfg.max_connections
-        self.max_connections_per_ip = cfg.max_connections_per_ip
+        #: max.connections, max.connections.per.ip (and the dynamic ones: ``quotas.adopt``)
+        self.quotas = ConnectionQuotas(ConnectionLimits(cfg.max_connections, cfg.max_connections_per_ip), name)
         self.idle_s = cfg.connections_max_idle_ms / 1000
         self.receive_timeout_s = cfg.socket_request_receive_timeout_ms / 1000
         self._sock: socket.socket | None = None
@@ -195,9 +201,7 @@ class Server:
         self._background: list[asyncio.Task[None]] = []
         self._sendfile_wanted = sendfile
         self.sendfile = False  # decided in start(), once the loop is known
-        #: cluster mode (set by the broker): a connection's Produce requests are pipelined
-        #: (broker/pipelining.py); the embedded broker answers a Produce without waiting
-        self.pipeline_produce = False
+        self.pipeline_produce = pipeline_produce
 
     @property
     def connection_count(self) -> int:
@@ -281,11 +285,8 @@ class Server:
                     continue
                 client.setblocking(False)
             ip = str(addr[0])
-            reason = None
-            if self.connection_count >= self.max_connections:
-                reason = f"max.connections={self.max_connections} reached"
-            elif self._per_ip[ip] >= self.max_connections_per_ip:
-                reason = f"max.connections.per.ip={self.max_connections_per_ip} reached for {ip}"
+            await self.quotas.throttle()  # max.connection.creation.rate: the next connections wait meanwhile
+            reason = self.quotas.refusal(ip, self.connection_count, self._per_ip[ip])
             if reason is not None:
                 log.warning("refusing a connection from %s: %s", ip, reason)
                 client.close()

@@ -10,8 +10,8 @@ Theory of operation. The event loop owns every piece of broker state, so ``take`
 loop, which serves requests between chunks (issue 26 row 14: a broker of thousands of
 partitions is not held for the whole copy). Each row is consistent; the whole is as of the
 moment its chunk was read: a partition deleted meanwhile is left out, a group or a
-transactional id is as its chunk found it. A part not started yet (the transaction coordinator
-during start-up) is left out. Nothing here does I/O or waits on anything but the loop.
+transactional id is as its chunk found it. A part not started yet (the coordinators during
+start-up) is left out. Nothing here does I/O or waits on anything but the loop.
 
 The rows are named tuples (cheap to build: a snapshot makes one per partition) of immutable
 values (a transaction's partitions are the coordinator's own ``frozenset``, shared, not
@@ -195,7 +195,8 @@ async def take(broker: "ObservedBroker", *, chunk: int = SNAPSHOT_CHUNK) -> Brok
                                             part.last_stable_offset, size, segments, len(part.producers.entries),
                                             len(part.producers.ongoing)))
 
-    for shard in list(broker.groups.shards.values()):
+    coordinator = getattr(broker, "groups", None)  # declared by Broker, set once its start() makes it
+    for shard in list(coordinator.shards.values()) if coordinator is not None else []:
         for gid, g in list(shard.groups.items()):
             if g.state.value == "Dead":
                 continue
@@ -221,9 +222,9 @@ async def take(broker: "ObservedBroker", *, chunk: int = SNAPSHOT_CHUNK) -> Brok
             rows += len(offsets)
             if rows >= chunk:
                 await turn()
-    snap.groups_loading = bool(broker.groups.loading)
+    snap.groups_loading = coordinator is None or bool(coordinator.loading)
 
-    shares = getattr(broker, "shares", None)  # the share-group service (KIP-932)
+    shares = getattr(broker, "shares", None)  # the share-group service (KIP-932), once started
     if shares is not None:
         for gid, sg in list(shares.groups.groups.items()):
             smembers = list(sg.members.values())

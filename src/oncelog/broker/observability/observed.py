@@ -48,9 +48,9 @@ class ObservedBroker(Protocol):
     clock: Clock
     node_id: int
     replicas: ReplicaManager
+    #: the coordinators are set once the broker started (a snapshot taken before leaves them out)
     groups: GroupCoordinator
     shares: ShareCoordinator
-    #: set once the broker started (a snapshot taken before leaves transactions out)
     transactions: TransactionCoordinator
     membership: Membership
     #: the primary listener's server (the console's bootstrap address)

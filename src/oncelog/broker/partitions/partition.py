@@ -209,7 +209,7 @@ class Partition:
         this partition are checked and appended in the order they arrived. On an engine that
         completes later the producer state is updated only after COMMIT (a refused or failed
         append leaves it untouched; the engine then refuses further appends until the leader is
-        rebuilt from the store, broker/membership/leader_tracker.py), and the append runs as its own task,
+        rebuilt from the store, broker/partitions/leader_tracker.py), and the append runs as its own task,
         never cancelled: cancelling the returned awaitable leaves it running (a submitted batch
         may commit, and the producer state must then take it in)."""
         pid = header.producer_id
@@ -280,7 +280,7 @@ class Partition:
 
     def append_outbox(self, batch: bytes, header: records.BatchHeader, now_ms: int,
                       drained: tuple[int, ...]) -> Awaitable[AppendResult]:
-        """Issue 31: append a batch the outbox drainer built (broker/membership/outbox_drainer.py) from the
+        """Issue 31: append a batch the outbox drainer built (broker/database/outbox_drainer.py) from the
         engine's outbox rows ``drained`` (``PartitionEngine.outbox_id``), which the engine
         removes in the commit that writes the batch. The batch is an idempotent producer's (the
         broker's own producer id) and takes the produce path (``append_validated``): the

@@ -42,7 +42,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from oncelog.broker.configuration import topic_config
 from oncelog.broker.configuration.config import BrokerConfig
@@ -135,6 +135,9 @@ class ReplicaManager:
         self.awaiting_metadata = False
         #: the broker's dynamic configs (AlterConfigs on a BROKER resource), loaded by ``open``
         self.dynamic = DynamicBrokerConfigs(self.data_dir / "dynamic-broker-configs.json", config.node_id)
+        #: called with ``dynamic`` whenever the dynamic broker configs are loaded or change (the
+        #: broker's listeners adopt the connection limits; dynamic_kafka_configs.APPLIED)
+        self.on_broker_configs: list[Callable[[DynamicBrokerConfigs], None]] = []
         #: fault injection (faults.py): ``create_topics.partition_opened`` fires once the first
         #: partition of a (not internal) topic being created is open, ``create_partitions.
         #: partition_opened`` once the first new partition of a growing topic is
@@ -145,6 +148,7 @@ class ReplicaManager:
     def open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.dynamic = DynamicBrokerConfigs.load(self.data_dir, self.config.node_id)
+        self._broker_configs_changed()
         meta_file = self.data_dir / "topics.json"
         dirs = self._partition_dirs()
         if meta_file.exists():
@@ -534,6 +538,7 @@ class ReplicaManager:
         except OSError as exc:
             raise KafkaStorageError(f"cannot write {self.dynamic.path}: {exc}") from None
         self.refresh_log_configs(list(self.topics.values()))
+        self._broker_configs_changed()
 
     def adopt_broker_configs(self, default: dict[str, str], node: dict[str, str]) -> bool:
         """Cluster mode: the dynamic broker configs as the latest view of the store holds them,
@@ -541,7 +546,15 @@ class ReplicaManager:
         if not self.dynamic.adopt(default, node):
             return False
         self.refresh_log_configs(list(self.topics.values()))
+        self._broker_configs_changed()
         return True
+
+    def _broker_configs_changed(self) -> None:
+        for listener in self.on_broker_configs:
+            try:
+                listener(self.dynamic)
+            except Exception:  # one listener's failure never keeps the configs from the rest
+                log.exception("bug: applying the dynamic broker configs failed")
 
     def refresh_log_configs(self, metas: Sequence[TopicMeta]) -> None:
         """Give the open partitions of ``metas`` their LogConfig as it is now."""
@@ -569,7 +582,8 @@ class ReplicaManager:
     def expire_producers(self) -> int:
         """Forget idle producer ids (producer.id.expiration.ms, KIP-854)."""
         now = self.clock.now_ms()
-        return sum(len(p.producers.expire(now, self.config.producer_id_expiration_ms)) for p in self.partitions.values())
+        expiration = int(self.dynamic.value("producer.id.expiration.ms") or self.config.producer_id_expiration_ms)
+        return sum(len(p.producers.expire(now, expiration)) for p in self.partitions.values())
 
     def flush(self) -> None:
         for part in self.partitions.values():

@@ -248,10 +248,15 @@ def _subset(owned: Assignment | None, of: Assignment) -> bool:
 
 class ConsumerGroups:
     """The consumer groups of one ``__consumer_offsets`` partition. ``new_member_id`` makes the
-    id of a member whose client sent none (v0)."""
+    id of a member whose client sent none (v0). ``settings_of(group_id)``: a group's settings,
+    its own session timeout and heartbeat interval (the group configs
+    ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms``) over ``settings``;
+    asked at every heartbeat, so a change applies from each member's next one."""
 
-    def __init__(self, settings: ConsumerSettings, new_member_id: Callable[[], str]) -> None:
+    def __init__(self, settings: ConsumerSettings, new_member_id: Callable[[], str],
+                 settings_of: Callable[[str], ConsumerSettings] | None = None) -> None:
         self.settings = settings
+        self.settings_of: Callable[[str], ConsumerSettings] = settings_of or (lambda group_id: self.settings)
         self.groups: dict[str, ConsumerGroup] = {}
         self.new_member_id = new_member_id
         #: the image a plain mapping of topics was last wrapped in (``_image``)
@@ -268,6 +273,7 @@ class ConsumerGroups:
         before anything changes."""
         image = self._image(topics)
         self._validate(req)
+        timing = self.settings_of(req.group_id)  # the group's session timeout and heartbeat interval
         group = self.groups.get(req.group_id)
         if group is not None:
             subs.derive(group)
@@ -282,11 +288,11 @@ class ConsumerGroups:
                 # a static member's temporary leave: it keeps its place and partitions until its
                 # session times out, for the next member with its instance id
                 leaving.departed = True
-                leaving.session_deadline = now + self.settings.session_timeout_ms
+                leaving.session_deadline = now + timing.session_timeout_ms
                 group.touch(req.member_id)
             else:
                 self._remove(group, req.member_id)
-            return HeartbeatAnswer(req.member_id, req.member_epoch, self.settings.heartbeat_interval_ms, None)
+            return HeartbeatAnswer(req.member_id, req.member_epoch, timing.heartbeat_interval_ms, None)
         if req.member_epoch == 0:
             member_id = req.member_id or self.new_member_id()
             member = None if group is None else group.members.get(member_id)
@@ -303,7 +309,7 @@ class ConsumerGroups:
             elif member is None:
                 member = group.members[member_id] = ConsumerMember(
                     member_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
-                    now + self.settings.session_timeout_ms,
+                    now + timing.session_timeout_ms,
                 )  # its subscription is added to the group's below (``joined``)
             else:  # rejoining with epoch 0: it lost everything
                 member.assigned, member.revoking, member.revocation_deadline = {}, {}, None
@@ -316,7 +322,7 @@ class ConsumerGroups:
                 raise FencedMemberEpoch(f"static member {req.member_id} left the group")
             self._check_epoch(member, req.member_epoch, req.owned)
         group.touch(member.member_id)
-        member.session_deadline = now + self.settings.session_timeout_ms
+        member.session_deadline = now + timing.session_timeout_ms
         changed = req.member_epoch == 0 and member.member_epoch == 0 and not member.subscribed_names \
             and member.subscribed_regex is None  # a new member
         joined = changed and not group.stale  # its subscription only adds to the group's
@@ -344,7 +350,7 @@ class ConsumerGroups:
         if group.group_epoch > group.assignment_epoch:
             self._assign(group, image)
         self._reconcile(group, member, req.owned, now)
-        return HeartbeatAnswer(member.member_id, member.member_epoch, self.settings.heartbeat_interval_ms,
+        return HeartbeatAnswer(member.member_id, member.member_epoch, timing.heartbeat_interval_ms,
                                _copy(member.assigned))
 
     def _image(self, topics: TopicImage | Topics) -> TopicImage:
@@ -489,8 +495,13 @@ class ConsumerGroups:
         return gone
 
     def next_deadline(self) -> int | None:
-        deadlines = [d for g in self.groups.values() for m in g.members.values()
-                     for d in (m.session_deadline, m.revocation_deadline) if d is not None]
+        return min((d for g in self.groups.values() if (d := self.group_deadline(g.group_id)) is not None), default=None)
+
+    def group_deadline(self, group_id: str) -> int | None:
+        """The earliest session or revocation deadline of one group's members (None: none)."""
+        group = self.groups.get(group_id)
+        deadlines = [] if group is None else [d for m in group.members.values()
+                                              for d in (m.session_deadline, m.revocation_deadline) if d is not None]
         return min(deadlines, default=None)
 
     # -- offsets ------------------------------------------------------------------------------

@@ -148,7 +148,7 @@ def replay(groups: cg.ConsumerGroups, written: dict[str, Written], key: crec.Key
         m = _member(groups, group, key.member_id, now)
         if value.member_epoch == cg.STATIC_LEAVE_EPOCH:
             if not m.departed:  # a live leave already set its deadline; on load it starts now
-                m.session_deadline = now + groups.settings.session_timeout_ms
+                m.session_deadline = now + groups.settings_of(group.group_id).session_timeout_ms
             m.departed, m.member_epoch = True, value.previous_epoch
         else:
             m.departed = False
@@ -166,6 +166,6 @@ def _member(groups: cg.ConsumerGroups, group: cg.ConsumerGroup, member_id: str, 
     m = group.members.get(member_id)
     if m is None:
         m = group.members[member_id] = cg.ConsumerMember(
-            member_id, "", "", -1, now + groups.settings.session_timeout_ms)
+            member_id, "", "", -1, now + groups.settings_of(group.group_id).session_timeout_ms)
         group.invalidate()
     return m

@@ -468,14 +468,14 @@ class Membership:
 
     def next_deadline(self) -> int | None:
         """The earliest time a timer is due (None: no timer)."""
-        best: int | None = None
-        for group in self.groups.values():
-            candidates = [*group.pending_members.values(), *(m.heartbeat_deadline for m in group.members.values())]
-            if group.join_deadline is not None and group.is_(P):
-                candidates.append(group.join_deadline)
-            if group.sync_deadline is not None:
-                candidates.append(group.sync_deadline)
-            if candidates:
-                low = min(candidates)
-                best = low if best is None else min(best, low)
-        return best
+        return min((d for d in map(group_deadline, self.groups.values()) if d is not None), default=None)
+
+
+def group_deadline(group: ClassicGroup) -> int | None:
+    """The earliest time one of ``group``'s timers is due (None: it has none)."""
+    candidates = [*group.pending_members.values(), *(m.heartbeat_deadline for m in group.members.values())]
+    if group.join_deadline is not None and group.is_(P):
+        candidates.append(group.join_deadline)
+    if group.sync_deadline is not None:
+        candidates.append(group.sync_deadline)
+    return min(candidates, default=None)

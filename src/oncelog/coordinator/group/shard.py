@@ -39,7 +39,7 @@ from oncelog.coordinator.group import consumer_group as cg
 from oncelog.coordinator.group import consumer_records as crec
 from oncelog.coordinator.group import consumer_store
 from oncelog.coordinator.group.group import ClassicGroup, member_from_record
-from oncelog.coordinator.group.membership import Membership
+from oncelog.coordinator.group.membership import Membership, group_deadline
 from oncelog.coordinator.group.offsets import CommittedOffset, OffsetStore
 from oncelog.coordinator.group.state import OFFSET_COMMIT, GroupState
 from oncelog.coordinator.group.types import (
@@ -86,7 +86,10 @@ class GroupShard:
         *,
         reply_ids: Iterator[int] | None = None,
         new_member_id: Callable[[str], str] = _random_member_id,
+        consumer_settings_of: Callable[[str], cg.ConsumerSettings] | None = None,
     ) -> None:
+        """``consumer_settings_of(group_id)``: a consumer group's own settings (its group
+        configs over ``settings.consumer``); None: ``settings.consumer`` for every group."""
         self.partition = partition
         self.settings = settings or GroupSettings()
         self.groups: dict[str, ClassicGroup] = {}
@@ -96,7 +99,7 @@ class GroupShard:
         self.membership = Membership(
             self.groups, self.settings, self.outbox, reply_ids or itertools.count(1), new_member_id
         )
-        self.consumers = cg.ConsumerGroups(self.settings.consumer, lambda: str(uuid.uuid4()))
+        self.consumers = cg.ConsumerGroups(self.settings.consumer, lambda: str(uuid.uuid4()), consumer_settings_of)
         #: what the log holds of each consumer group (consumer_store.py)
         self.consumer_written: dict[str, consumer_store.Written] = {}
 
@@ -175,6 +178,14 @@ class GroupShard:
 
     def next_deadline(self) -> int | None:
         deadlines = [d for d in (self.membership.next_deadline(), self.consumers.next_deadline()) if d is not None]
+        return min(deadlines, default=None)
+
+    def group_deadline(self, group_id: str) -> int | None:
+        """The earliest timer of one group, classic or consumer (None: none): what is due of it
+        without looking at the partition's other groups."""
+        classic = self.groups.get(group_id)
+        deadlines = [d for d in (None if classic is None else group_deadline(classic),
+                                 self.consumers.group_deadline(group_id)) if d is not None]
         return min(deadlines, default=None)
 
     def store_failed(self, group_ids: set[str], error: KafkaError, now: int) -> None:

@@ -1,5 +1,5 @@
 """The group coordinator's side of the database inbox (issue 31, docs/DATABASE.md): offsets that
-applications commit in their own transactions (``oncelog.commit_offsets``, inbox_schema.py).
+applications commit in their own transactions (``oncelog.commit_offsets``, cluster/inbox_schema.py).
 
 Theory of operation. Three jobs, all for the groups of the ``__consumer_offsets`` partitions
 this broker coordinates:
@@ -40,9 +40,12 @@ this broker coordinates:
    (every write drains first), so the group's offsets end the same. Drains are woken by
    ``NOTIFY oncelog_inbox '<group>'`` (delivered at the application's COMMIT; the drain starts
    ``linger_s`` later, so a busy group's commits go in one append), by every offset operation
-   of the group, after a load, and by a poll every ``poll_s``.
+   of the group, and by a poll every ``poll_s`` (``InboxDrains``, built with the coordinator
+   whose drains it wakes).
 
-The mirror and drain writes run on a worker thread (``asyncio.to_thread``) with their own
+``DatabaseInbox`` is the group coordinator's ``OffsetInbox`` (coordinators/offset_inbox.py),
+handed to it when it is built; its statements are cluster/inbox.py's. The mirror and drain
+writes run on a worker thread (``asyncio.to_thread``) with their own
 connection; ``has_pending`` (once per offset write) is one indexed read on an asynchronous
 connection; ``overlay`` (OffsetFetch is synchronous) is one read on the event loop's connection,
 bounded by the group's pending rows (at most one per partition per open application
@@ -55,8 +58,10 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
+from oncelog.broker.coordinators.offset_inbox import Execute, OffsetRows
+from oncelog.cluster import inbox as store_inbox
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.errors import StoreUnavailable
 from oncelog.cluster.inbox_schema import INBOX_CHANNEL
@@ -64,7 +69,6 @@ from oncelog.cluster.notify import ChannelListener
 from oncelog.coordinator.group import records as rec
 from oncelog.coordinator.group.offsets import CommittedOffset
 from oncelog.coordinator.group.shard import GroupShard
-from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.group.types import Result
 from oncelog.protocol.errors import InvalidGroupId, KafkaError, UnstableOffsetCommit
 from oncelog.storable import unstorable
@@ -73,7 +77,7 @@ from oncelog.types import TopicPartition
 if TYPE_CHECKING:
     from oncelog.broker.coordinators.group_coordinator import GroupCoordinator
 
-__all__ = ["MAX_GROUP_ID_BYTES", "Inbox", "snapshot", "unstorable_group_id"]
+__all__ = ["MAX_GROUP_ID_BYTES", "DatabaseInbox", "InboxDrains", "snapshot", "unstorable_group_id"]
 
 log = logging.getLogger(__name__)
 
@@ -92,16 +96,6 @@ MAX_GROUP_ID_BYTES = 2_048
 #: kind, generation, state, {member id: generation or member epoch}
 Snapshot = tuple[str, int, str, dict[str, int]]
 ABSENT: Snapshot = ("none", -1, "Dead", {})
-
-_PENDING = ("SELECT id, topic, partition, next_offset, leader_epoch, metadata, ts FROM oncelog.inbox "
-            "WHERE group_id = %s ORDER BY id")
-_KNOWN = ("SELECT group_id FROM oncelog.inbox_group WHERE offsets_partition = %s AND uses_inbox "
-          "UNION SELECT DISTINCT group_id FROM oncelog.inbox")
-_PENDING_GROUPS = "SELECT DISTINCT group_id FROM oncelog.inbox WHERE group_id = ANY(%s)"
-_UPDATE = ("UPDATE oncelog.inbox_group SET offsets_partition = %s, kind = %s, generation = %s, state = %s, "
-           "members = %s WHERE group_id = %s")
-_INSERT = ("INSERT INTO oncelog.inbox_group (offsets_partition, kind, generation, state, members, group_id) "
-           "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (group_id) DO NOTHING")
 
 
 def unstorable_group_id(group_id: str) -> str | None:
@@ -139,12 +133,27 @@ def _groups(shard: GroupShard) -> set[str]:
     return {g for g in (*shard.groups, *shard.consumers.groups) if unstorable_group_id(g) is None}
 
 
-class Inbox:
-    def __init__(self, connect: Callable[[], Any], aconnect: Callable[[], Awaitable[Any]], node_id: int, *,
-                 poll_s: float = POLL_S, linger_s: float = DRAIN_LINGER_S) -> None:
-        """``connect``: a new autocommit psycopg connection (three are opened: the writer, the
-        event loop's reader, the listener); ``aconnect``: a new autocommit psycopg
-        AsyncConnection (``has_pending``'s)."""
+class _Warnings:
+    """One warning per ``WARN_EVERY_S`` at most (a store down must not flood the log)."""
+
+    def __init__(self, node_id: int) -> None:
+        self._node = node_id
+        self._warned = -WARN_EVERY_S
+
+    def __call__(self, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._warned >= WARN_EVERY_S:
+            self._warned = now
+            log.warning("node %d: " + msg, self._node, *args)
+
+
+class DatabaseInbox:
+    """The group coordinator's ``OffsetInbox`` on the store (see the module docstring)."""
+
+    def __init__(self, connect: Callable[[], Any], aconnect: Callable[[], Awaitable[Any]], node_id: int) -> None:
+        """``connect``: a new autocommit psycopg connection (two are opened: the writer and the
+        event loop's reader); ``aconnect``: a new autocommit psycopg AsyncConnection
+        (``has_pending``'s). Nothing connects before the first call."""
         self._writer = StoreConnection(connect, f"inbox writer {node_id}")
         self._reader = StoreConnection(connect, f"inbox reader {node_id}")
         self._write_lock = asyncio.Lock()
@@ -153,28 +162,22 @@ class Inbox:
         self._checks: dict[str, list[asyncio.Future[bool]]] = {}
         self._checker: asyncio.Task[None] | None = None
         #: groups known to use the inbox (has_pending reads the store for these only)
-        self._known: set[str] = set()
+        self.known: set[str] = set()
         #: groups whose mirror row carries uses_inbox (as far as this broker wrote it)
         self._flagged: set[str] = set()
-        self._node = node_id
-        self._poll_s = poll_s
-        self._linger_s = linger_s
         #: offsets partition -> group -> the snapshot last written to the store
         self._written: dict[int, dict[str, Snapshot]] = {}
-        self._coordinator: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._listener = ChannelListener(connect, INBOX_CHANNEL, self._notified, f"oncelog-inbox-listen-{node_id}",
-                                         "inbox notifications")
-        self._poller: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._waking: set[str] = set()
-        self._warned = -WARN_EVERY_S
+        self.warn = _Warnings(node_id)
         self.drained = 0  # commits moved into __consumer_offsets since start (tests, logs)
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    async def close(self) -> None:
+        if self._checker is not None:
+            await asyncio.gather(self._checker, return_exceptions=True)
+        self._writer.close()
+        self._reader.close()
+        await self._drop_async()
 
-    @staticmethod
-    def check_group_id(group_id: str) -> None:
+    def check_group_id(self, group_id: str) -> None:
         """Raises InvalidGroupId for a group id the store cannot keep (``unstorable_group_id``):
         the group coordinator asks before any operation that changes a group."""
         why = unstorable_group_id(group_id)
@@ -182,50 +185,18 @@ class Inbox:
             raise InvalidGroupId(f"a group id that {why} cannot be used on this cluster: its store "
                                  "(PostgreSQL) keeps every group's id for oncelog.commit_offsets")
 
-    def available(self) -> bool:
-        """Whether the store has the inbox (schema oncelog with oncelog.inbox)."""
-        return bool(self._reader.query("SELECT to_regclass('oncelog.inbox') IS NOT NULL")[0][0])
-
-    def start(self, coordinator: GroupCoordinator) -> None:
-        """Serve ``coordinator`` (a GroupCoordinator): listen and poll for pending commits."""
-        self._coordinator = coordinator
-        self._loop = asyncio.get_running_loop()
-        self._listener.start()
-        self._poller = self._loop.create_task(self._poll_forever(), name="inbox poll")
-        task = self._loop.create_task(self._mirror_loaded(), name="inbox mirror")  # loaded before start
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _mirror_loaded(self) -> None:
-        coordinator = self._coordinator
-        for p, shard in list(coordinator.shards.items()):
-            async with coordinator.runtime.lock(p):
-                if coordinator.shards.get(p) is shard:
-                    await self.mirror_partition(shard)
-
-    async def stop(self) -> None:
-        await asyncio.to_thread(self._listener.close)
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=30)
-        if self._checker is not None:
-            await asyncio.gather(self._checker, return_exceptions=True)
-        self._writer.close()
-        self._reader.close()
-        await self._drop_async()
-
     # -- 1. mirror --------------------------------------------------------------------------------
 
-    async def mirror(self, shard: GroupShard, group_ids: Iterable[str] | None) -> None:
-        """Write the groups of ``shard`` (all of them when ``group_ids`` is None) whose snapshot
-        changed since it was last written. A store failure is logged; the groups stay unwritten
-        and are tried again at the next operation."""
+    async def mirror(self, shard: GroupShard, group_id: str | None, records: Sequence[tuple[Any, Any]]) -> None:
+        """Write the groups of ``shard`` the operation may have changed (``group_id`` and the
+        groups of its ``records``; all of them when ``group_id`` is None) whose snapshot
+        changed since it was last written. A store failure is logged; the groups stay
+        unwritten and are tried again at the next operation."""
         written = self._written.setdefault(shard.partition, {})
         current = _groups(shard)
         changed: dict[str, Snapshot] = {}
-        for g in (current | set(written)) if group_ids is None else set(group_ids):
+        candidates = (current | set(written)) if group_id is None else {group_id, *(k.group for k, _ in records)}
+        for g in candidates:
             if unstorable_group_id(g) is not None:
                 continue  # refused at the APIs; loaded from an older log: nothing in the store names it
             last = written.get(g)
@@ -243,11 +214,11 @@ class Inbox:
         self._written.pop(shard.partition, None)
         await self._write(shard.partition, {g: snapshot(shard, g) for g in _groups(shard)}, replace=True)
         try:
-            rows = await self._on_writer(self._query, _KNOWN, (shard.partition,))
+            known = await self._on_writer(store_inbox.known_groups, self._writer, shard.partition)
         except KafkaError as exc:
-            self._warn("reading which groups use the inbox failed: %s", exc)
+            self.warn("reading which groups use the inbox failed: %s", exc)
             return
-        self._known.update(g for (g,) in rows)
+        self.known.update(known)
 
     def forget(self, partition: int) -> None:
         """This broker no longer coordinates ``partition``."""
@@ -258,55 +229,28 @@ class Inbox:
         store refuses is left out (logged, tried again at its next change) and the others are
         written. A broken connection fails them all (retried likewise)."""
         rows = [(partition, k, gen, state, json.dumps(members), g) for g, (k, gen, state, members) in snaps.items()]
-        refused: dict[str, str] = {}
-
-        def upsert(cur: Any, row: tuple) -> None:
-            cur.execute(_UPDATE, row)
-            if cur.rowcount == 0:
-                cur.execute(_INSERT, row)
-                if cur.rowcount == 0:  # inserted by another broker meanwhile
-                    cur.execute(_UPDATE, row)
-
-        def write() -> None:
-            with self._writer.transaction() as conn:
-                with conn.cursor() as cur:
-                    if replace:
-                        cur.execute("UPDATE oncelog.inbox_group SET kind = 'none', generation = -1, state = 'Dead', "
-                                    "members = '{}' WHERE offsets_partition = %s AND kind <> 'none' "
-                                    "AND NOT group_id = ANY(%s)", (partition, list(snaps)))
-                    for row in rows:
-                        try:
-                            with conn.transaction():  # a savepoint: this group's failure is its own
-                                upsert(cur, row)
-                        except Exception as exc:  # noqa: BLE001 - the store refused this group's row
-                            if conn.closed or conn.broken:
-                                raise
-                            refused[row[-1]] = str(exc).splitlines()[0][:200]
-
         try:
-            await self._on_writer(write)
+            refused = await self._on_writer(lambda: store_inbox.write_mirror(self._writer, partition, rows,
+                                                                             replace=replace))
         except KafkaError as exc:
-            self._warn("writing the inbox's group mirror failed (retried at the next change): %s", exc)
+            self.warn("writing the inbox's group mirror failed (retried at the next change): %s", exc)
             return
         for g, why in refused.items():
-            self._warn("the store refused the mirror row of group %.100r (retried at its next change): %s", g, why)
+            self.warn("the store refused the mirror row of group %.100r (retried at its next change): %s", g, why)
         self._written.setdefault(partition, {}).update((g, s) for g, s in snaps.items() if g not in refused)
 
     # -- 2. read-through ----------------------------------------------------------------------------
 
-    def overlay(self, group_id: str, rows: list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]],
-                asked: list[TopicPartition] | None, require_stable: bool,
-                ) -> list[tuple[TopicPartition, CommittedOffset | None, KafkaError | None]]:
+    def overlay(self, group_id: str, rows: OffsetRows, asked: list[TopicPartition] | None,
+                require_stable: bool) -> OffsetRows:
         """OffsetFetch's ``rows`` (the coordinator's answer) with the group's pending commits
         in place of older offsets (and added, when every partition was asked for), and
         UNSTABLE_OFFSET_COMMIT for the partitions an open transaction is committing (with
         ``require_stable``). Raises StoreUnavailable (retriable)."""
         if unstorable_group_id(group_id) is not None:
             return rows  # no application can have committed for it (nor can the store be asked)
-        check = [tp for tp, _o, e in rows if e is None] if require_stable else []
-        found = self._reader.query("SELECT * FROM oncelog.inbox_fetch(%s, %s, %s, %s)",
-                                   (group_id, [tp.topic for tp in check], [tp.partition for tp in check],
-                                    bool(check)))
+        check = [(tp.topic, tp.partition) for tp, _o, e in rows if e is None] if require_stable else []
+        found = store_inbox.fetch(self._reader, group_id, check)
         if not found:
             return rows
         pending: dict[TopicPartition, tuple[CommittedOffset | None, bool]] = {}
@@ -335,7 +279,7 @@ class Inbox:
         drain set in the mirror makes it known). Otherwise the checks of concurrent callers go
         in one indexed read on an asynchronous connection (nothing blocks the event loop),
         started after each of them asked. Raises StoreUnavailable."""
-        if group_id not in self._known:
+        if group_id not in self.known:
             return False
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._checks.setdefault(group_id, []).append(fut)
@@ -367,7 +311,7 @@ class Inbox:
                 if self._async is None or self._async.closed or self._async.broken:
                     await self._drop_async()
                     self._async = await self._aconnect()
-                cur = await self._async.execute(_PENDING_GROUPS, (group_ids,))
+                cur = await self._async.execute(store_inbox.PENDING_GROUPS, (group_ids,))
                 return {row[0] for row in await cur.fetchall()}
             except Exception as exc:
                 await self._drop_async()
@@ -383,13 +327,12 @@ class Inbox:
             except Exception:  # noqa: BLE001 - a broken connection
                 pass
 
-    async def drain_locked(self, shard: GroupShard, group_id: str, execute: Callable[[Any, Result, int], Any],
-                           now: int) -> int:
+    async def drain_locked(self, shard: GroupShard, group_id: str, execute: Execute, now: int) -> int:
         """Move ``group_id``'s pending commits into the log: ``execute(shard, result, now)``
         appends and replays (the coordinator's write path; the caller holds the shard's lock),
         then the rows are deleted. Returns how many rows. Raises the append's or the store's
         KafkaError (the rows stay, for the next drain)."""
-        rows = await self._on_writer(self._query, _PENDING, (group_id,))
+        rows = await self._on_writer(store_inbox.pending, self._writer, group_id)
         if not rows:
             return 0
         newest: dict[tuple[str, int], tuple] = {}
@@ -398,33 +341,55 @@ class Inbox:
         records = [(rec.OffsetKey(group_id, topic, partition), rec.OffsetValue(offset, metadata, ts, epoch, -1))
                    for (_id, topic, partition, offset, epoch, metadata, ts) in newest.values()]
         await execute(shard, Result(records, {}), now)
-        ids = [r[0] for r in rows]
-
-        def delete() -> None:
-            with self._writer.transaction() as conn:
-                conn.execute("DELETE FROM oncelog.inbox WHERE id = ANY(%s)", (ids,))
-
-        await self._on_writer(delete)
+        await self._on_writer(store_inbox.delete, self._writer, [r[0] for r in rows])
         self.drained += len(rows)
         if group_id not in self._flagged:  # known as an inbox user by the next coordinators too
-            await self._on_writer(self._flag, group_id)
+            await self._on_writer(store_inbox.flag_used, self._writer, group_id)
             self._flagged.add(group_id)
         return len(rows)
+
+    async def pending_group_ids(self) -> list[str]:
+        """Every group with pending commits (the poll's). Raises StoreUnavailable."""
+        return await self._on_writer(store_inbox.pending_group_ids, self._writer)
 
     async def _on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on a worker thread, one at a time (the writer's connection)."""
         async with self._write_lock:
             return await asyncio.to_thread(fn, *args)
 
-    def _flag(self, group_id: str) -> None:
-        with self._writer.transaction() as conn:
-            conn.execute("UPDATE oncelog.inbox_group SET uses_inbox = true WHERE group_id = %s AND NOT uses_inbox",
-                         (group_id,))
 
-    def _query(self, sql: str, params: Any) -> list[tuple]:
-        return self._writer.query(sql, params)
+class InboxDrains:
+    """Wakes the drains of ``coordinator`` (the group coordinator ``inbox`` belongs to): at
+    ``NOTIFY oncelog_inbox '<group>'`` (a listener thread with its own connection, from
+    ``connect``) and at a poll every ``poll_s``, for the groups coordinated here."""
 
-    # -- waking -------------------------------------------------------------------------------------
+    def __init__(self, inbox: DatabaseInbox, coordinator: "GroupCoordinator", connect: Callable[[], Any],
+                 node_id: int, *, poll_s: float = POLL_S, linger_s: float = DRAIN_LINGER_S) -> None:
+        self._inbox = inbox
+        self._coordinator = coordinator
+        self._poll_s = poll_s
+        self._linger_s = linger_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener = ChannelListener(connect, INBOX_CHANNEL, self._notified, f"oncelog-inbox-listen-{node_id}",
+                                         "inbox notifications")
+        self._poller: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waking: set[str] = set()
+
+    def start(self) -> None:
+        """Listen and poll for pending commits."""
+        self._loop = asyncio.get_running_loop()
+        self._listener.start()
+        self._poller = self._loop.create_task(self._poll_forever(), name="inbox poll")
+
+    async def stop(self) -> None:
+        """Stop waking drains; wait for the ones running."""
+        await asyncio.to_thread(self._listener.close)
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=30)
 
     def _notified(self, payload: str) -> None:
         """On the listener thread: payload = the group id."""
@@ -434,11 +399,9 @@ class Inbox:
 
     def wake(self, group_id: str) -> None:
         """Drain ``group_id`` soon if this broker coordinates it (once for many wakes)."""
-        self._known.add(group_id)
+        self._inbox.known.add(group_id)
         coordinator = self._coordinator
-        if coordinator is None or group_id in self._waking:
-            return
-        if coordinator.partition_for(group_id) not in coordinator.shards:
+        if group_id in self._waking or coordinator.partition_for(group_id) not in coordinator.shards:
             return
         self._waking.add(group_id)
         task = asyncio.get_running_loop().create_task(self._drain(group_id), name=f"inbox drain {group_id}")
@@ -453,7 +416,7 @@ class Inbox:
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
-            self._warn("draining the inbox of group %s failed (retried at the next poll): %s", group_id, exc)
+            self._inbox.warn("draining the inbox of group %s failed (retried at the next poll): %s", group_id, exc)
         except Exception:
             log.exception("bug: draining the inbox of group %s failed", group_id)
 
@@ -461,15 +424,9 @@ class Inbox:
         while True:
             await asyncio.sleep(self._poll_s)
             try:
-                rows = await self._on_writer(self._query, "SELECT DISTINCT group_id FROM oncelog.inbox", None)
+                groups = await self._inbox.pending_group_ids()
             except KafkaError as exc:
-                self._warn("inbox poll failed: %s", exc)
+                self._inbox.warn("inbox poll failed: %s", exc)
                 continue
-            for (group_id,) in rows:
+            for group_id in groups:
                 self.wake(group_id)
-
-    def _warn(self, msg: str, *args: Any) -> None:
-        now = time.monotonic()
-        if now - self._warned >= WARN_EVERY_S:
-            self._warned = now
-            log.warning("node %d: " + msg, self._node, *args)

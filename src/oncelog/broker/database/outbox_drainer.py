@@ -1,5 +1,6 @@
 """The database outbox's drain (issue 31, docs/DATABASE.md): move the committed rows of
-``oncelog.outbox`` into the logs of the partitions this broker leads.
+``oncelog.outbox`` into the logs of the partitions this broker leads (its statements:
+cluster/outbox.py).
 
 Theory of operation. ``oncelog.send`` (cluster/outbox_schema.py) inserts a pending row in the
 application's transaction and sends ``NOTIFY oncelog_outbox, '<partition id>'``, which
@@ -43,6 +44,7 @@ from typing import Any, Callable
 
 from oncelog.broker.partitions.partition import Partition
 from oncelog.broker.partitions.replica_manager import ReplicaManager
+from oncelog.cluster import outbox as store_outbox
 from oncelog.cluster.connection import StoreConnection
 from oncelog.cluster.notify import ChannelListener
 from oncelog.cluster.outbox_schema import BATCH_OVERHEAD, OUTBOX_CHANNEL
@@ -63,18 +65,6 @@ POLL_S = 1.0
 ORPHAN_EVERY = 60
 #: one warning per partition per this many seconds at most
 WARN_EVERY_S = 10.0
-
-_ROWS = (
-    "WITH c AS (SELECT id, sum(size) OVER (ORDER BY id) AS run, row_number() OVER (ORDER BY id) AS n "
-    "FROM (SELECT id, size FROM oncelog.outbox WHERE partition_id = %(p)s ORDER BY id LIMIT %(lim)s) x) "
-    "SELECT o.id, o.ts, o.key, o.value, o.headers FROM c JOIN oncelog.outbox o ON o.id = c.id "
-    "WHERE c.run <= %(bytes)s OR c.n = 1 ORDER BY o.id"
-)
-_PENDING = ("SELECT p FROM unnest(%s::int8[]) AS p "
-            "WHERE EXISTS (SELECT 1 FROM oncelog.outbox WHERE partition_id = p)")
-_ORPHANS = ("WITH d AS (DELETE FROM oncelog.outbox o WHERE NOT EXISTS "
-            "(SELECT 1 FROM oncelog_partition p WHERE p.id = o.partition_id) RETURNING 1) SELECT count(*) FROM d")
-
 
 class OutboxDrainer:
     def __init__(self, replicas: ReplicaManager, reader: StoreConnection, connect: Callable[[], Any],
@@ -104,7 +94,7 @@ class OutboxDrainer:
     def start(self) -> bool:
         """Start listening and polling; False (and nothing started) when the store has no
         outbox (its role could not create the schema ``oncelog``: schema.ensure_schema)."""
-        if not self._reader.query("SELECT to_regclass('oncelog.outbox') IS NOT NULL")[0][0]:
+        if not store_outbox.available(self._reader):
             log.warning("node %d: no database outbox in the store (schema oncelog): not draining", self._node)
             return False
         self._loop = asyncio.get_running_loop()
@@ -160,10 +150,10 @@ class OutboxDrainer:
             try:
                 led = list(self._led())
                 if led:
-                    for (pid,) in self._reader.query(_PENDING, (led,)):
+                    for pid in store_outbox.partitions_with_rows(self._reader, led):
                         self.wake(pid)
                 if polls % ORPHAN_EVERY == 0:
-                    (n,), = self._reader.query(_ORPHANS)
+                    n = store_outbox.delete_orphans(self._reader)
                     if n:
                         log.info("node %d: dropped %d outbox row(s) of deleted partitions", self._node, n)
             except KafkaError as exc:  # StoreUnavailable: the next poll tries again
@@ -198,8 +188,7 @@ class OutboxDrainer:
         if outbox_id is None:
             return 0
         max_bytes = max(1, part.config.max_message_bytes - BATCH_OVERHEAD)
-        rows = self._reader.query(_ROWS, {"p": outbox_id, "lim": self._max_records, "bytes": max_bytes},
-                                  binary=True)
+        rows = store_outbox.rows(self._reader, outbox_id, self._max_records, max_bytes)
         if not rows:
             return 0
         recs = [(None if k is None else bytes(k), None if v is None else bytes(v),

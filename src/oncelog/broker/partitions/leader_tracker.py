@@ -1,4 +1,7 @@
-"""Cluster mode (issue 15): open the partitions this broker leads, close the ones it lost.
+"""Cluster mode (issue 15): open the partitions this broker leads, close the ones it lost
+(the engines of cluster mode are built here, by ``storage.engines.open_engine``; the local
+files' in ``Partition.open``). Imported only by membership/cluster_parts.py, for a broker
+started with a store.
 
 Theory of operation. ``apply(view, may_lead)`` is called on the event loop with every view of
 the store (broker/membership/cluster_member.py). The partitions this broker should lead are those whose row
@@ -78,11 +81,16 @@ class LeaderTracker:
 
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, reader: StoreConnection,
                  committer: GroupCommitter, opener: StoreConnection | None = None,
-                 compactor: StoreConnection | None = None) -> None:
+                 compactor: StoreConnection | None = None, *, diskless: "DisklessParts | None" = None,
+                 on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None,
+                 on_resign: Callable[[TopicPartition], None] = lambda tp: None) -> None:
         """``opener``: the store connection of the opener thread (recovery); None: reuse
         ``reader`` there too (tests that drive the tracker without an event loop).
         ``compactor``: the connection compaction passes run with (``plan_compaction`` of the
-        engines built here); None: they do not compact."""
+        engines built here); None: they do not compact. ``diskless``: the broker's diskless
+        parts (diskless/parts.py); None: no object store. ``on_lead(tp, leader_epoch)`` /
+        ``on_resign(tp)``: told of every internal partition this broker starts / stops leading
+        (the coordinators)."""
         self.node_id = config.node_id
         self.config = config
         self.replicas = replicas
@@ -90,12 +98,10 @@ class LeaderTracker:
         self.committer = committer
         self.compactor = compactor
         self.cache_dir = Path(config.data_dir) / "cluster-cache"
-        #: told of every internal partition this broker starts / stops leading (the coordinators)
-        self.on_lead: Callable[[TopicPartition, int], None] = lambda tp, epoch: None
-        self.on_resign: Callable[[TopicPartition], None] = lambda tp: None
+        self.on_lead = on_lead
+        self.on_resign = on_resign
         self.opener = opener or reader
-        #: issue 29: the broker's diskless parts (diskless/parts.py); None: no object store
-        self.diskless: "DisklessParts | None" = None
+        self.diskless = diskless
         self._opener_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-open-{self.node_id}")
         self._opening: dict[TopicPartition, asyncio.Future[_Opened | None]] = {}
         self._wanted: dict[TopicPartition, Leadership] = {}  # the latest view's, for installing opened ones
