@@ -331,7 +331,7 @@ class StoreMembership:
         async def refresh_group_configs() -> None:
             configs.refresh_soon()
 
-        member.after_poll.append(refresh_group_configs)
+        self.member.after_poll.append(refresh_group_configs)
         shares.start()
 
     def _lead(self, tp: TopicPartition, leader_epoch: int) -> None:
