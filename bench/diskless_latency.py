@@ -52,6 +52,7 @@ from typing import Any
 
 import psutil
 
+from bench.cluster_scale import _rdk_cpu
 from bench.common import drop_database, pg_and_workdir, stop_brokers
 
 PARTITIONS = int(os.environ.get("ONCELOG_BENCH_PARTITIONS", 6))  # (the spawned clients read it too)
@@ -87,20 +88,8 @@ def settings(client: str, which: str, interval_ms: int | None, extra: dict[str, 
 
 def _cpu_self() -> tuple[float, float]:
     """(CPU seconds of this process, of its librdkafka broker threads) so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    rdk = 0.0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if not f.read().startswith("rdk:broker"):
-                    continue
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            rdk += (int(fields[11]) + int(fields[12])) / tick
-        except OSError:
-            pass
     t = os.times()
-    return t.user + t.system, rdk
+    return t.user + t.system, _rdk_cpu()
 
 
 def _value(seq: int, size: int, sent_at: dict[int, float]) -> bytes:
