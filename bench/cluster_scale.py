@@ -1,6 +1,6 @@
 """``python -m bench --cluster-scale [--brokers 1 3] [--producers 2] [--txn-producers 1] [--consumers 1]
-[--partitions 6] [--seconds 8] [--no-embedded] [--diskless [--interval 250] [--latency-intervals 100 250]
-[--latency-rate 500]]`` (also ``python -m bench.cluster_scale``; issue 28; ``--diskless``: issue 29,
+[--partitions 6] [--seconds 8] [--no-embedded] [--diskless [--interval 250] [--latency-intervals 50 100 250]
+[--latency-rate 500] [--latency-seconds 8]]`` (also ``python -m bench.cluster_scale``; issue 28; ``--diskless``: issue 29,
 ``make bench-diskless``)
 
 Does cluster mode scale with brokers? One PostgreSQL server (``oncelog.testing.pgserver``: fsync
@@ -37,11 +37,12 @@ and the request cost per TB written at S3 Standard's list prices (``S3_PUT_PER_1
 * a cold read, after the smallest diskless configuration: its brokers restarted (read caches
   empty), one read_committed consumer reads ``load`` from offset 0 to the end: records/s, GETs
   per MB read (a consumer at the tail reads the writer's cache: no GET);
-* latency, each configuration alone on fresh brokers: one idempotent producer at
-  ``--latency-rate`` records/s over 6 partitions, its send time (``time.time()``) in the first 8
-  bytes of each value, and one read_committed consumer (``poll``, so it returns at the first
-  record): produce p50/p99 (produce() to its delivery report) and end-to-end p50/p99 (send time
-  to arrival) for the embedded broker, the PostgreSQL engine (B=1) and diskless B=1 at each of
+* latency, each configuration alone on fresh brokers (``bench.diskless_latency.measure``): one
+  idempotent confluent-kafka producer (librdkafka's defaults otherwise) at ``--latency-rate``
+  records/s of 1 KiB over 6 partitions, and one read_committed consumer: produce p50/p99
+  (produce() to its delivery report), end-to-end p50/p99 (send to arrival), visibility
+  (acknowledgement to arrival) and where a batch's time went, for the embedded broker, the
+  PostgreSQL engine (B=1) and diskless topics at every ``--brokers`` size and each of
   ``--latency-intervals``.
 
 On a small shared machine the absolute figures mean little: compare the relative ones, and the
@@ -96,10 +97,6 @@ def _worker(kind: str, bootstrap: str, topic: str, partitions: int, t_start: flo
     try:
         if kind == "produce":
             out = _produce(clients, bootstrap, topic, partitions, t_start, seconds)
-        elif kind == "lat-produce":
-            out = _lat_produce(clients, bootstrap, topic, partitions, t_start, seconds)
-        elif kind == "lat-consume":
-            out = _lat_consume(clients, bootstrap, topic, partitions, t_start, seconds)
         elif kind == "txn":
             out = _transactions(clients, bootstrap, topic, t_start, seconds)
         else:
@@ -172,76 +169,7 @@ def _consume(clients: Any, bootstrap: str, topic: str, partitions: int, t_start:
         c.close()
 
 
-LAT_RATE = 500  # records/s of the latency producer (``--latency-rate`` sets it in the parent)
-
-
-def _lat_produce(clients: Any, bootstrap: str, topic: str, partitions: int, t_start: float, seconds: float) -> dict:
-    """At a fixed rate (not saturated): each value starts with its send time (``time.time()``,
-    8 bytes); returns the produce()->delivery-report latencies and the count sent."""
-    import struct
-
-    rate = int(os.environ.get("ONCELOG_BENCH_LAT_RATE", LAT_RATE))
-    p = clients.producer(bootstrap, "idempotent", **{"delivery.report.only.error": False,
-                         "max.in.flight.requests.per.connection": int(os.environ.get("ONCELOG_BENCH_LAT_IN_FLIGHT", 5))})
-    lat: list[float] = []
-    errors: list[str] = []
-    pad = b"x" * (RECORD - 8)
-
-    def cb(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            lat.append(time.time() - struct.unpack_from("<d", msg.value())[0])
-
-    p.produce(topic, struct.pack("<d", time.time()) + pad, partition=0, on_delivery=lambda e, m: None)
-    if p.flush(60):
-        raise TimeoutError("warm-up record not acknowledged")
-    time.sleep(max(0.0, t_start - time.time()))
-    start = time.monotonic()
-    n = 0
-    while time.monotonic() < start + seconds:
-        due = start + n / rate
-        now = time.monotonic()
-        if now < due:
-            p.poll(min(due - now, 0.005))
-            continue
-        p.produce(topic, struct.pack("<d", time.time()) + pad, partition=n % partitions, on_delivery=cb)
-        n += 1
-        p.poll(0)
-    if p.flush(120):
-        raise TimeoutError("records not acknowledged")
-    if errors:
-        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
-    return {"sent": n, "latencies": lat}
-
-
-def _lat_consume(clients: Any, bootstrap: str, topic: str, partitions: int, t_start: float, seconds: float) -> dict:
-    """A read_committed consumer of every partition: for each record sent in the window, the
-    time from its send (the value's first 8 bytes) to its arrival here (same machine, same clock)."""
-    import struct
-
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    c = clients.consumer(bootstrap, "read_committed", **{"fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
-    try:
-        # a fresh topic: from its start (the producer's warm-up record is left out by its time)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        c.consume(num_messages=1, timeout=5)  # connected
-        lat: list[float] = []
-        last = time.time()
-        while True:
-            now = time.time()
-            if now > t_start + seconds + 20 or (now > t_start + seconds and now - last > 3):
-                break  # bounded: the window, then until 3 s without a record (20 s at most)
-            m = c.poll(0.2)  # returns at the first record (consume() would wait to fill its batch)
-            if m is not None and m.error() is None:
-                sent = struct.unpack_from("<d", m.value())[0]
-                if sent >= t_start:
-                    last = time.time()
-                    lat.append(last - sent)
-        return {"latencies": lat}
-    finally:
-        c.close()
+LAT_RATE = 500  # records/s of the latency producer (``--latency-rate``)
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -368,15 +296,12 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baseline: Path | None = None,
-            seaweed: Any = None, interval_ms: int | None = None, cold_read: bool = False,
-            latency: bool = False) -> dict:
+            seaweed: Any = None, interval_ms: int | None = None, cold_read: bool = False) -> dict:
     """One configuration: ``brokers`` on a fresh database of ``pg`` (0: one embedded broker);
     ``baseline``: the brokers run that source tree's ``src`` instead (the clients do not change);
     ``seaweed``: the topics are diskless (``diskless.enable=true``) on that SeaweedFS server,
     objects closed every ``interval_ms``; ``cold_read``: after the window, restart the brokers
-    and read the topic from its start (``_cold_read``: GETs per MB); ``latency``: instead of the
-    load, one producer at ``--latency-rate`` and one read_committed consumer (``_lat_produce``,
-    ``_lat_consume``): produce and end-to-end latency p50/p99."""
+    and read the topic from its start (``_cold_read``: GETs per MB)."""
     import psycopg
 
     from bench.systems import create_topic_admin, wait_leaders
@@ -391,7 +316,7 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
     dsn = pg.create_database(db) if brokers else None
     n = max(brokers, 1)
     metrics: list[str] = []
-    if diskless or latency:  # the latency rows read the brokers' Produce times
+    if diskless:
         metrics = [f"127.0.0.1:{free_port()}" for _ in range(n)]
     if diskless:
         env.update(seaweed.env())
@@ -412,14 +337,12 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         bootstrap = ",".join(b.bootstrap for b in procs)
         create_topic_admin(bootstrap, "load", args.partitions, topic_config)
         wait_leaders(bootstrap, "load", args.partitions)
-        if args.txn_producers and not latency:
+        if args.txn_producers:
             create_topic_admin(bootstrap, "txn", TXN_PARTITIONS, topic_config)
             wait_leaders(bootstrap, "txn", TXN_PARTITIONS)
         q = ctx.Queue()
         t_start = time.time() + args.settle
         kinds = ["produce"] * args.producers + ["txn"] * args.txn_producers + ["consume"] * args.consumers
-        if latency:
-            kinds = ["lat-produce", "lat-consume"]
         for kind in kinds:
             topic = "txn" if kind == "txn" else "load"
             w = ctx.Process(target=_worker, args=(kind, bootstrap, topic, args.partitions, t_start, args.seconds, q))
@@ -443,8 +366,7 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
         o1 = cpu_seconds(swp) if swp else 0.0
         s1 = _pg_snapshot(stats, db) if stats else None
         d1 = _scrape_diskless(metrics) if metrics else {}
-        reports: dict[str, list[dict]] = {"produce": [], "txn": [], "consume": [], "lat-produce": [],
-                                          "lat-consume": []}
+        reports: dict[str, list[dict]] = {"produce": [], "txn": [], "consume": []}
         for _ in workers:
             kind, out = q.get(timeout=args.seconds + 240)
             if "error" in out:
@@ -452,24 +374,6 @@ def measure(pg: Any, brokers: int, args: argparse.Namespace, work: Path, baselin
             reports[kind].append(out)
         for w in workers:
             w.join(30)
-        if latency:
-            time.sleep(1.1)  # a scrape's answer is reused for a second (metrics.MIN_INTERVAL_S)
-            d2 = _scrape_diskless(metrics)
-            nprod = d2.get("produce_count", 0.0) - d0.get("produce_count", 0.0)
-            sent = reports["lat-produce"][0]
-            got = reports["lat-consume"][0]["latencies"]
-            return {"config": label, "brokers": brokers, "interval_ms": interval_ms,
-                    "engine": "diskless" if diskless else ("pg" if brokers else "embedded"),
-                    "rate": int(os.environ.get("ONCELOG_BENCH_LAT_RATE", LAT_RATE)), "sent": sent["sent"],
-                    "received": len(got),
-                    "produce_p50_ms": _pct(sent["latencies"], 0.5) * 1e3,
-                    "produce_p99_ms": _pct(sent["latencies"], 0.99) * 1e3,
-                    "e2e_p50_ms": _pct(got, 0.5) * 1e3, "e2e_p99_ms": _pct(got, 0.99) * 1e3,
-                    "produce_requests": nprod,
-                    "broker_produce_ms": (d2.get("produce_seconds", 0.0) - d0.get("produce_seconds", 0.0))
-                    / nprod * 1e3 if nprod else 0.0,
-                    "batches_per_produce": (d2.get("batches", 0.0) - d0.get("batches", 0.0)) / nprod
-                    if nprod and diskless else 0.0}
         busiest = []
         for a, b in zip(th0, th1):
             deltas = {k: v - a.get(k, 0.0) for k, v in b.items()}
@@ -646,19 +550,6 @@ def diskless_table(results: list[dict]) -> str:
     return out
 
 
-def latency_table(results: list[dict]) -> str:
-    rows = [r for r in results if "e2e_p50_ms" in r]
-    lines = ["| config | records sent (rate/s) | received | produce p50 / p99 ms | end-to-end p50 / p99 ms "
-             "| Produce requests in the window | broker ms per Produce (mean) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['config']} | {r['sent']:,} ({r['rate']}) | {r['received']:,} | "
-                     f"{r['produce_p50_ms']:.0f} / {r['produce_p99_ms']:.0f} | "
-                     f"{r['e2e_p50_ms']:.0f} / {r['e2e_p99_ms']:.0f} | {r['produce_requests']:,.0f} | "
-                     f"{r['broker_produce_ms']:.0f} |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench --cluster-scale", description=__doc__.split("\n\n")[1])
     ap.add_argument("--brokers", type=int, nargs="+", default=[1, 3], help="cluster sizes on PostgreSQL")
@@ -680,17 +571,14 @@ def main(argv: list[str] | None = None) -> int:
                          "SeaweedFS started here, a cold read of the smallest, and the latency rows")
     ap.add_argument("--interval", type=int, default=250, metavar="MS",
                     help="diskless.commit.interval.ms of the diskless throughput configurations")
-    ap.add_argument("--latency-intervals", type=int, nargs="+", default=[100, 250], metavar="MS",
-                    help="commit intervals of the diskless latency rows (with --diskless)")
+    ap.add_argument("--latency-intervals", type=int, nargs="+", default=[50, 100, 250], metavar="MS",
+                    help="commit intervals of the diskless latency rows (with --diskless), at every --brokers size")
     ap.add_argument("--latency-rate", type=int, default=LAT_RATE, help="records/s of the latency producer")
-    ap.add_argument("--latency-in-flight", type=int, default=5, metavar="N",
-                    help="max.in.flight.requests.per.connection of the latency producer (librdkafka's 5 by default)")
+    ap.add_argument("--latency-seconds", type=float, default=8.0, help="the latency producer's window")
     ap.add_argument("--no-latency", action="store_true", help="leave out the latency rows")
     ap.add_argument("--no-cold-read", action="store_true", help="leave out the cold read")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    os.environ["ONCELOG_BENCH_LAT_RATE"] = str(args.latency_rate)  # the spawned latency producer reads them
-    os.environ["ONCELOG_BENCH_LAT_IN_FLIGHT"] = str(args.latency_in_flight)
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     configs = ([] if args.no_embedded else [0]) + args.brokers
@@ -719,21 +607,21 @@ def main(argv: list[str] | None = None) -> int:
                         + f", WAL/payload {r['wal_per_payload']:.3f}, PUTs/s {r['puts_per_s']:.1f}, "
                         f"GETs/s {r['gets_per_s']:.1f}", file=sys.stderr, flush=True)
             if seaweed is not None and not args.no_latency:
-                lat_args = argparse.Namespace(**{**vars(args), "partitions": 6, "txn_producers": 0})
-                for b, iv in [(0, None), (1, None)] + [(1, iv) for iv in args.latency_intervals]:
-                    r = measure(pg, b, lat_args, work, None, seaweed if iv else None, iv, latency=True)
-                    r["config"] += f", {iv} ms" if iv else ""
+                from bench import diskless_latency as dl
+
+                lat_configs = [(0, None, False), (1, None, False)] + [
+                    (b, iv, True) for b in args.brokers for iv in args.latency_intervals]
+                for b, iv, on_store in lat_configs:
+                    r = dl.measure(pg, seaweed, work, b, iv, "confluent", "default", args.latency_rate,
+                                   dl.LATENCY_RECORD, args.latency_seconds, diskless=on_store)
                     lat_results.append(r)
-                    print(f"latency {r['config']}: produce p50/p99 {r['produce_p50_ms']:.0f}/"
-                          f"{r['produce_p99_ms']:.0f} ms, e2e p50/p99 {r['e2e_p50_ms']:.0f}/{r['e2e_p99_ms']:.0f} ms, "
-                          f"{r['received']}/{r['sent']}", file=sys.stderr, flush=True)
+                    print(f"latency {dl._line(r)}", file=sys.stderr, flush=True)
     finally:
         if seaweed is not None:
             seaweed.close()
     load1 = os.getloadavg()
     dl_args = (f" --diskless --interval {args.interval} --latency-intervals "
-               f"{' '.join(map(str, args.latency_intervals))} --latency-rate {args.latency_rate}"
-               + (f" --latency-in-flight {args.latency_in_flight}" if args.latency_in_flight != 5 else "")) if args.diskless else ""
+               f"{' '.join(map(str, args.latency_intervals))} --latency-rate {args.latency_rate}") if args.diskless else ""
     print(f"Measured {started} by `python -m bench --cluster-scale --brokers {' '.join(map(str, args.brokers))} "
           f"--producers {args.producers} --txn-producers {args.txn_producers} --consumers {args.consumers} "
           f"--partitions {args.partitions} --seconds {args.seconds:g}{dl_args}`: {os.cpu_count()} cores, load average "
@@ -743,10 +631,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.diskless:
         print("\n" + diskless_table(results))
     if lat_results:
-        print(f"\nLatency: one idempotent producer at {args.latency_rate} records/s over 6 partitions (acks=all, "
-              f"linger 5 ms, {args.latency_in_flight} requests in flight) and one read_committed consumer, alone on the brokers; produce = produce() to "
-              f"its delivery report, end-to-end = send time (in the value) to arrival at the consumer.\n")
-        print(latency_table(lat_results))
+        from bench import diskless_latency as dl
+
+        print(f"\nLatency (bench.diskless_latency): one idempotent confluent-kafka producer (librdkafka's defaults "
+              f"otherwise) at {args.latency_rate} records/s of {dl.LATENCY_RECORD} bytes over 6 partitions and one "
+              "read_committed consumer, alone on the brokers; produce = produce() to its delivery report, end-to-end = "
+              "send to arrival at the consumer, visible = acknowledgement to arrival; the rest: where a batch's time "
+              "went, mean ms.\n")
+        print(dl.table(lat_results))
     if args.json:
         args.json.write_text(json.dumps({"started": started, "load": [load0, load1], "results": results,
                                          "latency": lat_results}, indent=1))

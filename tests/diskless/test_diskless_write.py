@@ -222,11 +222,13 @@ def test_one_idempotent_producer_gets_several_batches_of_a_partition_into_one_co
     for the previous one's commit (five objects, one per interval), and, spaced, before the
     server read a Produce that arrived while an earlier one waited (broker/network/server.py)
     each was read only after the previous one was answered. Then a retry of the third is
-    answered with its original offsets; nothing is lost or doubled."""
+    answered with its original offsets; nothing is lost or doubled. (Objects close on a cadence:
+    the five are sent right after the first record's answer, so the next close is most of the
+    interval away.)"""
     from oncelog.protocol import framing
 
     with diskless_brokers(pg_dsn, tmp_path, seaweed, prefix="w4s" if spaced else "w4",
-                          extra={"diskless.commit.interval.ms": "1000"}) as (b,):
+                          extra={"diskless.commit.interval.ms": "1500"}) as (b,):
         kc.create_topic("confluent", b.bootstrap, "dlpipe", 1, {"diskless.enable": "true"})
         kc.produce("confluent", b.bootstrap, "dlpipe", [(0, None, b"first")])  # the partition is led and open
         with ProtocolClient(b.bootstrap, timeout=60) as c:

@@ -69,18 +69,22 @@ class DisklessParts:
                                                 config.diskless_gc_grace_ms, lambda: int(time.time() * 1000)))
         return cls(store, cache, writer, gc_db, task)
 
-    def counters(self) -> dict[str, int]:
+    def counters(self) -> dict[str, float]:
         """The parts' counters since the broker started, as plain ints (on the event loop; for
         ``observe.take`` and so the metrics): object-store requests by kind
         (``requests_PUT``, ``requests_GET``, ...: every attempt, as a cloud store bills them),
         bytes PUT and GET, retries; byte-cache hits, misses and the bytes it holds; the
-        writer's objects, commits and batches; the damaged batches reads found, by kind
+        writer's objects, commits and batches, and where its batches' time went (``phase_room``,
+        ``phase_close``, ...: seconds summed over ``timed_batches``, writer.PHASES; floats);
+        the damaged batches reads found, by kind
         (``damaged_missing``, ``damaged_truncated``, ``damaged_corrupt``)."""
         out = {f"requests_{kind}": n for kind, n in self.store.requests.items()}
         out.update(put_bytes=self.store.put_bytes, get_bytes=self.store.get_bytes, retries=self.store.retries,
                    cache_hits=self.cache.hits, cache_misses=self.cache.misses, cache_bytes=self.cache.size,
                    objects=self.writer.stats.objects, object_bytes=self.writer.stats.object_bytes,
-                   commits=self.writer.stats.commits, batches=self.writer.stats.batches)
+                   commits=self.writer.stats.commits, batches=self.writer.stats.batches,
+                   timed_batches=self.writer.stats.timed)
+        out.update({f"phase_{name}": seconds for name, seconds in self.writer.stats.phase_s.items()})
         out.update({f"damaged_{kind}": n for kind, n in self.cache.damaged.items()})
         return out
 

@@ -7,12 +7,22 @@ Theory of operation. ``submit(req)`` is the diskless engine's ``ObjectCommitter`
 offsets and stamped them (and its leader epoch) into the 16 bytes outside the CRC; the future
 completes after the COMMIT that holds the batch's coordinates, or fails with a KafkaError.
 
-1. The batch joins the open object (``_Open``). The object closes ``interval_s`` after its first
-   batch, when it holds ``max_bytes``, or at once when a control batch (a transaction marker)
-   joins it: a marker waits for no interval.
+1. The batch joins the open object (``_Open``). Objects close on a cadence: at the ticks
+   ``origin + n * interval_s`` of a fixed grid (``origin``: when the writer started), the open
+   object closes if it holds anything — so a batch waits at most one interval for its object to
+   close, whenever it came, and a client whose next request for a partition waits for the
+   previous one's answer (librdkafka, kafka-python, aiokafka) gets it into the next object,
+   one interval later, not one interval after the object's first batch. The timer runs only
+   while an object is open (no wake-ups when idle). An object also closes when it holds
+   ``max_bytes``, or at once when a control batch (a transaction marker) joins it: a marker
+   waits for no interval. So the objects closed by the cadence are at most one per interval
+   (the PUT bound: ``1 / interval_s`` per second, whatever the traffic), plus one per
+   ``max_bytes`` written and one per marker that finds data batches in the open object.
 2. A closed object is uploaded with ``put_if_absent`` under a fresh key (diskless/layout.py) —
    only when it holds data batches: control batches are committed inline (their ~80 bytes in
-   the coordinates' ``inline_data``), no PUT. At most ``max_uploads`` uploads run at once.
+   the coordinates' ``inline_data``), no PUT. Uploads are not limited in number, only by the
+   bytes the writer holds (``buffer_max_bytes``, below): while the store is slow, the next
+   objects close on time and upload beside it, and the next one fills meanwhile.
 3. Commits are made in object order (object k+1 commits after k has), on one thread with its
    own PostgreSQL connection: ONE statement, ``oncelog_dl_commit`` (cluster/diskless_schema.py), which
    inserts the object row and every batch's coordinates (conditional, per batch, on the leader
@@ -33,8 +43,9 @@ and so does every batch after it, of any partition: the writer's order is the or
 offsets the engines assigned, and each partition's batches must reach the store in that order.
 Nothing blocks: the batch's future (its Produce answer) simply completes later, so the client's
 in-flight window fills and it stops sending, as with a slow Kafka leader; the request bytes
-waiting here are the ones the server already bounds per connection (``MAX_PIPELINED`` Produce
-requests, broker/network/server.py).
+waiting here are the ones the server already bounds (the request memory,
+``queued.max.request.bytes``, holds a pipelined Produce's bytes until its answer:
+broker/network/server.py).
 
 Failures. An upload that fails past the store's deadline fails every batch of the object with
 the store's error (KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT, retriable; nothing committed); the
@@ -53,6 +64,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -98,6 +110,17 @@ class WriterStats:
     failed_objects: int = 0
     waited: int = 0  # batches that waited for room (``buffer_max_bytes``)
     resolved: int = 0  # commits whose answer was lost, resolved by asking the store
+    #: where the committed batches' time went, summed over the batches (seconds, the loop's
+    #: clock; ``PHASES``): divided by ``timed`` it is a batch's mean time in each phase
+    phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    timed: int = 0  # the batches ``phase_s`` sums over (those of objects that committed a batch)
+
+
+#: a batch's way through the writer (``WriterStats.phase_s``): ``room`` waiting for buffer room
+#: (``buffer_max_bytes``), ``close`` in the open object until it closes, ``upload`` its object's
+#: PUT, ``order`` waiting for the previous object's commit, ``commit`` the commit statement (with
+#: the hop to the commit thread and back), ``complete`` caching, coordinates and the futures
+PHASES = ("room", "close", "upload", "order", "commit", "complete")
 
 
 @dataclass(slots=True)
@@ -105,13 +128,15 @@ class _Open:
     reqs: list[ObjectAppend] = field(default_factory=list)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
+    admitted: float = 0.0  # the sum of its batches' admission times (loop clock)
+    room: float = 0.0  # the time its batches waited for room, summed
 
 
 class ObjectWriter:
     """See the module docstring. ``connect`` returns a new autocommit psycopg connection."""
 
     def __init__(self, store: ObjectStore, connect: Callable[[], Any], cache: ByteCache, *, broker_id: int,
-                 interval_s: float = 0.25, max_bytes: int = 8 << 20, max_uploads: int = 2,
+                 interval_s: float = 0.25, max_bytes: int = 8 << 20,
                  buffer_max_bytes: int = 64 << 20,
                  incarnation: str | None = None, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.store = store
@@ -123,12 +148,13 @@ class ObjectWriter:
         self.buffer_max_bytes = buffer_max_bytes
         #: bytes of the open object and of the objects not committed yet (bounded: backpressure)
         self.buffered = 0
-        self._waiting: collections.deque[ObjectAppend] = collections.deque()
+        #: batches waiting for room, with when they started to wait (loop clock)
+        self._waiting: collections.deque[tuple[ObjectAppend, float]] = collections.deque()
         self._wall_ms = wall_ms
         self._db = StoreConnection(connect, f"node {broker_id} diskless commits")
         self._db_thread = ThreadPoolExecutor(1, thread_name_prefix=f"oncelog-diskless-commit-{broker_id}")
-        self._max_uploads = max_uploads
-        self._uploads: asyncio.Semaphore | None = None
+        self._origin = 0.0  # the cadence's grid: origin + n * interval_s (loop clock)
+        self._last_tick = float("-inf")  # the last tick that closed an object
         self._loop: asyncio.AbstractEventLoop | None = None
         self._open = _Open()
         self._last_done: asyncio.Future[None] | None = None  # the previous object's commit
@@ -139,7 +165,7 @@ class ObjectWriter:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> "ObjectWriter":
         self._loop = loop
-        self._uploads = asyncio.Semaphore(self._max_uploads)
+        self._origin = loop.time()
         return self
 
     # -- engines ----------------------------------------------------------------------------
@@ -173,21 +199,35 @@ class ObjectWriter:
             _fail(req, StoreUnavailable(f"{req.what}: the diskless writer is closed"))
             return
         if self._waiting or (self.buffered and self.buffered + len(req.data) > self.buffer_max_bytes):
-            self._waiting.append(req)  # no room: wait (in order) for objects to commit
+            assert self._loop is not None
+            self._waiting.append((req, self._loop.time()))  # no room: wait (in order) for objects to commit
             self.stats.waited += 1
             return
         self._admit(req)
 
-    def _admit(self, req: ObjectAppend) -> None:
+    def _admit(self, req: ObjectAppend, since: float | None = None) -> None:
+        """``req`` joins the open object (``since``: when it started waiting for room)."""
+        assert self._loop is not None
+        now = self._loop.time()
         self.buffered += len(req.data)
         o = self._open
         o.reqs.append(req)
         o.size += len(req.data)
+        o.admitted += now
+        if since is not None:
+            o.room += now - since
         if req.is_control or o.size >= self.max_bytes:
             self._close_open()
         elif o.timer is None:
-            assert self._loop is not None
-            o.timer = self._loop.call_later(self.interval_s, self._close_open)
+            tick = self._origin + (math.floor((now - self._origin) / self.interval_s) + 1) * self.interval_s
+            if tick <= self._last_tick:  # the loop ran the last tick's timer a hair early
+                tick = self._last_tick + self.interval_s
+            o.timer = self._loop.call_at(tick, self._tick, tick)
+
+    def _tick(self, tick: float) -> None:
+        """The cadence: the open object closes (at most one such close per tick)."""
+        self._last_tick = tick
+        self._close_open()
 
     def _close_open(self) -> None:
         o, self._open = self._open, _Open()
@@ -199,37 +239,40 @@ class ObjectWriter:
         before = self._last_done
         done: asyncio.Future[None] = self._loop.create_future()
         self._last_done = done
-        task = self._loop.create_task(self._ship(o.reqs, o.size, before, done))
+        task = self._loop.create_task(self._ship(o, before, done))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # -- one object -------------------------------------------------------------------------
 
-    async def _ship(self, reqs: list[ObjectAppend], size: int, before: "asyncio.Future[None] | None",
-                    done: "asyncio.Future[None]") -> None:
+    async def _ship(self, o: _Open, before: "asyncio.Future[None] | None", done: "asyncio.Future[None]") -> None:
         try:
-            await self._ship_in_order(reqs, before)
+            await self._ship_in_order(o, before)
         except Exception as exc:  # noqa: BLE001 - a bug: never leave a producer waiting
             log.exception("diskless: shipping an object failed")
-            for r in reqs:
+            for r in o.reqs:
                 _fail(r, StoreUnavailable(f"{r.what}: diskless write failed ({type(exc).__name__})",
                                           outcome_unknown=True))
         finally:
             done.set_result(None)
-            self._released(size)
+            self._released(o.size)
 
     def _released(self, size: int) -> None:
         """An object committed (or failed): its bytes leave the buffer; batches that waited for
         room join the open object, oldest first, while they fit."""
         self.buffered -= size
         while self._waiting and not self._closing:
-            req = self._waiting[0]
+            req, since = self._waiting[0]
             if self.buffered and self.buffered + len(req.data) > self.buffer_max_bytes:
                 return
             self._waiting.popleft()
-            self._admit(req)
+            self._admit(req, since)
 
-    async def _ship_in_order(self, reqs: list[ObjectAppend], before: "asyncio.Future[None] | None") -> None:
+    async def _ship_in_order(self, o: _Open, before: "asyncio.Future[None] | None") -> None:
+        assert self._loop is not None
+        clock = self._loop.time
+        reqs = o.reqs
+        closed = clock()
         data = [(r.partition_id, r.data) for r in reqs if not r.is_control]
         key: str | None = None
         body_len = 0
@@ -240,18 +283,18 @@ class ObjectWriter:
             body, entries = layout.build(self.broker_id, now, data)
             body_len = len(body)
             key = layout.new_key(self.broker_id, self.incarnation, now)
-            assert self._uploads is not None
             try:
-                async with self._uploads:
-                    created = await self.store.put_if_absent(key, body)
+                created = await self.store.put_if_absent(key, body)
                 if not created:
                     raise ObjectStoreFailed(f"object {key} exists already (a key is never reused: a bug)")
                 self.stats.objects += 1
                 self.stats.object_bytes += body_len
             except KafkaError as exc:
                 failure = exc
+        uploaded = clock()
         if before is not None:
             await asyncio.shield(before)  # commits in object order
+        ordered = clock()
         if failure is not None:
             self.stats.failed_objects += 1
             log.warning("diskless: upload of %d batch(es) failed: %s", len(data), failure)
@@ -266,8 +309,8 @@ class ObjectWriter:
             else:
                 e = next(it)
                 places.append((e.byte_offset, e.size))
-        assert self._loop is not None
         results = await self._loop.run_in_executor(self._db_thread, self._commit, key, body_len, reqs, places)
+        committed = clock()
         accepted: dict[int, list[Committed]] = {}
         ok: list[ObjectAppend] = []
         for r, (off, size), err in zip(reqs, places, results):
@@ -298,6 +341,16 @@ class ObjectWriter:
                     r.future.set_result(None)
             else:
                 _fail(r, err)
+        if ok:
+            n = len(reqs)
+            phase = self.stats.phase_s
+            phase["room"] += o.room
+            phase["close"] += n * closed - o.admitted
+            phase["upload"] += n * (uploaded - closed)
+            phase["order"] += n * (ordered - uploaded)
+            phase["commit"] += n * (committed - ordered)
+            phase["complete"] += n * (clock() - committed)
+            self.stats.timed += n
 
     # -- the commit thread ------------------------------------------------------------------
 
@@ -387,7 +440,7 @@ class ObjectWriter:
         o, self._open = self._open, _Open()
         if o.timer is not None:
             o.timer.cancel()
-        waiting, self._waiting = list(self._waiting), collections.deque()
+        waiting, self._waiting = [r for r, _since in self._waiting], collections.deque()
         for r in [*o.reqs, *waiting]:
             _fail(r, StoreUnavailable(f"{r.what}: the broker is stopping"))
         self._db_thread.shutdown(wait=True)

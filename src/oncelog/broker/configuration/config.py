@@ -320,7 +320,8 @@ class BrokerConfig:
         default=50, metadata={"kafka": "diskless.storage.retry.backoff.ms", "parse": _positive})
     diskless_storage_retry_backoff_max_ms: int = field(
         default=2_000, metadata={"kafka": "diskless.storage.retry.backoff.max.ms", "parse": _positive})
-    #: an object is closed and uploaded this long after its first batch (or at the size bound)
+    #: objects close on this cadence (every interval, when they hold a batch; or at the size
+    #: bound, or at a transaction marker) and are uploaded: at most one per interval, the PUT bound
     diskless_commit_interval_ms: int = field(
         default=250, metadata={"kafka": "diskless.commit.interval.ms", "parse": _positive})
     diskless_object_max_bytes: int = field(

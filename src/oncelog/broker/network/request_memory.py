@@ -72,6 +72,15 @@ class RequestMemory:
         self._use(n)
         return True
 
+    def has_room(self) -> bool:
+        """Whether a ``take`` of a frame that is not small would succeed now."""
+        return not self.exhausted and not self._waiting
+
+    def add(self, n: int) -> None:
+        """Take ``n`` bytes whatever is left (for a request already admitted: the server's
+        bookkeeping of a pipelined request it checked ``has_room`` for; given back with ``give``)."""
+        self._use(n)
+
     def wait(self, key: Hashable, n: int, granted: Callable[[], None]) -> None:
         """Queue ``key`` for ``n`` bytes: ``granted()`` is called (synchronously, from ``give``)
         once they are taken for it. One wait per key."""

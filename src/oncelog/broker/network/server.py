@@ -13,8 +13,9 @@ Requests on a connection are handled one at a time, in arrival order, so respons
 request order; this is what Kafka does too (it mutes a connection while one of its requests is
 in flight). One exception, in cluster mode (``pipeline_produce``): a Produce waits for a
 PostgreSQL COMMIT, so once it has submitted its batches the connection's next Produce is
-started too (up to ``MAX_PIPELINED``; broker/pipelining.py) — at once when it is there already,
-else as soon as it arrives if that is before the oldest answer is ready (issue 29) — and their
+started too (up to ``MAX_PIPELINED``, the request memory permitting; broker/pipelining.py) — at
+once when it is there already, else as soon as it arrives if that is before the oldest answer is
+ready (issue 29) — and their
 answers still go out in request order; a WriteTxnMarkers from another broker's transaction
 coordinator is pipelined the same way (issue 28); any other request waits until every earlier
 one is answered. A connection that has requests queued gives the event loop back at least every
@@ -125,8 +126,17 @@ YIELD_AFTER = 0.002
 #: connections held is returned once they are gone.
 TRIM_AFTER_CLOSES = 200
 _HANDSHAKE_KEY = (17).to_bytes(2, "big")  # SaslHandshake
-#: At most this many Produce (or WriteTxnMarkers) requests of one connection are handled at once (pipelining).
-MAX_PIPELINED = 8
+#: At most this many Produce (or WriteTxnMarkers) requests of one connection are handled at once
+#: (pipelining). The first ``PIPELINED_FREE`` cost their frame's bytes of the request memory; each
+#: one more also takes ``PIPELINED_CHARGE`` bytes for what handling it holds (its task, decoded
+#: request, the appends' futures), and is started only while the request memory has room: so the
+#: requests a broker handles at once stay bounded by ``queued.max.request.bytes`` however small
+#: they are. A client that sends a Produce per partition every few milliseconds (librdkafka
+#: without idempotence: a million requests in flight) has them all read and put in the object
+#: that is open, instead of eight per commit (its queue then grew without end on a diskless topic).
+MAX_PIPELINED = 1024
+PIPELINED_FREE = 8
+PIPELINED_CHARGE = 8 * 1024
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -394,7 +404,7 @@ class Server:
         pending: collections.deque[asyncio.Task[Any]] = collections.deque()  # pipelined Produce, oldest first
         try:
             while True:
-                if (pending and len(pending) < MAX_PIPELINED and not pending[0].done()
+                if (pending and self._room(pending) and not pending[0].done()
                         and conn.may_get_frame()):
                     # issue 29: the next request is not here yet. Wait for it or for the oldest
                     # answer, whichever comes first: a client that sends its next Produce (or a
@@ -407,7 +417,7 @@ class Server:
                         held, held_bytes = [], 0
                     await conn.frame_or(pending[0])
                     continue
-                if pending and not (len(pending) < MAX_PIPELINED and conn.next_is_pipelined()):
+                if pending and not (self._room(pending) and conn.next_is_pipelined()):
                     # answer the oldest pipelined Produce before reading further (in order);
                     # what is held goes out first if that answer is not ready yet
                     if held and not pending[0].done():
@@ -457,6 +467,9 @@ class Server:
                             raise CloseConnection(f"listener {self.name}: the SASL session of {client.principal} "
                                                   "expired (connections.max.reauth.ms) without re-authentication")
                         if self.pipeline_produce and frame[:2] in PIPELINED_KEYS:
+                            if len(pending) >= PIPELINED_FREE:  # its bookkeeping, given back with its bytes
+                                self.memory.add(PIPELINED_CHARGE)
+                                owned += PIPELINED_CHARGE
                             task = await self._start_pipelined(frame, client)
                             task.add_done_callback(lambda _t, n=owned: conn.release(n))  # after its COMMIT
                             owned = 0
@@ -501,6 +514,11 @@ class Server:
             self._release_ip(conn.peer_host)
             self._closed_since_trim += 1
             self._closed_since_collect += 1
+
+    def _room(self, pending: "collections.deque[asyncio.Task[Any]]") -> bool:
+        """Whether a connection with ``pending`` pipelined requests may start one more (see
+        ``MAX_PIPELINED``)."""
+        return len(pending) < PIPELINED_FREE or (len(pending) < MAX_PIPELINED and self.memory.has_room())
 
     async def _start_pipelined(self, frame: bytes, client: Client) -> "asyncio.Task[Any]":
         """Start handling a Produce frame as a task that may release the connection early

@@ -315,7 +315,7 @@ def families(snap: BrokerState, now_ms: int, *, pause: Callable[[], None] | None
         yield from diskless_families(snap.diskless)
 
 
-def diskless_families(c: dict[str, int]) -> Iterator[Any]:
+def diskless_families(c: dict[str, float]) -> Iterator[Any]:
     """The diskless parts' families (pure; issue 29, docs/DISKLESS.md): object-store requests
     by kind (every attempt: what a cloud store bills), bytes each way, retries; the read
     cache's hits, misses and size; the object writer's objects, commits and batches; damaged
@@ -345,6 +345,16 @@ def diskless_families(c: dict[str, int]) -> Iterator[Any]:
     yield CounterMetricFamily("oncelog_diskless_writer_commits", "Commits that wrote at least one batch",
                               value=c.get("commits", 0))
     yield CounterMetricFamily("oncelog_diskless_writer_batches", "Batches committed", value=c.get("batches", 0))
+    phases = CounterMetricFamily("oncelog_diskless_writer_phase_seconds", "Where the writer's batches spent their "
+                                 "time, summed over the batches of oncelog_diskless_writer_timed_batches_total, by "
+                                 "phase: room (waiting for diskless.buffer.max.bytes), close (in the open object), "
+                                 "upload, order (waiting for the previous object's commit), commit, complete",
+                                 labels=["phase"])
+    for key in sorted(k for k in c if k.startswith("phase_")):
+        phases.add_metric([key[len("phase_"):]], c[key])
+    yield phases
+    yield CounterMetricFamily("oncelog_diskless_writer_timed_batches", "Batches the phase seconds are summed over "
+                              "(those of objects that committed)", value=c.get("timed_batches", 0))
     damaged = CounterMetricFamily("oncelog_diskless_damaged_batches", "Batches a read found damaged and did not "
                                   "serve (CORRUPT_MESSAGE), by kind: missing (object or bucket gone), truncated "
                                   "(object cut short), corrupt (CRC32C, length or magic wrong); each check counts",

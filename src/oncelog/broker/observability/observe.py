@@ -136,7 +136,7 @@ class BrokerState:
     txn_aborted: int = 0
     txn_timed_out: int = 0
     #: the diskless parts' counters (``DisklessParts.counters``); None: no diskless storage
-    diskless: dict[str, int] | None = None
+    diskless: dict[str, float] | None = None
     #: cluster mode: every partition of every topic as (topic, partition, leader node id (-1:
     #: none live), leader epoch, diskless topic?) from this broker's latest view; embedded: empty
     leaders: list[tuple[str, int, int, int, bool]] = field(default_factory=list)
