@@ -25,9 +25,7 @@ NOT_PAGES = {DOCS / "upstream"}
 
 #: Pages still written issue by issue, to be rewritten as the system is (their history moved to
 #: docs/history/). Empty this list; do not add to it.
-STILL_TO_REWRITE = {
-    "DISKLESS.md",
-}
+STILL_TO_REWRITE: set[str] = set()
 
 
 def _user_pages() -> list[Path]:
