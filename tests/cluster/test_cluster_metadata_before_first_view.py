@@ -1,4 +1,5 @@
-"""A cluster broker answers nothing before it has loaded the cluster metadata.
+"""A cluster broker answers nothing before it has loaded the cluster metadata, and never
+answers Metadata with no brokers.
 
 A broker in cluster mode binds its listeners before it registers in the store (the store
 records its bound port). Then it rebalances and loads its first view. Until then it knows no
@@ -16,6 +17,11 @@ the backlog.
 The window is held open here for real. The test takes the store's rebalance lock
 (``leadership.REBALANCE_LOCK``, a PostgreSQL advisory lock), so the restarting broker binds its
 listener, registers, and waits to rebalance.
+
+A view with no live broker is the other way a Metadata answer came out with an empty broker
+list. It happens after a store outage, when every session has ended and a broker polls before
+its heartbeat registers it again. librdkafka decommissions every broker missing from a Metadata
+answer, bootstrap brokers included. Such a broker now names itself.
 """
 
 from __future__ import annotations
@@ -87,3 +93,24 @@ def test_a_broker_that_has_not_loaded_the_cluster_metadata_never_calls_a_topic_u
         assert t.error_code == ErrorCode.none, f"a broker that knew no topic yet answered {t.error_code!r} for {TOPIC}"
         assert len(t.partitions) == 2
         assert {b.node_id for b in md.brokers} == {1, 2}
+
+
+def test_a_broker_whose_view_names_no_live_broker_still_names_itself(pg_dsn: str, tmp_path: Path) -> None:
+    """After a store outage every session has ended; a broker's first poll can come before its
+    heartbeat registers it again, and its view then names no live broker. A Metadata answer
+    with no brokers makes librdkafka decommission every broker it knows (bootstrap ones too).
+    Here the heartbeat is slow (5 s) and the test ends the session in the store, so the next
+    poll (every 500 ms) applies a view with no live broker."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    overrides = {"broker.session.timeout.ms": "15000", "broker.heartbeat.interval.ms": "5000"}
+    with brokers(pg_dsn, tmp_path, overrides, nodes=(1,)) as (b1,):
+        admin = AdminClient({"bootstrap.servers": b1.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
+        time.sleep(5.5)  # a heartbeat has just run: the next one is about 5 s away
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE oncelog_broker SET session_expires = clock_timestamp() WHERE node_id = 1")
+        time.sleep(1.5)  # polls every 500 ms: the view names no live broker now
+        md = _metadata(b1.bootstrap)
+        assert [(b.node_id, b.port) for b in md.brokers] == [(1, b1.port)], md.brokers
+

@@ -20,8 +20,14 @@ __all__ = ["Node", "controller_id", "create_topics", "nodes", "partition_leader"
 
 
 def nodes(broker: BrokerContext) -> list[Node]:
-    """The live brokers, each with its address on the listener the request came on."""
-    return broker.metadata.nodes(broker.listener_name)
+    """The live brokers, each with its address on the listener the request came on; never
+    none. In cluster mode a view can name no live broker: after a store outage every session
+    has ended, and a broker's first poll after it may come before its heartbeat registers it
+    again. This broker is then answered alone (its partitions' leaders are unknown meanwhile),
+    because librdkafka drops every broker that a Metadata answer leaves out, its bootstrap
+    brokers included, and a client told of none has nowhere left to ask."""
+    found = broker.metadata.nodes(broker.listener_name)
+    return found or [Node(broker.config.node_id, broker.advertised_host, broker.advertised_port, None)]
 
 
 def partition_leader(broker: BrokerContext, tp: TopicPartition) -> tuple[ErrorCode, int, int]:
