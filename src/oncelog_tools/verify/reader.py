@@ -59,10 +59,13 @@ class ConcurrentReader(threading.Thread):
 
     @staticmethod
     def _logger(path: Path | None) -> logging.Logger:
-        log = logging.getLogger(f"oncelog_tools.verify.reader.{id(path)}")
+        log = logging.getLogger(f"oncelog_tools.verify.reader.{path}")
         log.propagate = False
         log.setLevel(logging.DEBUG)
-        if path is not None and not log.handlers:
+        for old in list(log.handlers):  # a second run into the same directory in one process
+            log.removeHandler(old)
+            old.close()
+        if path is not None:
             h = logging.FileHandler(path)
             h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
             log.addHandler(h)
