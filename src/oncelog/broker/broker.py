@@ -265,12 +265,12 @@ class Broker:
         return [(lst, srv.host, srv.port) for lst, srv in zip(self.listeners, self.servers)]
 
     async def _start_servers(self) -> tuple[str, int]:
-        """Listen on every listener; the primary's bound address is returned. If one listener
-        cannot bind, the others are closed again."""
+        """Listen on every listener, accepting nothing yet (``_accept``); the primary's bound
+        address is returned. If one listener cannot bind, the others are closed again."""
         started: list[Server] = []
         try:
             for srv in self.servers:
-                await srv.start()
+                await srv.start(accept=False)
                 started.append(srv)
         except BaseException:
             for srv in started:
@@ -319,6 +319,14 @@ class Broker:
             listening = True
             await m.join({lst.name: (lst.advertised_host, lst.advertised_port or port)
                           for lst, _, port in self.bound_listeners()}, self.advertised_host, self.advertised_port)
+            # Only now, as a KRaft broker serves clients only once it has caught up with the
+            # metadata log: in cluster mode the listeners are bound before the join (the store
+            # registers their ports), but until the first view is applied this broker knows no
+            # topic, and a Metadata answer of UNKNOWN_TOPIC_OR_PARTITION with no brokers then
+            # reads as a deleted topic to librdkafka (its consumer drops the assigned partitions
+            # and never fetches them again). Connections made meanwhile wait in the backlog.
+            for srv in self.servers:
+                srv.start_accepting()
         except BaseException:
             if listening:
                 await self._close_servers()

@@ -18,7 +18,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 from oncelog_tools.verify.checker import Anomaly
 from oncelog_tools.verify.targets import Cluster, SingleBroker, Target
 from oncelog_tools.verify.copier import HEARTBEAT_ENV
+from oncelog_tools.verify.reader import ConcurrentReader
 
 INPUT, OUTPUT = "input", "output"
 #: a copier that finishes no transaction for this long is hung (librdkafka #5456) and is killed
@@ -49,37 +49,6 @@ class CopyResult:
     reader_last_s: float = 0.0
     anomalies: list[Anomaly] = field(default_factory=list)
     seconds: float = 0.0
-
-
-class _Reader(threading.Thread):
-    """The concurrent read_committed consumer: never seeks, never restarts."""
-
-    def __init__(self, bootstrap: str, partitions: int) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap = bootstrap
-        self.partitions = partitions
-        self.seen: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-        self.stop_at: float | None = None
-        self.error: str | None = None
-        self.last_at = 0.0  # time.monotonic() of the last record read
-
-    def run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "verify-reader", "enable.auto.commit": False,
-                      "isolation.level": "read_committed", "reconnect.backoff.max.ms": 500})
-        c.assign([TopicPartition(OUTPUT, p, OFFSET_BEGINNING) for p in range(self.partitions)])
-        try:
-            while self.stop_at is None or time.monotonic() < self.stop_at:
-                for m in c.consume(5000, 0.2):
-                    if m.error():
-                        continue
-                    self.seen[m.partition()].append((m.offset(), m.value()))
-                    self.last_at = time.monotonic()
-        except Exception as exc:  # noqa: BLE001 - reported as an anomaly
-            self.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            c.close()
 
 
 def _seed_input(bootstrap: str, records: int, partitions: int,
@@ -157,7 +126,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
                       else SingleBroker(work, overrides))
     copiers: dict[int, subprocess.Popen[bytes]] = {}
     done: set[int] = set()
-    reader = _Reader(broker.bootstrap, partitions)
+    reader = ConcurrentReader(broker.bootstrap, OUTPUT, partitions, work / "reader.log")
     try:
         inputs = _seed_input(broker.bootstrap, records, partitions, {"diskless.enable": "true"} if diskless else None)
         reader.start()
@@ -235,7 +204,7 @@ def run(work: Path, *, records: int, partitions: int, broker_kills: int, copier_
     return result
 
 
-def _check(inputs: dict[int, list[bytes]], final: dict[int, list[tuple[int, bytes]]], reader: _Reader) -> list[Anomaly]:
+def _check(inputs: dict[int, list[bytes]], final: dict[int, list[tuple[int, bytes]]], reader: ConcurrentReader) -> list[Anomaly]:
     out: list[Anomaly] = []
     if reader.error:
         out.append(Anomaly("lost", f"the concurrent reader failed: {reader.error}"))

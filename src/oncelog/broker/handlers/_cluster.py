@@ -16,12 +16,22 @@ from oncelog.internal_topics import INTERNAL_TOPICS
 from oncelog.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.types import TopicPartition
 
-__all__ = ["Node", "controller_id", "create_topics", "nodes", "partition_leader"]
+__all__ = ["Node", "controller_id", "create_topics", "nodes", "nodes_or_self", "partition_leader"]
 
 
 def nodes(broker: BrokerContext) -> list[Node]:
     """The live brokers, each with its address on the listener the request came on."""
     return broker.metadata.nodes(broker.listener_name)
+
+
+def nodes_or_self(broker: BrokerContext) -> list[Node]:
+    """``nodes``, never none (Metadata's brokers). In cluster mode a view can name no live
+    broker: after a store outage every session has ended, and a broker's first poll after it
+    may come before its heartbeat registers it again. This broker is then answered alone (its
+    partitions' leaders are unknown meanwhile), because librdkafka drops every broker that a
+    Metadata answer leaves out, its bootstrap brokers included, and a client told of none has
+    nowhere left to ask."""
+    return nodes(broker) or [Node(broker.config.node_id, broker.advertised_host, broker.advertised_port, None)]
 
 
 def partition_leader(broker: BrokerContext, tp: TopicPartition) -> tuple[ErrorCode, int, int]:

@@ -151,7 +151,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
     return m.MetadataResponse(
         error_code=ErrorCode.none,  # v13+ (KIP-1102: REBOOTSTRAP_REQUIRED is never needed here)
         brokers=tuple(m.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
-                      for n in _cluster.nodes(broker)),
+                      for n in _cluster.nodes_or_self(broker)),
         cluster_id=broker.cluster_id,
         controller_id=_cluster.controller_id(broker),
         topics=tuple(topics),

@@ -207,8 +207,11 @@ class Server:
     def connection_count(self) -> int:
         return len(self._conns) + len(self._handshaking)
 
-    async def start(self) -> tuple[str, int]:
-        """Listen; returns the bound (host, port) (port 0 picks a free one)."""
+    async def start(self, *, accept: bool = True) -> tuple[str, int]:
+        """Listen; returns the bound (host, port) (port 0 picks a free one). ``accept=False``:
+        bind and listen only; connections wait in the backlog, unanswered, until
+        ``start_accepting()`` (a cluster broker registers its bound port before it knows the
+        cluster's topics, and must not answer anything meanwhile)."""
         loop = asyncio.get_running_loop()
         self.sendfile = self._sendfile_wanted is not False and loop_supports_sendfile(loop) and self.ssl_context is None
         log.info("listener %s: event loop %s.%s; fetch data sent by %s", self.name, type(loop).__module__,
@@ -225,10 +228,18 @@ class Server:
             raise
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
-        self._take_reserve()
-        self._background.append(loop.create_task(self._accept_loop(sock)))
-        self._background.append(loop.create_task(self._sweep_loop()))
+        if accept:
+            self.start_accepting()
         return self.host, self.port
+
+    def start_accepting(self) -> None:
+        """Accept and serve the connections of the socket ``start`` bound (once)."""
+        if self._sock is None or self._background:
+            return
+        loop = asyncio.get_running_loop()
+        self._take_reserve()
+        self._background.append(loop.create_task(self._accept_loop(self._sock)))
+        self._background.append(loop.create_task(self._sweep_loop()))
 
     async def close(self) -> None:
         for task in self._background:
