@@ -35,12 +35,17 @@ def _described(bootstrap: str, topic: str, key: str, resource_type: int = 2) -> 
         req = m["DescribeConfigsRequest"](resources=(m["DescribeConfigsResource"](
             resource_type=resource_type, resource_name=topic, configuration_keys=(key,)),),
             include_synonyms=False, include_documentation=False)
-        (entry,) = c.request(apis.DESCRIBE_CONFIGS, req, version=4).results[0].configs
+        result = c.request(apis.DESCRIBE_CONFIGS, req, version=4).results[0]
+    if result.error_code != 0 or len(result.configs) != 1:  # e.g. a broker not in this one's view yet
+        return None, -result.error_code or -1
+    (entry,) = result.configs
     return entry.value, entry.config_source
 
 
-#: answers of a partition whose leader is still opening it or has just moved: asked again
-_MOVING = {ErrorCode.not_leader_or_follower.value, ErrorCode.leader_not_available.value}
+#: answers of a partition whose leader is still opening it or has just moved, or of a topic
+#: another broker created that this one's view does not hold yet: asked again
+_MOVING = {ErrorCode.not_leader_or_follower.value, ErrorCode.leader_not_available.value,
+           ErrorCode.unknown_topic_or_partition.value}
 
 
 def _produce(bootstrap: str, topic: str, partition: int, value: bytes) -> int:
