@@ -130,7 +130,7 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
                     metrics.produced(name, len(p.records), header.records_count)
                 # the producer-state checks (a retry of a written batch answered first), then the
                 # transaction checks (``verify``), then the append: all in the partition (R6)
-                appended = await part.append_produced(p.records, header, now, verify)
+                appended = await part.append_produced(p.records, header, now, verify, guarded=not tv2)
                 if isinstance(appended, AppendResult):  # complete at once (local files; a duplicate)
                     results.append(PartitionResult(p.index, 0, appended.base_offset, appended.log_start_offset,
                                                    log_append_time=appended.log_append_time))

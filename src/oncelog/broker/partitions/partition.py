@@ -53,7 +53,7 @@ from oncelog.storage.engine import PartitionEngine, PendingAppend
 from oncelog.storage.parts import ReadPart
 from oncelog.storage.config import LogConfig
 from oncelog.storage.engines import LocalSpec, open_engine
-from oncelog.protocol.errors import InvalidProducerEpoch, KafkaError, TransactionCoordinatorFenced
+from oncelog.protocol.errors import InvalidProducerEpoch, InvalidTxnState, KafkaError, TransactionCoordinatorFenced
 from oncelog.storage.producer_state import ProducerStateManager
 from oncelog.broker.partitions.pending_producers import PendingProducers
 from oncelog.storage.txn_index import AbortedTxn, AbortedTxnIndex
@@ -119,6 +119,13 @@ class Partition:
         #: thread at COMMIT, before the event loop has registered the batch's transaction, and a
         #: read_committed fetch in between would take an open transaction's records as stable.
         self._unapplied: dict[int, None] = {}
+        #: per producer id whose batch waits for its verification (``append_produced``): [how
+        #: many wait, how many markers for the producer came meanwhile, the newest producer epoch
+        #: of those markers]. Kafka's verification guard: a marker that comes while a batch is
+        #: verified ended the transaction the coordinator confirmed, so the batch must not open a
+        #: new one after it (it would hang: no coordinator knows it). Bounded by the
+        #: verifications in flight.
+        self._verifying: dict[int, list[int]] = {}
 
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
@@ -222,7 +229,8 @@ class Partition:
         return step if type(step) is Ready else self._in_flight(pid, step, header)
 
     def append_produced(self, batch: bytes, header: records.BatchHeader, now_ms: int,
-                        verify: "ProduceVerifier") -> "Awaitable[AppendResult | Awaitable[AppendResult]]":
+                        verify: "ProduceVerifier", *, guarded: bool = True
+                        ) -> "Awaitable[AppendResult | Awaitable[AppendResult]]":
         """The Produce handler's append of a client batch that ``records.validate_produce_batch``
         accepted, with every producer-state check made here: a retry of a batch already in the
         log is answered with its original offsets (R6) before anything else — its transaction
@@ -236,19 +244,53 @@ class Partition:
         for): it is the ``AppendResult`` when the append completed at once (local files; a
         duplicate), else the started append's awaitable, to await with the request's others
         (the batch has its place in its producer's line already). Raises the refusal's
-        KafkaError, at the call or when awaited."""
+        KafkaError, at the call or when awaited.
+
+        ``guarded`` (transactions version 1: the verification only checks): a marker for the
+        producer that comes here while the batch waits for its verification refuses it,
+        INVALID_TXN_STATE (Kafka's verification guard). The coordinator's yes was about the
+        transaction that marker ended; appended after it, the batch would open a transaction no
+        coordinator knows, and hold the LSO (a client that ends its transaction with a Produce
+        still unanswered). Under version 2 the verification is the add itself and the
+        coordinator refuses it, retriably, until the previous transaction's markers are
+        written, so it is not guarded."""
         dup = self.producers.duplicate_of(header)
         if dup is not None:
             return Ready((AppendResult(dup.first_offset, dup.last_offset, self.log.log_start_offset, duplicate=True),))
         verifying = verify(self.tp, header, self)
         if verifying is not None:
-            return self._verified_then_appended(verifying, batch, header, now_ms)
+            if not guarded:
+                return self._verified_then_appended(verifying, batch, header, now_ms, None, 0)
+            guard = self._verifying.setdefault(header.producer_id, [0, 0, -1])
+            guard[0] += 1
+            return self._verified_then_appended(verifying, batch, header, now_ms, guard, guard[1])
         appended = self.append_validated(batch, header, now_ms)
         return appended if type(appended) is Ready else Ready((appended,))  # type: ignore[return-value]
 
     async def _verified_then_appended(self, verifying: Awaitable[None], batch: bytes, header: records.BatchHeader,
-                                      now_ms: int) -> "AppendResult | Awaitable[AppendResult]":
-        await verifying
+                                      now_ms: int, guard: list[int] | None, markers_before: int
+                                      ) -> "AppendResult | Awaitable[AppendResult]":
+        """Append ``batch`` once ``verifying`` succeeded, unless a marker for its producer came
+        meanwhile (``guard``: the producer's entry of ``_verifying``; None: not guarded): then
+        INVALID_TXN_STATE, as Kafka's leader answers a batch whose verification guard a marker
+        removed."""
+        pid = header.producer_id
+        if guard is None:
+            await verifying
+        else:
+            try:
+                await verifying
+            finally:
+                guard[0] -= 1
+                if guard[0] == 0 and self._verifying.get(pid) is guard:
+                    del self._verifying[pid]
+        if guard is not None and guard[1] != markers_before:
+            if guard[2] > header.producer_epoch:  # fenced by the marker's epoch (a timeout's abort)
+                raise InvalidProducerEpoch(f"{self.tp}: a transaction marker of producer {pid}'s epoch "
+                                           f"{guard[2]} was written while its batch of epoch "
+                                           f"{header.producer_epoch} was being verified")
+            raise InvalidTxnState(f"{self.tp}: a transaction marker for producer {pid} was written while its "
+                                  f"batch was being verified; the batch is not part of an ongoing transaction")
         appended = self.append_validated(batch, header, now_ms)
         return appended[0] if type(appended) is Ready else appended  # type: ignore[index]
 
@@ -439,7 +481,15 @@ class Partition:
         TransactionCoordinatorFenced for one from an older coordinator epoch than the last
         marker of this producer here (a zombie coordinator: its late COMMIT must not close the
         producer's next transaction, which has the same producer epoch under TV1).
+
+        A marker that is not stale also refuses the producer's batches waiting here for their
+        verification (``append_produced``), as of the call: they were confirmed as part of the
+        transaction this marker ends.
         """
+        guard = self._verifying.get(producer_id)
+        if guard is not None and not self._stale_marker(producer_id, producer_epoch, coordinator_epoch):
+            guard[1] += 1  # the batches of this producer being verified here are refused
+            guard[2] = max(guard[2], producer_epoch)
         return self._in_line(producer_id, functools.partial(self._begin_marker, producer_id, producer_epoch, commit,
                                                             coordinator_epoch, now_ms))
 
@@ -455,6 +505,12 @@ class Partition:
             return base
 
         return self._write(batch, header, now_ms, coordinator_epoch=coordinator_epoch, then=then)
+
+    def _stale_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> bool:
+        """Whether a marker is refused by ``_marker_plan``'s epoch checks as the state is now (a
+        zombie coordinator's): such a marker ends nothing, so it removes no verification guard."""
+        entry = self.producers.entries.get(producer_id)
+        return entry is not None and (producer_epoch < entry.epoch or coordinator_epoch < entry.coordinator_epoch)
 
     def _marker_plan(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                      now_ms: int) -> tuple[bytes, records.BatchHeader, int, int] | None:
