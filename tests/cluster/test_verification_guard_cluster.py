@@ -95,7 +95,7 @@ def test_a_produce_whose_transaction_ends_during_its_verification_is_refused(pg_
                                                   m["TopicProduceData"](name=TOPIC, partition_data=(
                                                       m["PartitionProduceData"](index=0, records=batch),)),)),
                            version=9, expect_response=False)
-                time.sleep(1.5)  # the leader has the batch and asks the stopped coordinator (its wait: 5 s)
+                time.sleep(2.0)  # the leader has the batch and asks the stopped coordinator (its wait: 5 s)
                 # the transaction ends: its ABORT marker reaches the leader (nothing of it is there yet)
                 w = mc.classes(apis.WRITE_TXN_MARKERS, 1)
                 resp = mc.request(apis.WRITE_TXN_MARKERS, w["WriteTxnMarkersRequest"](markers=(
