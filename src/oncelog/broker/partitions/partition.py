@@ -83,6 +83,20 @@ class ReadResult:
     aborted: list[AbortedTxn]
 
 
+@dataclass(slots=True)
+class _Guard:
+    """The verification guard of one producer on one partition (Kafka's): a marker that comes
+    while a batch is verified ended the transaction the coordinator confirmed, so the batch must
+    not open a new one after it (it would hang: no coordinator knows it)."""
+
+    #: the producer's batches waiting here for their verification
+    waiting: int = 0
+    #: markers for the producer (not stale) that came since the guard was made
+    markers: int = 0
+    #: the newest producer epoch of those markers (-1: none)
+    epoch: int = -1
+
+
 class ProduceVerifier(Protocol):
     """The Produce handler's transaction checks of one batch (``Partition.append_produced``):
     raise the KafkaError that refuses it, or return None (accepted), or an awaitable to wait
@@ -119,13 +133,9 @@ class Partition:
         #: thread at COMMIT, before the event loop has registered the batch's transaction, and a
         #: read_committed fetch in between would take an open transaction's records as stable.
         self._unapplied: dict[int, None] = {}
-        #: per producer id whose batch waits for its verification (``append_produced``): [how
-        #: many wait, how many markers for the producer came meanwhile, the newest producer epoch
-        #: of those markers]. Kafka's verification guard: a marker that comes while a batch is
-        #: verified ended the transaction the coordinator confirmed, so the batch must not open a
-        #: new one after it (it would hang: no coordinator knows it). Bounded by the
-        #: verifications in flight.
-        self._verifying: dict[int, list[int]] = {}
+        #: per producer id whose batches wait here for their verification (``append_produced``):
+        #: Kafka's verification guard. Bounded by the verifications in flight.
+        self._verifying: dict[int, _Guard] = {}
 
     @classmethod
     def open(cls, tp: TopicPartition, path: Path, config: LogConfig, now_ms: int) -> "Partition":
@@ -261,33 +271,31 @@ class Partition:
         if verifying is not None:
             if not guarded:
                 return self._verified_then_appended(verifying, batch, header, now_ms, None, 0)
-            guard = self._verifying.setdefault(header.producer_id, [0, 0, -1])
-            guard[0] += 1
-            return self._verified_then_appended(verifying, batch, header, now_ms, guard, guard[1])
+            guard = self._verifying.setdefault(header.producer_id, _Guard())
+            guard.waiting += 1
+            return self._verified_then_appended(verifying, batch, header, now_ms, guard, guard.markers)
         appended = self.append_validated(batch, header, now_ms)
         return appended if type(appended) is Ready else Ready((appended,))  # type: ignore[return-value]
 
     async def _verified_then_appended(self, verifying: Awaitable[None], batch: bytes, header: records.BatchHeader,
-                                      now_ms: int, guard: list[int] | None, markers_before: int
+                                      now_ms: int, guard: "_Guard | None", markers_before: int
                                       ) -> "AppendResult | Awaitable[AppendResult]":
         """Append ``batch`` once ``verifying`` succeeded, unless a marker for its producer came
         meanwhile (``guard``: the producer's entry of ``_verifying``; None: not guarded): then
         INVALID_TXN_STATE, as Kafka's leader answers a batch whose verification guard a marker
         removed."""
         pid = header.producer_id
-        if guard is None:
+        try:
             await verifying
-        else:
-            try:
-                await verifying
-            finally:
-                guard[0] -= 1
-                if guard[0] == 0 and self._verifying.get(pid) is guard:
+        finally:
+            if guard is not None:
+                guard.waiting -= 1
+                if guard.waiting == 0 and self._verifying.get(pid) is guard:
                     del self._verifying[pid]
-        if guard is not None and guard[1] != markers_before:
-            if guard[2] > header.producer_epoch:  # fenced by the marker's epoch (a timeout's abort)
+        if guard is not None and guard.markers != markers_before:
+            if guard.epoch > header.producer_epoch:  # fenced by the marker's epoch (a timeout's abort)
                 raise InvalidProducerEpoch(f"{self.tp}: a transaction marker of producer {pid}'s epoch "
-                                           f"{guard[2]} was written while its batch of epoch "
+                                           f"{guard.epoch} was written while its batch of epoch "
                                            f"{header.producer_epoch} was being verified")
             raise InvalidTxnState(f"{self.tp}: a transaction marker for producer {pid} was written while its "
                                   f"batch was being verified; the batch is not part of an ongoing transaction")
@@ -488,8 +496,8 @@ class Partition:
         """
         guard = self._verifying.get(producer_id)
         if guard is not None and not self._stale_marker(producer_id, producer_epoch, coordinator_epoch):
-            guard[1] += 1  # the batches of this producer being verified here are refused
-            guard[2] = max(guard[2], producer_epoch)
+            guard.markers += 1  # the batches of this producer being verified here are refused
+            guard.epoch = max(guard.epoch, producer_epoch)
         return self._in_line(producer_id, functools.partial(self._begin_marker, producer_id, producer_epoch, commit,
                                                             coordinator_epoch, now_ms))
 
