@@ -110,3 +110,84 @@ def test_a_produce_whose_transaction_ends_during_its_verification_is_refused(pg_
         assert code == INVALID_TXN_STATE, f"the late batch was answered {code}, not INVALID_TXN_STATE"
         hw, lso = _offsets(lead.bootstrap)
         assert (hw, lso) == (0, 0), f"high watermark {hw}, LSO {lso}: the refused batch must leave nothing open"
+
+
+def _group_coordinator(bootstrap: str, group: str) -> int:
+    with ProtocolClient(bootstrap) as c:
+        m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
+        for _ in range(50):
+            r = c.request(apis.FIND_COORDINATOR, m(key_type=0, coordinator_keys=(group,)), version=4)
+            if r.coordinators[0].error_code == 0:
+                return r.coordinators[0].node_id
+            time.sleep(0.2)
+    raise AssertionError(f"no coordinator for group {group!r}")
+
+
+def _offsets_partition_open(bootstrap: str, partition: int) -> tuple[int, int]:
+    """(high watermark, last stable offset) of ``__consumer_offsets-<partition>``."""
+    with ProtocolClient(bootstrap) as c:
+        m = c.classes(apis.LIST_OFFSETS, 7)
+        out = []
+        for isolation in (0, 1):
+            req = make(m["ListOffsetsRequest"], replica_id=-1, isolation_level=isolation, topics=(
+                m["ListOffsetsTopic"](name="__consumer_offsets", partitions=(
+                    make(m["ListOffsetsPartition"], partition_index=partition, timestamp=-1),)),))
+            r = c.request(apis.LIST_OFFSETS, req, version=7).topics[0].partitions[0]
+            assert r.error_code == 0
+            out.append(r.offset)
+    return out[0], out[1]
+
+
+def test_offsets_whose_transaction_ends_during_their_verification_are_refused(pg_dsn: str, tmp_path: Path) -> None:
+    """The same for a TxnOffsetCommit (v3, transactions version 1): the group's coordinator is
+    one broker, the transaction's the other (stopped while the offsets are verified), and the
+    transaction's COMMIT marker reaches the group's ``__consumer_offsets`` partition meanwhile.
+    The offsets are refused, INVALID_TXN_STATE, and the partition has no transaction left open
+    (before the guard they were written after the marker: pending offsets that the producer's
+    next COMMIT would have made the group's)."""
+    from oncelog.coordinator.placement import partition_for
+
+    with brokers(pg_dsn, tmp_path, SMALL, (1, 2)) as procs:
+        bootstrap = ",".join(b.bootstrap for b in procs)
+        kc.create_topic("confluent", bootstrap, TOPIC, 1)
+        by_node = {n: b for n, b in zip((1, 2), procs)}
+        group = "guarded-group"
+        gnode = _group_coordinator(bootstrap, group)
+        tid = next(t for t in (f"offsets-guard-{i}" for i in range(200)) if _coordinator(bootstrap, t) != gnode)
+        gbroker, coord = by_node[gnode], by_node[3 - gnode]
+        offsets_partition = partition_for(group, int(SMALL["offsets.topic.num.partitions"]))
+
+        with ProtocolClient(coord.bootstrap) as cc, ProtocolClient(gbroker.bootstrap) as gc, \
+                ProtocolClient(gbroker.bootstrap) as mc:
+            err, pid, epoch, _, _ = init_pid(cc, tid, version=4)
+            assert err == NONE
+            a = cc.classes(apis.ADD_OFFSETS_TO_TXN, 3)
+            added = cc.request(apis.ADD_OFFSETS_TO_TXN, a["AddOffsetsToTxnRequest"](
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group), version=3)
+            assert added.error_code == NONE
+            os.kill(coord.pid, signal.SIGSTOP)  # the group coordinator's verification waits for this broker
+            try:
+                t = gc.classes(apis.TXN_OFFSET_COMMIT, 3)
+                gc.request(apis.TXN_OFFSET_COMMIT, make(t["TxnOffsetCommitRequest"], transactional_id=tid,
+                                                        group_id=group, producer_id=pid, producer_epoch=epoch,
+                                                        generation_id=-1, member_id="", group_instance_id=None,
+                                                        topics=(t["TxnOffsetCommitRequestTopic"](name=TOPIC, partitions=(
+                                                            make(t["TxnOffsetCommitRequestPartition"], partition_index=0,
+                                                                 committed_offset=42, committed_leader_epoch=-1,
+                                                                 committed_metadata=""),)),)),
+                           version=3, expect_response=False)
+                time.sleep(2.0)  # the group coordinator asks the stopped transaction coordinator (its wait: 5 s)
+                w = mc.classes(apis.WRITE_TXN_MARKERS, 1)
+                resp = mc.request(apis.WRITE_TXN_MARKERS, w["WriteTxnMarkersRequest"](markers=(
+                    w["WritableTxnMarker"](producer_id=pid, producer_epoch=epoch, transaction_result=True,
+                                           coordinator_epoch=0, topics=(w["WritableTxnMarkerTopic"](
+                                               name="__consumer_offsets", partition_indexes=(offsets_partition,)),)),)),
+                    version=1)
+                assert resp.markers[0].topics[0].partitions[0].error_code == NONE
+            finally:
+                os.kill(coord.pid, signal.SIGCONT)
+            _corr, answer = framing.decode_response(apis.TXN_OFFSET_COMMIT, 3, gc.recv_frame())
+            code = answer.topics[0].partitions[0].error_code
+        assert code == INVALID_TXN_STATE, f"the late offsets were answered {code}, not INVALID_TXN_STATE"
+        hw, lso = _offsets_partition_open(gbroker.bootstrap, offsets_partition)
+        assert hw == lso, f"__consumer_offsets-{offsets_partition}: high watermark {hw}, LSO {lso}: a transaction is open"

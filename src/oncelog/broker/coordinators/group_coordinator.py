@@ -31,9 +31,10 @@ Single-threaded: everything runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from oncelog.broker.configuration.config import BrokerConfig
 from oncelog.broker.configuration.group_config import GroupConfigs
@@ -65,6 +66,7 @@ from oncelog.protocol.errors import (
     InvalidCommitOffsetSize,
     KafkaError,
     NotCoordinator,
+    ProducerFenced,
     UnknownServerError,
 )
 from oncelog.types import TopicPartition
@@ -289,14 +291,16 @@ class GroupCoordinator:
         return await self.runtime.append(partition, batch, now)
 
     async def _run(self, group_id: str, decide: Callable[[GroupShard, int], Result], *, offsets: bool = False,
-                   drain: bool = False, removes: bool = False) -> Any:
+                   drain: bool = False, removes: bool = False, check: Callable[[], None] | None = None) -> Any:
         """One operation that may write: under the shard's lock, ``decide(shard, now)`` then
         ``_execute``. Returns the response (a future for a parked one). ``drain``: an offset
         write, which first moves the group's database inbox commits into the log (issue 31);
         checked before the lock: a database commit after the check is the newer one, and its
         drain comes after this write. A group id the database inbox cannot keep is refused
         (InvalidGroupId) before anything changes, unless the operation only ``removes`` (a
-        member, offsets, the group: such a group can only come from an older log)."""
+        member, offsets, the group: such a group can only come from an older log). ``check()``
+        (raises to refuse) runs under the lock, right before ``decide``: nothing suspends between
+        it and the first append of the operation's records."""
         if not removes:
             self.inbox.check_group_id(group_id)
         try:
@@ -307,6 +311,8 @@ class GroupCoordinator:
             shard = self._shard(group_id)
             if pending:
                 await self._drain_inbox_locked(shard, group_id)
+            if check is not None:
+                check()
             now = self.clock.now_ms()
             return await self._execute(shard, decide(shard, now), now, offsets=offsets, group_id=group_id)
 
@@ -406,10 +412,36 @@ class GroupCoordinator:
 
     async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
                                  member_id: str, instance_id: str | None,
-                                 offsets: dict[TopicPartition, OffsetCommitData]) -> dict[TopicPartition, KafkaError | None]:
-        return await self._run(group_id, lambda shard, now: shard.txn_commit_offsets(
-            group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets, now), offsets=True,
-            drain=True)
+                                 offsets: dict[TopicPartition, OffsetCommitData], *,
+                                 verify: Callable[[], Awaitable[None]] | None = None,
+                                 guarded: bool = True) -> dict[TopicPartition, KafkaError | None]:
+        """TxnOffsetCommit: the offsets become pending offsets of the producer (a transactional
+        batch in the group's ``__consumer_offsets`` partition) until its transaction's marker.
+        ``verify()``: the transaction coordinator's check that this partition is in the
+        producer's ongoing transaction (or, under transactions version 2, its add), awaited
+        here. ``guarded`` (version 1): under the partition's verification guard, from before
+        ``verify`` until the batch takes its place in the log: a marker for the producer that
+        comes meanwhile (the client ended its transaction without waiting for this answer; its
+        verification went to another broker, or the request waited for the group's lock) ended
+        the transaction ``verify`` confirmed, and the offsets are refused (INVALID_TXN_STATE;
+        PRODUCER_FENCED when the marker's epoch is newer), as Kafka's group coordinator refuses
+        them, instead of staying pending after it, with no marker to come but the producer's
+        next transaction's. Version 2 needs no guard: every marker bumps the epoch, which then
+        refuses the batch."""
+        part = None
+        if guarded:
+            try:
+                part = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+            except KafkaError:
+                part = None  # not led here: ``_run`` answers NOT_COORDINATOR
+        guard = (contextlib.nullcontext(None) if part is None
+                 else part.verification_guard(producer_id, producer_epoch, "offsets", fenced=ProducerFenced))
+        with guard as check:
+            if verify is not None:
+                await verify()
+            return await self._run(group_id, lambda shard, now: shard.txn_commit_offsets(
+                group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets, now),
+                offsets=True, drain=True, check=check)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
                       member_id: str | None = None, member_epoch: int = -1,

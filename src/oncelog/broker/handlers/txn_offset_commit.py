@@ -43,19 +43,26 @@ async def handle(broker: BrokerContext, request: Request, client: Client) -> Any
         if offsets:
             # Only the current producer of an Ongoing transaction that added this group's
             # offsets partition may commit offsets in it (as it may produce, R9, R12).
+            # The check runs under the offsets partition's verification guard (the group
+            # coordinator's txn_commit_offsets): a marker that ends the transaction before the
+            # offsets are written refuses them.
             txns = broker.transactions
-            if request.api_version >= 5:  # transactions version 2: no AddOffsetsToTxn, the add happens here
-                await txns.add_implicitly(req.transactional_id, req.producer_id, req.producer_epoch,
-                                          txns.offsets_partition(req.group_id), older=ProducerFenced,
-                                          retriable=CoordinatorLoadInProgress)
-            elif txns.serves(req.transactional_id):
-                txns.verify_txn_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
-            else:  # cluster mode: the transaction's coordinator is another broker (broker/partitions/txn_verifier.py)
-                await txns.verify_remotely(req.transactional_id, req.producer_id, req.producer_epoch,
-                                           txns.offsets_partition(req.group_id), retriable=CoordinatorLoadInProgress)
+            tid, pid, epoch = req.transactional_id, req.producer_id, req.producer_epoch
+
+            async def verify() -> None:
+                if request.api_version >= 5:  # transactions version 2: no AddOffsetsToTxn, the add happens here
+                    await txns.add_implicitly(tid, pid, epoch, txns.offsets_partition(req.group_id),
+                                              older=ProducerFenced, retriable=CoordinatorLoadInProgress)
+                elif txns.serves(tid):
+                    txns.verify_txn_offsets(tid, pid, epoch, req.group_id)
+                else:  # cluster mode: the transaction's coordinator is another broker (broker/partitions/txn_verifier.py)
+                    await txns.verify_remotely(tid, pid, epoch, txns.offsets_partition(req.group_id),
+                                               retriable=CoordinatorLoadInProgress)
+
             errors = await groups.txn_commit_offsets(
-                req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
+                req.group_id, pid, epoch, getattr(req, "generation_id", -1),
                 getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), offsets,
+                verify=verify, guarded=request.api_version < 5,
             )
             for tp, err in errors.items():
                 codes[tp] = ErrorCode.none if err is None else err.code

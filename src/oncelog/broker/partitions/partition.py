@@ -40,11 +40,12 @@ Single-threaded: called only from the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from operator import itemgetter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Protocol, TypeVar, Union
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Iterator, Protocol, TypeVar, Union
 
 import logging
 
@@ -293,14 +294,47 @@ class Partition:
                 if guard.waiting == 0 and self._verifying.get(pid) is guard:
                     del self._verifying[pid]
         if guard is not None and guard.markers != markers_before:
-            if guard.epoch > header.producer_epoch:  # fenced by the marker's epoch (a timeout's abort)
-                raise InvalidProducerEpoch(f"{self.tp}: a transaction marker of producer {pid}'s epoch "
-                                           f"{guard.epoch} was written while its batch of epoch "
-                                           f"{header.producer_epoch} was being verified")
-            raise InvalidTxnState(f"{self.tp}: a transaction marker for producer {pid} was written while its "
-                                  f"batch was being verified; the batch is not part of an ongoing transaction")
+            raise self._guard_refusal(guard, pid, header.producer_epoch, "batch", InvalidProducerEpoch)
         appended = self.append_validated(batch, header, now_ms)
         return appended[0] if type(appended) is Ready else appended  # type: ignore[index]
+
+    def _guard_refusal(self, guard: _Guard, producer_id: int, producer_epoch: int, what: str,
+                       fenced: type[KafkaError]) -> KafkaError:
+        """What a write guarded by ``guard`` is told when a marker came while it was verified:
+        ``fenced`` when the marker's epoch is newer than the write's (a timeout's abort, or a
+        newer producer), else INVALID_TXN_STATE."""
+        if guard.epoch > producer_epoch:
+            return fenced(f"{self.tp}: a transaction marker of producer {producer_id}'s epoch {guard.epoch} was "
+                          f"written while its {what} of epoch {producer_epoch} was being verified")
+        return InvalidTxnState(f"{self.tp}: a transaction marker for producer {producer_id} was written while its "
+                               f"{what} was being verified; it is not part of an ongoing transaction")
+
+    @contextlib.contextmanager
+    def verification_guard(self, producer_id: int, producer_epoch: int, what: str, *,
+                           fenced: type[KafkaError] = InvalidProducerEpoch) -> Iterator[Callable[[], None]]:
+        """The verification guard (``append_produced``'s) for a transactional write that another
+        part of the broker verifies and then appends here: the group coordinator's
+        TxnOffsetCommit, whose offsets become a transactional batch of the producer in this
+        ``__consumer_offsets`` partition. Made at entry; yields ``check()``, which raises the
+        refusal (``fenced`` or INVALID_TXN_STATE; see ``_guard_refusal``) when a marker for the
+        producer (not a stale one) came since. The caller calls it with no suspension between
+        the check and its ``append_internal`` call (which takes its place in the producer's line
+        at the call), so a marker that comes later is written after the batch and ends the
+        transaction the batch is part of."""
+        guard = self._verifying.setdefault(producer_id, _Guard())
+        guard.waiting += 1
+        markers_before = guard.markers
+
+        def check() -> None:
+            if guard.markers != markers_before:
+                raise self._guard_refusal(guard, producer_id, producer_epoch, what, fenced)
+
+        try:
+            yield check
+        finally:
+            guard.waiting -= 1
+            if guard.waiting == 0 and self._verifying.get(producer_id) is guard:
+                del self._verifying[producer_id]
 
     def _begin_validated_in_line(self, batch: bytes, header: records.BatchHeader,
                                  now_ms: int) -> "_Step[AppendResult]":
