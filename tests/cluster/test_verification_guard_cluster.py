@@ -33,15 +33,16 @@ SMALL = {"broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "4
 TOPIC = "guarded"
 
 
-def _coordinator(bootstrap: str, tid: str) -> int:
+def _coordinator(bootstrap: str, key: str, key_type: int = 1) -> int:
+    """The node coordinating transactional id ``key`` (``key_type`` 1) or group ``key`` (0)."""
     with ProtocolClient(bootstrap) as c:
         m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
         for _ in range(50):
-            r = c.request(apis.FIND_COORDINATOR, m(key_type=1, coordinator_keys=(tid,)), version=4)
+            r = c.request(apis.FIND_COORDINATOR, m(key_type=key_type, coordinator_keys=(key,)), version=4)
             if r.coordinators[0].error_code == 0:
                 return r.coordinators[0].node_id
             time.sleep(0.2)
-    raise AssertionError(f"no coordinator for {tid!r}")
+    raise AssertionError(f"no coordinator for {key!r}")
 
 
 def _leader(bootstrap: str) -> int:
@@ -56,14 +57,14 @@ def _leader(bootstrap: str) -> int:
     raise AssertionError(f"{TOPIC}-0 has no leader")
 
 
-def _offsets(bootstrap: str) -> tuple[int, int]:
+def _offsets(bootstrap: str, topic: str = TOPIC, partition: int = 0) -> tuple[int, int]:
     """(high watermark, last stable offset) of the partition, by ListOffsets latest."""
     out = []
     with ProtocolClient(bootstrap) as c:
         m = c.classes(apis.LIST_OFFSETS, 7)
         for isolation in (0, 1):
             req = make(m["ListOffsetsRequest"], replica_id=-1, isolation_level=isolation, topics=(
-                m["ListOffsetsTopic"](name=TOPIC, partitions=(make(m["ListOffsetsPartition"], partition_index=0,
+                m["ListOffsetsTopic"](name=topic, partitions=(make(m["ListOffsetsPartition"], partition_index=partition,
                                                                    timestamp=-1),)),))
             r = c.request(apis.LIST_OFFSETS, req, version=7).topics[0].partitions[0]
             assert r.error_code == 0
@@ -112,32 +113,6 @@ def test_a_produce_whose_transaction_ends_during_its_verification_is_refused(pg_
         assert (hw, lso) == (0, 0), f"high watermark {hw}, LSO {lso}: the refused batch must leave nothing open"
 
 
-def _group_coordinator(bootstrap: str, group: str) -> int:
-    with ProtocolClient(bootstrap) as c:
-        m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
-        for _ in range(50):
-            r = c.request(apis.FIND_COORDINATOR, m(key_type=0, coordinator_keys=(group,)), version=4)
-            if r.coordinators[0].error_code == 0:
-                return r.coordinators[0].node_id
-            time.sleep(0.2)
-    raise AssertionError(f"no coordinator for group {group!r}")
-
-
-def _offsets_partition_open(bootstrap: str, partition: int) -> tuple[int, int]:
-    """(high watermark, last stable offset) of ``__consumer_offsets-<partition>``."""
-    with ProtocolClient(bootstrap) as c:
-        m = c.classes(apis.LIST_OFFSETS, 7)
-        out = []
-        for isolation in (0, 1):
-            req = make(m["ListOffsetsRequest"], replica_id=-1, isolation_level=isolation, topics=(
-                m["ListOffsetsTopic"](name="__consumer_offsets", partitions=(
-                    make(m["ListOffsetsPartition"], partition_index=partition, timestamp=-1),)),))
-            r = c.request(apis.LIST_OFFSETS, req, version=7).topics[0].partitions[0]
-            assert r.error_code == 0
-            out.append(r.offset)
-    return out[0], out[1]
-
-
 def test_offsets_whose_transaction_ends_during_their_verification_are_refused(pg_dsn: str, tmp_path: Path) -> None:
     """The same for a TxnOffsetCommit (v3, transactions version 1): the group's coordinator is
     one broker, the transaction's the other (stopped while the offsets are verified), and the
@@ -152,7 +127,7 @@ def test_offsets_whose_transaction_ends_during_their_verification_are_refused(pg
         kc.create_topic("confluent", bootstrap, TOPIC, 1)
         by_node = {n: b for n, b in zip((1, 2), procs)}
         group = "guarded-group"
-        gnode = _group_coordinator(bootstrap, group)
+        gnode = _coordinator(bootstrap, group, key_type=0)
         tid = next(t for t in (f"offsets-guard-{i}" for i in range(200)) if _coordinator(bootstrap, t) != gnode)
         gbroker, coord = by_node[gnode], by_node[3 - gnode]
         offsets_partition = partition_for(group, int(SMALL["offsets.topic.num.partitions"]))
@@ -189,5 +164,5 @@ def test_offsets_whose_transaction_ends_during_their_verification_are_refused(pg
             _corr, answer = framing.decode_response(apis.TXN_OFFSET_COMMIT, 3, gc.recv_frame())
             code = answer.topics[0].partitions[0].error_code
         assert code == INVALID_TXN_STATE, f"the late offsets were answered {code}, not INVALID_TXN_STATE"
-        hw, lso = _offsets_partition_open(gbroker.bootstrap, offsets_partition)
+        hw, lso = _offsets(gbroker.bootstrap, "__consumer_offsets", offsets_partition)
         assert hw == lso, f"__consumer_offsets-{offsets_partition}: high watermark {hw}, LSO {lso}: a transaction is open"
