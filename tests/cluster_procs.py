@@ -1,5 +1,5 @@
 """Several broker processes on one store, for the cluster-mode tests (issue 15): the one way
-those tests start and stop them, and read a topic back from its start."""
+those tests start and stop them, read a topic back from its start, and ask who coordinates a key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from oncelog.client import ProtocolClient
 from oncelog.process import BrokerProcess
+from oncelog.protocol import apis
 
 
 @contextlib.contextmanager
@@ -61,3 +63,16 @@ def read_from_start(bootstrap: str, topic: str, partitions: int, done: Callable[
     finally:
         c.close()
     return out
+
+
+def coordinator_node(bootstrap: str, key_type: int, key: str) -> int:
+    """The node id FindCoordinator (v4) names for ``key``: a group (``key_type`` 0) or a
+    transactional id (1); bounded retries while it names none."""
+    with ProtocolClient(bootstrap.split(",")[0]) as c:
+        m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
+        for _ in range(50):
+            r = c.request(apis.FIND_COORDINATOR, m(key_type=key_type, coordinator_keys=(key,)), version=4)
+            if r.coordinators[0].error_code == 0:
+                return r.coordinators[0].node_id
+            time.sleep(0.2)
+    raise AssertionError(f"no coordinator for {key!r}")

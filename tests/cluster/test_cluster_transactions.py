@@ -22,7 +22,7 @@ import pytest
 
 import kafka_clients as kc
 from oncelog.client import ProtocolClient
-from cluster_procs import brokers
+from cluster_procs import brokers, coordinator_node
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog_tools.verify import copy
@@ -37,21 +37,6 @@ PARTITIONS = 6
 def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
     with brokers(pg_dsn, tmp_path, SMALL, (1, 2, 3)) as procs:
         yield procs
-
-
-def _coordinator(bootstrap: str, key_type: int, key: str) -> int:
-    """The node id FindCoordinator names for ``key`` (bounded retries while it has none)."""
-    c = ProtocolClient(bootstrap.split(",")[0])
-    try:
-        m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
-        for _ in range(50):
-            r = c.request(apis.FIND_COORDINATOR, m(key_type=key_type, coordinator_keys=(key,)), version=4)
-            if r.coordinators[0].error_code == 0:
-                return r.coordinators[0].node_id
-            time.sleep(0.2)
-    finally:
-        c.sock.close()
-    raise AssertionError(f"no coordinator for {key!r}")
 
 
 def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
@@ -78,9 +63,9 @@ def test_one_transaction_spans_three_brokers_and_a_remote_group_coordinator(clus
     kc.create_topic("confluent", bootstrap, "source", 1)
     _wait_spread(bootstrap, topic)
     tid = f"txn-{client}"
-    txn_node = _coordinator(bootstrap, 1, tid)
-    group = next(g for g in (f"group-{client}-{i}" for i in range(200)) if _coordinator(bootstrap, 0, g) != txn_node)
-    assert _coordinator(bootstrap, 0, group) != txn_node
+    txn_node = coordinator_node(bootstrap, 1, tid)
+    group = next(g for g in (f"group-{client}-{i}" for i in range(200)) if coordinator_node(bootstrap, 0, g) != txn_node)
+    assert coordinator_node(bootstrap, 0, group) != txn_node
 
     from confluent_kafka import Consumer, TopicPartition
 
@@ -177,7 +162,7 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(clus
     _wait_spread(bootstrap, "verified")
     leaders = _leaders(bootstrap, "verified")
     tid = "verify-me"
-    coordinator = _coordinator(bootstrap, 1, tid)
+    coordinator = coordinator_node(bootstrap, 1, tid)
     part = next(p for p, node in leaders.items() if node != coordinator)
 
     coord = ProtocolClient(_node_bootstrap(cluster, coordinator))
@@ -210,8 +195,8 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(clus
         assert produce() == 0
         # offsets of a group whose coordinator is another broker, without AddOffsetsToTxn: the
         # group coordinator asks the transaction coordinator and refuses them
-        group = next(g for g in (f"verify-group-{i}" for i in range(200)) if _coordinator(bootstrap, 0, g) != coordinator)
-        gc = ProtocolClient(_node_bootstrap(cluster, _coordinator(bootstrap, 0, group)))
+        group = next(g for g in (f"verify-group-{i}" for i in range(200)) if coordinator_node(bootstrap, 0, g) != coordinator)
+        gc = ProtocolClient(_node_bootstrap(cluster, coordinator_node(bootstrap, 0, group)))
         try:
             toc = gc.classes(apis.TXN_OFFSET_COMMIT, 3)
             r = gc.request(apis.TXN_OFFSET_COMMIT, toc["TxnOffsetCommitRequest"](
@@ -248,13 +233,13 @@ def test_transactions_version_2_across_brokers(cluster: list[BrokerProcess]) -> 
     _wait_spread(bootstrap, "tv2")
     leaders = _leaders(bootstrap, "tv2")
     tid = "tv2-across"
-    coordinator = _coordinator(bootstrap, 1, tid)
+    coordinator = coordinator_node(bootstrap, 1, tid)
     part = next(p for p, node in leaders.items() if node != coordinator)
-    group = next(g for g in (f"tv2-group-{i}" for i in range(200)) if _coordinator(bootstrap, 0, g) != coordinator)
+    group = next(g for g in (f"tv2-group-{i}" for i in range(200)) if coordinator_node(bootstrap, 0, g) != coordinator)
 
     coord = ProtocolClient(_node_bootstrap(cluster, coordinator), transaction_version=2)
     leader = ProtocolClient(_node_bootstrap(cluster, leaders[part]), transaction_version=2)
-    gc = ProtocolClient(_node_bootstrap(cluster, _coordinator(bootstrap, 0, group)), transaction_version=2)
+    gc = ProtocolClient(_node_bootstrap(cluster, coordinator_node(bootstrap, 0, group)), transaction_version=2)
     seq: dict[int, int] = {}
     try:
         init = coord.classes(apis.INIT_PRODUCER_ID, 5)["InitProducerIdRequest"]
@@ -340,7 +325,7 @@ def test_tv2_a_batch_of_the_next_transaction_waits_for_the_last_ones_marker(clus
     _wait_spread(bootstrap, "tv2next")
     leaders = _leaders(bootstrap, "tv2next")
     tid = "tv2-next"
-    coordinator = _coordinator(bootstrap, 1, tid)
+    coordinator = coordinator_node(bootstrap, 1, tid)
     part = next(p for p, node in leaders.items() if node != coordinator)
 
     coord = ProtocolClient(_node_bootstrap(cluster, coordinator), transaction_version=2, timeout=60)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import kafka_clients as kc
-from cluster_procs import brokers
+from cluster_procs import brokers, coordinator_node
 from oncelog.client import ProtocolClient
 from oncelog.protocol import apis, framing, records
 from oncelog.protocol.messages import make
@@ -31,18 +31,6 @@ from twopc_requests import INVALID_TXN_STATE, NONE, add_partitions, init_pid
 SMALL = {"broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "400",
          "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6"}
 TOPIC = "guarded"
-
-
-def _coordinator(bootstrap: str, key: str, key_type: int = 1) -> int:
-    """The node coordinating transactional id ``key`` (``key_type`` 1) or group ``key`` (0)."""
-    with ProtocolClient(bootstrap) as c:
-        m = apis.message_class(apis.FIND_COORDINATOR, 4, False)
-        for _ in range(50):
-            r = c.request(apis.FIND_COORDINATOR, m(key_type=key_type, coordinator_keys=(key,)), version=4)
-            if r.coordinators[0].error_code == 0:
-                return r.coordinators[0].node_id
-            time.sleep(0.2)
-    raise AssertionError(f"no coordinator for {key!r}")
 
 
 def _leader(bootstrap: str) -> int:
@@ -77,7 +65,7 @@ def test_a_produce_whose_transaction_ends_during_its_verification_is_refused(pg_
         bootstrap = ",".join(b.bootstrap for b in procs)
         kc.create_topic("confluent", bootstrap, TOPIC, 1)
         leader = _leader(bootstrap)
-        tid = next(t for t in (f"guard-{i}" for i in range(200)) if _coordinator(bootstrap, t) != leader)
+        tid = next(t for t in (f"guard-{i}" for i in range(200)) if coordinator_node(bootstrap, 1, t) != leader)
         by_node = {n: b for n, b in zip((1, 2), procs)}
         lead, coord = by_node[leader], by_node[3 - leader]
 
@@ -127,8 +115,8 @@ def test_offsets_whose_transaction_ends_during_their_verification_are_refused(pg
         kc.create_topic("confluent", bootstrap, TOPIC, 1)
         by_node = {n: b for n, b in zip((1, 2), procs)}
         group = "guarded-group"
-        gnode = _coordinator(bootstrap, group, key_type=0)
-        tid = next(t for t in (f"offsets-guard-{i}" for i in range(200)) if _coordinator(bootstrap, t) != gnode)
+        gnode = coordinator_node(bootstrap, 0, group)
+        tid = next(t for t in (f"offsets-guard-{i}" for i in range(200)) if coordinator_node(bootstrap, 1, t) != gnode)
         gbroker, coord = by_node[gnode], by_node[3 - gnode]
         offsets_partition = partition_for(group, int(SMALL["offsets.topic.num.partitions"]))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import pytest
 
@@ -58,6 +59,17 @@ async def _marker(rm: ReplicaManager, gc: GroupCoordinator, group: str, epoch: i
     gc.complete_transaction(p, PID, commit)
 
 
+def _held_verification() -> tuple[asyncio.Event, Callable[[], Awaitable[None]]]:
+    """A verification that answers (yes) once the event is set: a coordinator elsewhere,
+    answering late."""
+    answer = asyncio.Event()
+
+    async def verify() -> None:
+        await answer.wait()
+
+    return answer, verify
+
+
 def _committed(gc: GroupCoordinator, group: str) -> int | None:
     o = gc.shards[gc.partition_for(group)].offsets.committed.get(group, {}).get(T0)
     return None if o is None else o.offset
@@ -79,10 +91,7 @@ def test_offsets_verified_while_their_transaction_ended_are_refused(
         rm, gc = await _coordinator(tmp_path, clock)
         try:
             await gc.txn_commit_offsets(group, PID, 0, -1, "", None, {T0: OffsetCommitData(10)})
-            answer = asyncio.Event()
-
-            async def verify() -> None:  # the coordinator elsewhere, answering late
-                await answer.wait()
+            answer, verify = _held_verification()
 
             late = asyncio.ensure_future(gc.txn_commit_offsets(group, PID, 0, -1, "", None, {T0: OffsetCommitData(20)},
                                                                verify=verify))
@@ -115,10 +124,7 @@ def test_offsets_verified_without_a_marker_are_written_and_committed(tmp_path: P
         clock = ManualClock()
         rm, gc = await _coordinator(tmp_path, clock)
         try:
-            answer = asyncio.Event()
-
-            async def verify() -> None:
-                await answer.wait()
+            answer, verify = _held_verification()
 
             pending = asyncio.ensure_future(gc.txn_commit_offsets(group, PID, 0, -1, "", None,
                                                                   {T0: OffsetCommitData(30)}, verify=verify))
@@ -145,10 +151,7 @@ def test_a_stale_marker_refuses_nothing(tmp_path: Path) -> None:
         rm, gc = await _coordinator(tmp_path, clock)
         try:
             await gc.txn_commit_offsets(group, PID, 3, -1, "", None, {T0: OffsetCommitData(1)})
-            answer = asyncio.Event()
-
-            async def verify() -> None:
-                await answer.wait()
+            answer, verify = _held_verification()
 
             late = asyncio.ensure_future(gc.txn_commit_offsets(group, PID, 3, -1, "", None,
                                                                {T0: OffsetCommitData(2)}, verify=verify))

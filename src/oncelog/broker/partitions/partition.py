@@ -272,8 +272,7 @@ class Partition:
         if verifying is not None:
             if not guarded:
                 return self._verified_then_appended(verifying, batch, header, now_ms, None, 0)
-            guard = self._verifying.setdefault(header.producer_id, _Guard())
-            guard.waiting += 1
+            guard = self._guard_enter(header.producer_id)
             return self._verified_then_appended(verifying, batch, header, now_ms, guard, guard.markers)
         appended = self.append_validated(batch, header, now_ms)
         return appended if type(appended) is Ready else Ready((appended,))  # type: ignore[return-value]
@@ -290,9 +289,7 @@ class Partition:
             await verifying
         finally:
             if guard is not None:
-                guard.waiting -= 1
-                if guard.waiting == 0 and self._verifying.get(pid) is guard:
-                    del self._verifying[pid]
+                self._guard_leave(pid, guard)
         if guard is not None and guard.markers != markers_before:
             raise self._guard_refusal(guard, pid, header.producer_epoch, "batch", InvalidProducerEpoch)
         appended = self.append_validated(batch, header, now_ms)
@@ -321,8 +318,7 @@ class Partition:
         the check and its ``append_internal`` call (which takes its place in the producer's line
         at the call), so a marker that comes later is written after the batch and ends the
         transaction the batch is part of."""
-        guard = self._verifying.setdefault(producer_id, _Guard())
-        guard.waiting += 1
+        guard = self._guard_enter(producer_id)
         markers_before = guard.markers
 
         def check() -> None:
@@ -332,9 +328,19 @@ class Partition:
         try:
             yield check
         finally:
-            guard.waiting -= 1
-            if guard.waiting == 0 and self._verifying.get(producer_id) is guard:
-                del self._verifying[producer_id]
+            self._guard_leave(producer_id, guard)
+
+    def _guard_enter(self, producer_id: int) -> _Guard:
+        """The producer's guard here, made if there is none, with one more write waiting."""
+        guard = self._verifying.setdefault(producer_id, _Guard())
+        guard.waiting += 1
+        return guard
+
+    def _guard_leave(self, producer_id: int, guard: _Guard) -> None:
+        """One write of ``guard`` no longer waits; the guard goes with its last."""
+        guard.waiting -= 1
+        if guard.waiting == 0 and self._verifying.get(producer_id) is guard:
+            del self._verifying[producer_id]
 
     def _begin_validated_in_line(self, batch: bytes, header: records.BatchHeader,
                                  now_ms: int) -> "_Step[AppendResult]":
