@@ -1,5 +1,6 @@
 """Several broker processes on one store, for the cluster-mode tests (issue 15): the one way
-those tests start and stop them, read a topic back from its start, and ask who coordinates a key."""
+those tests start and stop them, read a topic back from its start, ask who coordinates a key and
+who leads each partition."""
 
 from __future__ import annotations
 
@@ -76,3 +77,21 @@ def coordinator_node(bootstrap: str, key_type: int, key: str) -> int:
                 return r.coordinators[0].node_id
             time.sleep(0.2)
     raise AssertionError(f"no coordinator for {key!r}")
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """``topic``'s partition -> leader node id, from a confluent-kafka metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def wait_spread(bootstrap: str, topic: str, brokers: int = 3) -> None:
+    """Wait (bounded: 100 tries, 0.2 s apart) until ``topic``'s leaders are on ``brokers``
+    distinct nodes."""
+    for _ in range(100):
+        if len(set(partition_leaders(bootstrap, topic).values())) == brokers:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}'s leaders did not spread over {brokers} brokers: {partition_leaders(bootstrap, topic)}")

@@ -22,7 +22,7 @@ import pytest
 
 import kafka_clients as kc
 from oncelog.client import ProtocolClient
-from cluster_procs import brokers, coordinator_node
+from cluster_procs import brokers, coordinator_node, partition_leaders, wait_spread
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog_tools.verify import copy
@@ -39,21 +39,6 @@ def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
         yield procs
 
 
-def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
-
-
-def _wait_spread(bootstrap: str, topic: str) -> None:
-    for _ in range(100):
-        if len(set(_leaders(bootstrap, topic).values())) == 3:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{topic}'s leaders did not spread over 3 brokers: {_leaders(bootstrap, topic)}")
-
-
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_one_transaction_spans_three_brokers_and_a_remote_group_coordinator(cluster: list[BrokerProcess],
                                                                             client: str) -> None:
@@ -61,7 +46,7 @@ def test_one_transaction_spans_three_brokers_and_a_remote_group_coordinator(clus
     topic = f"spread-{client}"
     kc.create_topic("confluent", bootstrap, topic, PARTITIONS)
     kc.create_topic("confluent", bootstrap, "source", 1)
-    _wait_spread(bootstrap, topic)
+    wait_spread(bootstrap, topic)
     tid = f"txn-{client}"
     txn_node = coordinator_node(bootstrap, 1, tid)
     group = next(g for g in (f"group-{client}-{i}" for i in range(200)) if coordinator_node(bootstrap, 0, g) != txn_node)
@@ -104,7 +89,7 @@ def test_subscribed_group_commits_through_its_coordinator(cluster: list[BrokerPr
 
     bootstrap = ",".join(b.bootstrap for b in cluster)
     kc.create_topic("confluent", bootstrap, "events", 3)
-    _wait_spread(bootstrap, "events")
+    wait_spread(bootstrap, "events")
     kc.produce("confluent", bootstrap, "events", [(p, None, f"v{p}-{i}".encode()) for p in range(3) for i in range(20)])
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "readers", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
@@ -159,8 +144,8 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_remote_coordinator(clus
 
     bootstrap = ",".join(b.bootstrap for b in cluster)
     kc.create_topic("confluent", bootstrap, "verified", PARTITIONS)
-    _wait_spread(bootstrap, "verified")
-    leaders = _leaders(bootstrap, "verified")
+    wait_spread(bootstrap, "verified")
+    leaders = partition_leaders(bootstrap, "verified")
     tid = "verify-me"
     coordinator = coordinator_node(bootstrap, 1, tid)
     part = next(p for p, node in leaders.items() if node != coordinator)
@@ -230,8 +215,8 @@ def test_transactions_version_2_across_brokers(cluster: list[BrokerProcess]) -> 
 
     bootstrap = ",".join(b.bootstrap for b in cluster)
     kc.create_topic("confluent", bootstrap, "tv2", PARTITIONS)
-    _wait_spread(bootstrap, "tv2")
-    leaders = _leaders(bootstrap, "tv2")
+    wait_spread(bootstrap, "tv2")
+    leaders = partition_leaders(bootstrap, "tv2")
     tid = "tv2-across"
     coordinator = coordinator_node(bootstrap, 1, tid)
     part = next(p for p, node in leaders.items() if node != coordinator)
@@ -322,8 +307,8 @@ def test_tv2_a_batch_of_the_next_transaction_waits_for_the_last_ones_marker(clus
 
     bootstrap = ",".join(b.bootstrap for b in cluster)
     kc.create_topic("confluent", bootstrap, "tv2next", PARTITIONS)
-    _wait_spread(bootstrap, "tv2next")
-    leaders = _leaders(bootstrap, "tv2next")
+    wait_spread(bootstrap, "tv2next")
+    leaders = partition_leaders(bootstrap, "tv2next")
     tid = "tv2-next"
     coordinator = coordinator_node(bootstrap, 1, tid)
     part = next(p for p, node in leaders.items() if node != coordinator)

@@ -21,7 +21,7 @@ import pytest
 import kafka_clients as kc
 from oncelog.admin.transactions import TransactionsAdmin
 from oncelog.client import ProtocolClient
-from cluster_procs import brokers
+from cluster_procs import brokers, coordinator_node, partition_leaders, wait_spread
 from oncelog.process import BrokerProcess
 from oncelog.protocol import apis
 from oncelog.protocol.errors import ErrorCode
@@ -38,17 +38,15 @@ def cluster(pg_dsn: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
 
 
 def test_list_describe_and_producers_reach_the_right_brokers(cluster: list[BrokerProcess]) -> None:
-    from test_cluster_transactions import _coordinator, _leaders, _wait_spread
-
     from confluent_kafka import Producer
 
     bootstrap = ",".join(b.bootstrap for b in cluster)
     by_node = {b.node_id: b for b in cluster}
     kc.create_topic("confluent", bootstrap, TOPIC, 3)
-    _wait_spread(bootstrap, TOPIC)
-    leaders = _leaders(bootstrap, TOPIC)
+    wait_spread(bootstrap, TOPIC)
+    leaders = partition_leaders(bootstrap, TOPIC)
     tid = "intro-txn"
-    coordinator = _coordinator(bootstrap, 1, tid)
+    coordinator = coordinator_node(bootstrap, 1, tid)
     partition = next(p for p, n in leaders.items() if n != coordinator)
     leader = leaders[partition]
     (third,) = set(by_node) - {coordinator, leader}
