@@ -4,7 +4,8 @@
 ``TransactionCoordinator`` (broker layer) on them, its coroutines driven to completion on a
 private event loop so the tests read as plain calls. Faults: ``fail_markers`` (partitions whose
 marker write fails) and ``fail_txn_log`` (appends to ``__transaction_state`` fail: a full disk).
-``restart()`` closes everything and loads again from the files, as a restarted broker does.
+``restart()`` closes everything and loads again from the files, as a restarted broker does
+(``restart(crash=True)``: as a broker killed and started again).
 """
 
 from __future__ import annotations
@@ -94,8 +95,12 @@ class TxnNode:
         self.coord = Sync(coord, self.loop)
         return self.loop.run_until_complete(coord.load())
 
-    def restart(self) -> int:
-        """Close the storage and load everything again; returns the transactional ids loaded."""
+    def restart(self, *, crash: bool = False) -> int:
+        """Close the storage and load everything again, as a broker stopped (the coordinator's
+        ``flush`` first, as ``Broker.stop``) or, with ``crash``, killed (what the coordinator had
+        not appended is lost) and started again; returns the transactional ids loaded."""
+        if not crash:
+            self.coord.flush()
         self.rm.close()
         return self._start({})
 

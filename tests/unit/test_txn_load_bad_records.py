@@ -19,6 +19,7 @@ from oncelog.broker.coordinators.transaction_coordinator import TXN_TOPIC
 from oncelog.coordinator.transaction import log as txnlog
 from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol import records
+from oncelog.protocol.errors import CoordinatorNotAvailable
 from oncelog.types import TopicPartition
 from txn_harness import TxnNode
 from appends import completed
@@ -172,8 +173,9 @@ def test_many_bad_records_are_summarised_not_logged_one_by_one(node: Node, caplo
 
 def test_load_finishes_what_it_can_when_the_transaction_log_cannot_be_written(node: Node) -> None:
     """A transaction left in PrepareCommit is finished on load (R19); if the transaction log
-    cannot be written at that moment (full disk), the broker still starts: the transaction stays
-    in PrepareCommit and the periodic retry completes it later."""
+    cannot be written at that moment (full disk), the broker still starts: the markers are
+    written and the transaction is complete, its CompleteCommit record kept until the log takes
+    it (the periodic retry), and nothing new starts for the id meanwhile."""
     c = node.coord
     pid, epoch = c.init_producer_id("tx", 10_000)
     c.add_partitions("tx", pid, epoch, {ORDERS0})
@@ -183,9 +185,18 @@ def test_load_finishes_what_it_can_when_the_transaction_log_cannot_be_written(no
                                            timestamp_ms=node.clock.now_ms()))
     node.fail_txn_log = True
     node.restart()
-    assert node.coord.txns["tx"].state is TxnState.PREPARE_COMMIT
+    shard = node.real.shard_of("tx")
+    assert node.coord.txns["tx"].state is TxnState.COMPLETE_COMMIT
+    assert [(tid, rec.state) for tid, rec in shard.unwritten] == [("tx", TxnState.COMPLETE_COMMIT)]
+    assert node.coord.retry_unfinished() == 0  # the log still refuses: kept
+    assert len(shard.unwritten) == 1
+    with pytest.raises(CoordinatorNotAvailable):  # the next transaction needs the log too
+        node.coord.add_partitions("tx", pid, epoch, {ORDERS0})
+    assert len(shard.unwritten) == 1 and node.coord.txns["tx"].state is TxnState.COMPLETE_COMMIT
     node.fail_txn_log = False
     assert node.coord.retry_unfinished() == 0
+    assert shard.unwritten == []
+    node.restart(crash=True)  # from the log alone
     assert node.coord.txns["tx"].state is TxnState.COMPLETE_COMMIT
 
 

@@ -374,6 +374,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self.membership.stop_coordinators()  # before the group coordinator (cluster: the inbox)
+        await self.transactions.flush()  # the Complete* records not yet in __transaction_state
         await self.groups.stop()
         await self.shares.stop()
         await self._close_servers()

@@ -6,12 +6,23 @@ answer); the records are appended as one batch and replayed into the shard; the 
 written, every partition at once through the ``MarkerWriter`` (locally, or to each partition's
 leader in a cluster; a ``__consumer_offsets`` marker settles the group coordinator's pending
 offsets there, R13); the shard is told which were written and, when
-all are, its Complete* record is appended and replayed the same way; then the answer goes out.
+all are, the transaction is Complete* (below); then the answer goes out.
 
 EndTxn: Prepare* is appended first — from then on the outcome is fixed — then the markers,
 then Complete*. **Difference from Kafka:** the markers are written before EndTxn answers, so
 when a producer's commit returns, read_committed consumers can already read its data (Kafka
-answers after Prepare* and writes the markers afterwards). A marker that fails is retried after
+answers after Prepare* and writes the markers afterwards).
+
+The Complete* record is not appended on its own: the shard applies it at once
+(``TransactionShard.complete_unwritten``: the id may start its next transaction) and the record
+goes at the front of the partition's next batch — usually the producer's next AddPartitionsToTxn
+or InitProducerId, which so costs no extra append (one store COMMIT fewer per transaction in a
+cluster) — or by itself after COMPLETE_FLUSH_S, at the periodic retry after a failure, and at
+``flush`` (the broker's stop). A coordinator that loads the log before it is written finds the
+Prepare* and sends the markers again (R19), exactly as after a crash right after the markers;
+they write nothing (a leader writes a marker only for an open transaction,
+``Partition.append_marker``), and no batch of the id's next transaction can be anywhere: that
+transaction's first record would have carried the Complete* into the log before it. A marker that fails is retried after
 MARKER_RETRY_FIRST_S, doubling up to MARKER_RETRY_MAX_S, and at every
 transaction.abort.timed.out.transaction.cleanup.interval.ms, without holding up the other
 partitions; meanwhile the transaction stays Prepare* and new requests for it are told
@@ -70,6 +81,9 @@ TXN_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024
 #: the periodic cleanup (transaction.abort.timed.out.transaction.cleanup.interval.ms) also retries
 MARKER_RETRY_FIRST_S = 0.25
 MARKER_RETRY_MAX_S = 4.0
+#: how long a Complete* record may wait for the next batch of its partition before it is written
+#: by itself (a producer that commits back to back starts its next transaction well within it)
+COMPLETE_FLUSH_S = 0.2
 
 
 class TransactionCoordinator:
@@ -90,7 +104,8 @@ class TransactionCoordinator:
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
         self._marker_retries: dict[str, int] = {}  # transactional id -> failed marker rounds in a row
         self._retry_timers: dict[str, asyncio.TimerHandle] = {}
-        self._retry_tasks: set[asyncio.Task[None]] = set()
+        self._retry_tasks: set[asyncio.Task[object]] = set()
+        self._flush_timers: dict[int, asyncio.TimerHandle] = {}  # partition -> the pending flush
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -276,9 +291,11 @@ class TransactionCoordinator:
         return aborted
 
     async def retry_unfinished(self) -> int:
-        """Push on every transaction left between states; returns how many remain."""
+        """Push on every transaction left between states, and write the Complete* records a
+        failed batch left unwritten; returns how many transactions remain between states."""
         left = 0
         for shard in list(self.runtime.shards.values()):
+            await self._flush_unwritten(shard)
             for tid in shard.in_between():
                 await self._advance(shard, tid)
             left += len(shard.in_between())
@@ -312,18 +329,17 @@ class TransactionCoordinator:
     # -- the one write path -------------------------------------------------------------------------
 
     async def _execute(self, shard: TransactionShard, result: TxnResult, now: int, *, end_txn: bool = False) -> None:
-        """Append ``result``'s records and replay them, then write its markers and what follows
-        from them. Raises CoordinatorNotAvailable (nothing changed) if the records cannot be
-        appended; marker failures are left to the retry."""
+        """Append ``result``'s records — after the shard's unwritten Complete* records, in one
+        batch — and replay them, then write its markers and what follows from them. Raises
+        CoordinatorNotAvailable (nothing changed) if the records cannot be appended; marker
+        failures are left to the retry."""
         if result.records:
-            batch = records.build_batch(
-                [(txnlog.encode_key(tid), None if rec is None else txnlog.encode_value(rec), ()) for tid, rec in result.records],
-                timestamp_ms=now,
-            )
+            unwritten = shard.take_unwritten()
             try:
-                await self.runtime.append(shard.partition, batch, now)
+                await self._append(shard, unwritten + result.records, now)
             except KafkaError as exc:
                 shard.abandon(result)
+                shard.keep_unwritten(unwritten)
                 raise CoordinatorNotAvailable(f"cannot write the transaction log {TXN_TOPIC}-{shard.partition}: {exc}") from None
             for tid, rec in result.records:
                 shard.replay(tid, rec)
@@ -357,9 +373,62 @@ class TransactionCoordinator:
             self._marker_retries.pop(job.transactional_id, None)
         follow = shard.markers_written(job.transactional_id, done, failed, now)
         if follow:
-            await self._execute(shard, follow, now)
+            if shard.complete_unwritten(follow):  # Complete*: in effect now, in the log with the next batch
+                self._flush_soon(shard)
+            else:
+                await self._execute(shard, follow, now)
             if end_txn:
                 self.crash.reached("end_txn.after_complete")
+
+    async def _append(self, shard: TransactionShard, entries: list, now: int) -> None:
+        """Append ``entries`` (transactional id, record or None) to the shard's partition as
+        one batch, once durable."""
+        batch = records.build_batch(
+            [(txnlog.encode_key(tid), None if rec is None else txnlog.encode_value(rec), ()) for tid, rec in entries],
+            timestamp_ms=now,
+        )
+        await self.runtime.append(shard.partition, batch, now)
+
+    def _flush_soon(self, shard: TransactionShard) -> None:
+        """Append the shard's unwritten Complete* records after COMPLETE_FLUSH_S unless a batch
+        of the partition takes them first (the producer's next request usually does)."""
+        if shard.partition in self._flush_timers:
+            return
+
+        def fire() -> None:
+            self._flush_timers.pop(shard.partition, None)
+            if self.runtime.shards.get(shard.partition) is not shard:
+                return  # resigned: the new coordinator finishes from the log's Prepare*
+            task = asyncio.get_running_loop().create_task(self._flush_unwritten(shard))
+            self._retry_tasks.add(task)
+            task.add_done_callback(self._retry_tasks.discard)
+
+        self._flush_timers[shard.partition] = asyncio.get_running_loop().call_later(COMPLETE_FLUSH_S, fire)
+
+    async def _flush_unwritten(self, shard: TransactionShard) -> bool:
+        """Append what the shard left unwritten, if anything; a failure is logged and the records
+        are kept for the next try (the periodic retry, or the partition's next batch). Returns
+        whether nothing is left."""
+        unwritten = shard.take_unwritten()
+        if not unwritten:
+            return True
+        try:
+            await self._append(shard, unwritten, self.clock.now_ms())
+        except KafkaError as exc:
+            shard.keep_unwritten(unwritten)
+            log.warning("cannot write %d completed transaction(s) to %s-%d yet: %s", len(unwritten), TXN_TOPIC,
+                        shard.partition, exc)
+            return False
+        return True
+
+    async def flush(self) -> None:
+        """Write every shard's unwritten Complete* records now (at stop: a coordinator loading
+        the log then finds the transactions complete and sends no marker again)."""
+        for handle in self._flush_timers.values():
+            handle.cancel()
+        self._flush_timers.clear()
+        for shard in list(self.runtime.shards.values()):
+            await self._flush_unwritten(shard)
 
     def _retry_soon(self, shard: TransactionShard, transactional_id: str) -> None:
         """Try the markers of ``transactional_id`` again after a short, doubling wait (a

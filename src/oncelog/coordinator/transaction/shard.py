@@ -133,6 +133,9 @@ class TransactionShard:
         self.txns: dict[str, TxnMetadata] = {}
         #: transactional.id -> partitions whose marker is still to be written
         self.unfinished: dict[str, set[TopicPartition]] = {}
+        #: Complete* records replayed before they are appended (``complete_unwritten``), in the
+        #: order they were decided; they go at the front of this partition's next batch
+        self.unwritten: list[tuple[TransactionalId, txnlog.TxnRecord]] = []
 
     # -- replay: the only code that changes a transactional id's state ------------------------------
 
@@ -161,6 +164,39 @@ class TransactionShard:
             raise txnlog.TxnLogFormatError("record without a key")
         tid = txnlog.decode_key(key)
         self.replay(tid, None if value is None else txnlog.decode_value(value))
+
+    def complete_unwritten(self, result: TxnResult) -> bool:
+        """Apply ``result`` now and leave its records to be appended later, when it is the
+        Complete* move that ``markers_written`` decided (records only, each a Complete*, no
+        markers). Returns whether it did; any other result is left alone (append it first).
+
+        Why this is safe: a Complete* follows Prepare* once every marker is durable, and it
+        changes no partition, only what the coordinator lets the id do next. Until the record is
+        in the log the log says Prepare*, and a coordinator that loads it finishes the
+        transaction again (its markers once more, R19), as after a crash before the append.
+        ``take_unwritten`` puts the records at the front of the partition's next batch, so a
+        later record of the same id is never in the log before its Complete*: whatever the log
+        holds after the Prepare* is the state this shard acted on."""
+        if result.markers or not result.records or not all(
+                rec is not None and rec.state.is_complete for _tid, rec in result.records):
+            return False
+        for tid, rec in result.records:
+            self.replay(tid, rec)
+            self.unwritten.append((tid, rec))  # type: ignore[arg-type]
+        return True
+
+    def take_unwritten(self) -> list[tuple[TransactionalId, txnlog.TxnRecord | None]]:
+        """The records ``complete_unwritten`` left, oldest first, to append at the front of the
+        next batch; they are no longer this shard's to write (``keep_unwritten`` gives back
+        those of a batch that failed)."""
+        taken: list[tuple[TransactionalId, txnlog.TxnRecord | None]] = list(self.unwritten)
+        self.unwritten.clear()
+        return taken
+
+    def keep_unwritten(self, records: list[tuple[TransactionalId, txnlog.TxnRecord | None]]) -> None:
+        """The batch that carried ``records`` (from ``take_unwritten``) was not appended: they
+        go back in front of any left since."""
+        self.unwritten[:0] = records  # type: ignore[misc]
 
     def abandon(self, result: TxnResult) -> None:
         """The records of ``result`` could not be appended: forget the moves they prepared."""
