@@ -56,7 +56,7 @@ def test_every_import_of_a_test_module_names_what_it_defines() -> None:
     assert missing == [], "imports of names their test module does not define:\n" + "\n".join(missing)
 
 
-def test_the_check_sees_a_removed_name(tmp_path: Path) -> None:
+def test_the_check_sees_a_removed_name() -> None:
     """The check is not vacuous: the suite does import helpers from its own modules, and a name
     defined only inside a function is not a top-level name."""
     tree = ast.parse("import os\nX = 1\ndef f():\n    Y = 2\nclass C: pass\nif True:\n    Z = 3\n")

@@ -22,10 +22,11 @@ cluster) — or by itself after COMPLETE_FLUSH_S, at the periodic retry after a 
 Prepare* and sends the markers again (R19), exactly as after a crash right after the markers;
 they write nothing (a leader writes a marker only for an open transaction,
 ``Partition.append_marker``), and no batch of the id's next transaction can be anywhere: that
-transaction's first record would have carried the Complete* into the log before it. A marker that fails is retried after
-MARKER_RETRY_FIRST_S, doubling up to MARKER_RETRY_MAX_S, and at every
-transaction.abort.timed.out.transaction.cleanup.interval.ms, without holding up the other
-partitions; meanwhile the transaction stays Prepare* and new requests for it are told
+transaction's first record would have carried the Complete* into the log before it.
+
+A marker that fails is retried after MARKER_RETRY_FIRST_S, doubling up to MARKER_RETRY_MAX_S,
+and at every transaction.abort.timed.out.transaction.cleanup.interval.ms, without holding up the
+other partitions; meanwhile the transaction stays Prepare* and new requests for it are told
 CONCURRENT_TRANSACTIONS.
 
 Loading: at start, before the broker listens, every partition is replayed (the same replay as
@@ -104,7 +105,7 @@ class TransactionCoordinator:
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime("transaction coordinator", TXN_TOPIC, replicas, clock, logger=log)
         self._marker_retries: dict[str, int] = {}  # transactional id -> failed marker rounds in a row
         self._retry_timers: dict[str, asyncio.TimerHandle] = {}
-        self._retry_tasks: set[asyncio.Task[object]] = set()
+        self._retry_tasks: set[asyncio.Task[None]] = set()
         self._flush_timers: dict[int, asyncio.TimerHandle] = {}  # partition -> the pending flush
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -380,7 +381,8 @@ class TransactionCoordinator:
             if end_txn:
                 self.crash.reached("end_txn.after_complete")
 
-    async def _append(self, shard: TransactionShard, entries: list, now: int) -> None:
+    async def _append(self, shard: TransactionShard,
+                      entries: list[tuple[str, txnlog.TxnRecord | None]], now: int) -> None:
         """Append ``entries`` (transactional id, record or None) to the shard's partition as
         one batch, once durable."""
         batch = records.build_batch(
@@ -405,21 +407,18 @@ class TransactionCoordinator:
 
         self._flush_timers[shard.partition] = asyncio.get_running_loop().call_later(COMPLETE_FLUSH_S, fire)
 
-    async def _flush_unwritten(self, shard: TransactionShard) -> bool:
+    async def _flush_unwritten(self, shard: TransactionShard) -> None:
         """Append what the shard left unwritten, if anything; a failure is logged and the records
-        are kept for the next try (the periodic retry, or the partition's next batch). Returns
-        whether nothing is left."""
+        are kept for the next try (the periodic retry, or the partition's next batch)."""
         unwritten = shard.take_unwritten()
         if not unwritten:
-            return True
+            return
         try:
             await self._append(shard, unwritten, self.clock.now_ms())
         except KafkaError as exc:
             shard.keep_unwritten(unwritten)
             log.warning("cannot write %d completed transaction(s) to %s-%d yet: %s", len(unwritten), TXN_TOPIC,
                         shard.partition, exc)
-            return False
-        return True
 
     async def flush(self) -> None:
         """Write every shard's unwritten Complete* records now (at stop: a coordinator loading

@@ -135,7 +135,7 @@ class TransactionShard:
         self.unfinished: dict[str, set[TopicPartition]] = {}
         #: Complete* records replayed before they are appended (``complete_unwritten``), in the
         #: order they were decided; they go at the front of this partition's next batch
-        self.unwritten: list[tuple[TransactionalId, txnlog.TxnRecord]] = []
+        self.unwritten: list[tuple[TransactionalId, txnlog.TxnRecord | None]] = []
 
     # -- replay: the only code that changes a transactional id's state ------------------------------
 
@@ -182,21 +182,20 @@ class TransactionShard:
             return False
         for tid, rec in result.records:
             self.replay(tid, rec)
-            self.unwritten.append((tid, rec))  # type: ignore[arg-type]
+            self.unwritten.append((tid, rec))
         return True
 
     def take_unwritten(self) -> list[tuple[TransactionalId, txnlog.TxnRecord | None]]:
         """The records ``complete_unwritten`` left, oldest first, to append at the front of the
         next batch; they are no longer this shard's to write (``keep_unwritten`` gives back
         those of a batch that failed)."""
-        taken: list[tuple[TransactionalId, txnlog.TxnRecord | None]] = list(self.unwritten)
-        self.unwritten.clear()
+        taken, self.unwritten = self.unwritten, []
         return taken
 
     def keep_unwritten(self, records: list[tuple[TransactionalId, txnlog.TxnRecord | None]]) -> None:
         """The batch that carried ``records`` (from ``take_unwritten``) was not appended: they
         go back in front of any left since."""
-        self.unwritten[:0] = records  # type: ignore[misc]
+        self.unwritten[:0] = records
 
     def abandon(self, result: TxnResult) -> None:
         """The records of ``result`` could not be appended: forget the moves they prepared."""
